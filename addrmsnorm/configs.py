@@ -1,0 +1,91 @@
+"""The one table of forward-kernel specializations, and the rule that picks a row of it.
+
+Both the JIT launcher and the ahead-of-time C++ build read this module: the launcher calls
+``select_forward_config`` on every call, and the AOT build walks ``FORWARD_TABLE`` to compile every
+specialization and to generate the C++ dispatch rule. A new variant is a new row here, never a copy
+of the kernel.
+
+Batch invariance depends on one property of this rule: it looks at H and the dtypes only, never at
+the number of rows. A row therefore always runs the same reduction, alone or among many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ForwardConfig:
+    """Constexpr specialization and launch shape of ``kernels.fused_add_rmsnorm_fwd``."""
+
+    block_h: int           # power of two; >= H on the single-pass path, the chunk width when looped
+    rows_per_program: int  # rows each program normalizes (1 on the looped path)
+    num_warps: int
+    looped: bool           # two passes over each row, reloading h from residual_out
+
+    def grid(self, n_rows: int) -> int:
+        """Programs to launch for ``n_rows`` rows."""
+        return -(-n_rows // self.rows_per_program)
+
+
+@dataclass(frozen=True)
+class ForwardRule:
+    """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width."""
+
+    act_bytes: int         # widest of x and residual, in bytes per element (2 or 4)
+    h_max: int | None
+    config: ForwardConfig
+
+
+def _single(block_h: int, rows: int, warps: int) -> ForwardConfig:
+    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False)
+
+
+def _looped(chunk: int, warps: int) -> ForwardConfig:
+    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True)
+
+
+# Widest H kept whole in registers. Above it each row is walked twice in chunks.
+# Each thread then holds at most 32 fp32 values of h.
+SINGLE_PASS_MAX_H = 16384
+
+
+def _rules_for(act_bytes: int) -> list[ForwardRule]:
+    # Small H: several rows per program so that each program moves a few KB, not a few hundred bytes.
+    # 4-byte streams move twice the bytes per row, so they need half the rows for the same tile bytes.
+    scale = 2 if act_bytes == 2 else 1
+    rows = [
+        (64, _single(64, 16 * scale, 4)),
+        (128, _single(128, 8 * scale, 4)),
+        (256, _single(256, 4 * scale, 4)),
+        (512, _single(512, 2 * scale, 4)),
+        (1024, _single(1024, 1 * scale, 4)),
+        (2048, _single(2048, 1, 4)),
+        (4096, _single(4096, 1, 8)),
+        (8192, _single(8192, 1, 16)),
+        (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
+        (None, _looped(4096, 8)),
+    ]
+    return [ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg) for h_max, cfg in rows]
+
+
+FORWARD_TABLE: tuple[ForwardRule, ...] = tuple(_rules_for(2) + _rules_for(4))
+
+# Element sizes the kernels accept, in bytes: fp16/bf16 and fp32.
+SUPPORTED_ITEMSIZES = (2, 4)
+
+
+def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
+    """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
+
+    The weight's dtype does not change the choice: it is read once per column and stays in cache.
+    """
+    if H <= 0:
+        raise ValueError(f"H must be positive, got {H}")
+    if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
+        raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
+    act_bytes = max(x_itemsize, residual_itemsize)
+    for rule in FORWARD_TABLE:
+        if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
+            return rule.config
+    raise AssertionError("FORWARD_TABLE has no unbounded row")  # the table always ends with one

@@ -1,0 +1,122 @@
+"""The one reference implementation of the addrmsnorm contract, and the tolerances tests hold it to.
+
+Every test and benchmark imports this module; nothing else re-implements the math.
+
+    h            = float32(x) + float32(residual)
+    residual_out = cast(h, residual_out dtype)
+    rstd         = 1 / sqrt(sum(h*h) / H + eps)
+    y            = cast(h * rstd * (float32(weight) + weight_offset), out dtype)
+
+``fused_add_rmsnorm_ref`` computes h exactly as the contract says (an fp32 add, so residual_out is
+bit-exact), then the normalization in ``compute_dtype``: float64 for the reference that kernels are
+measured against, float32 for "what plain fp32 math gives" (used to bound drift over many layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RefResult:
+    y: torch.Tensor             # compute_dtype, not yet cast to the output dtype
+    residual_out: torch.Tensor  # residual_out dtype, bit-exact per the contract
+    rstd: torch.Tensor          # compute_dtype, shape x.shape[:-1]
+    h: torch.Tensor             # fp32 sum, shape of x
+
+
+def fused_add_rmsnorm_ref(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    weight_offset: float = 0.0,
+    *,
+    compute_dtype: torch.dtype = torch.float64,
+    residual_out_dtype: torch.dtype | None = None,
+) -> RefResult:
+    """Reference forward: exact fp32 add, normalization in ``compute_dtype``. Runs on any device."""
+    residual_out_dtype = residual.dtype if residual_out_dtype is None else residual_out_dtype
+    h = x.float() + residual.float()  # the contract's fp32 add, rounded once
+    hc = h.to(compute_dtype)
+    H = x.shape[-1]
+    rstd = 1.0 / torch.sqrt((hc * hc).sum(dim=-1) / H + eps)
+    w = weight.to(compute_dtype) + weight_offset
+    y = hc * rstd.unsqueeze(-1) * w
+    return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
+
+
+def hf_style_ref(x, residual, weight, eps=1e-6):
+    """The common eager PyTorch idiom (as in HF LlamaRMSNorm fed x + residual): add in x's dtype."""
+    h = x + residual
+    hf = h.float()
+    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    return y, h
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    reason: str
+
+
+# Tolerances for y (rounded to its dtype by the kernel) against the float64 reference y.
+# The bound is |y - y_ref| <= atol + rtol * |y_ref|.
+TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.bfloat16: Tolerance(
+        rtol=2.0**-7, atol=1e-6,
+        reason="half an ulp (2**-8) from the final cast, plus up to half an ulp more on the looped "
+               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
+    ),
+    torch.float16: Tolerance(
+        rtol=2.0**-10, atol=1e-6,
+        reason="half an ulp (2**-11) from the final cast, plus up to half an ulp more on the looped "
+               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
+    ),
+    torch.float32: Tolerance(
+        rtol=2e-5, atol=1e-6,
+        reason="fp32 sum of squares: tree and per-lane summation over up to 2**18 terms costs a few "
+               "1e-6 relative; the multiplies add a few ulps (6e-8 each)",
+    ),
+}
+
+# rstd is always fp32; the same summation-order argument as fp32 y bounds it.
+RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0,
+                           reason="fp32 sum of squares over up to 2**18 terms, then div/sqrt rounded")
+
+# Under TRITON_INTERPRET=1 the CPU interpreter stores fp32 -> bf16 by truncation rather than by
+# rounding to nearest even (seen with triton 3.6: the stored bits equal the top 16 bits of the
+# fp32). That costs up to one bf16 ulp in place of half of one.
+INTERPRETER_BF16_TOLERANCE = Tolerance(
+    rtol=2.0**-6, atol=1e-6,
+    reason="the interpreter truncates fp32 -> bf16 (a whole ulp, 2**-7) at both the residual_out "
+           "store that the looped path reloads and the final cast",
+)
+
+
+def truncate_to_bf16(t: torch.Tensor) -> torch.Tensor:
+    """fp32 -> bf16 by dropping the low 16 bits: what the Triton CPU interpreter stores."""
+    bits = t.float().contiguous().view(torch.int32)
+    return (bits >> 16).to(torch.int16).view(torch.bfloat16)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance, what: str) -> None:
+    """Raise AssertionError with the worst element if |actual - expected| > atol + rtol*|expected|."""
+    a = actual.double()
+    e = expected.double()
+    if a.shape != e.shape:
+        raise AssertionError(f"{what}: shape {tuple(a.shape)} != {tuple(e.shape)}")
+    if not torch.isfinite(a).all():
+        raise AssertionError(f"{what}: non-finite values in the result")
+    err = (a - e).abs()
+    bound = tol.atol + tol.rtol * e.abs()
+    bad = err > bound
+    if bad.any():
+        idx = int(torch.argmax((err - bound).flatten()))
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {a.numel()} elements out of tolerance "
+            f"(rtol={tol.rtol:g}, atol={tol.atol:g}: {tol.reason}); worst at flat index {idx}: "
+            f"got {a.flatten()[idx].item():.8g}, expected {e.flatten()[idx].item():.8g}")

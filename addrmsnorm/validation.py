@@ -1,0 +1,147 @@
+"""Argument checks for the Python API. Everything here runs before any allocation or launch, so a
+rejected call changes nothing. Errors are ValueError (bad values, shapes, layouts, devices) or
+TypeError (bad types and dtypes), and each names the argument at fault.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_DTYPE_NAMES = "float16, bfloat16 or float32"
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A tensor of shape (..., H) seen as n_rows rows of H elements with one row stride."""
+
+    tensor: torch.Tensor  # the 2-D (n_rows, H) view, no copy
+    n_rows: int
+    row_stride: int       # in elements
+
+
+def check_scalar(name: str, value, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive:
+        if value <= 0.0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+        # The kernel adds eps in fp32: a value that rounds to 0 there would let rstd become inf.
+        if torch.tensor(value, dtype=torch.float32).item() == 0.0:
+            raise ValueError(f"{name}={value} rounds to 0 in float32; it must be > 0 there")
+    return value
+
+
+def check_tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes are {_DTYPE_NAMES}")
+    return t
+
+
+def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
+    """Check that t has ``shape``, a contiguous last dim, and leading dims that flatten to rows."""
+    if t.shape != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    H = shape[-1]
+    if H > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), "
+                         f"got stride {t.stride(-1)}")
+    try:
+        t2 = t.view(-1, H)
+    except RuntimeError:
+        raise ValueError(f"{name}: the leading dimensions of a tensor with strides {t.stride()} "
+                         f"cannot be flattened into rows of one stride; pass a contiguous tensor "
+                         f"or a row-strided view") from None
+    n_rows = t2.shape[0]
+    row_stride = t2.stride(0) if n_rows > 1 else max(H, 1)
+    if row_stride < 0:
+        raise ValueError(f"{name}: negative row stride {row_stride}")
+    return Rows(tensor=t2, n_rows=n_rows, row_stride=row_stride)
+
+
+def check_devices(tensors: dict[str, torch.Tensor]) -> torch.device:
+    names = list(tensors)
+    first = tensors[names[0]].device
+    for name in names[1:]:
+        if tensors[name].device != first:
+            raise ValueError(f"{name} is on {tensors[name].device} but {names[0]} is on {first}; "
+                             f"all tensors must be on one device")
+    return first
+
+
+# ----- overlap of row-strided views -----------------------------------------------------------
+
+def _rows_bytes(r: Rows):
+    """(start byte, row stride in bytes, row length in bytes, rows) of a row-strided view."""
+    t = r.tensor
+    item = t.element_size()
+    return t.data_ptr(), r.row_stride * item, t.shape[1] * item, r.n_rows
+
+
+def _overlaps(a: Rows, b: Rows) -> bool:
+    """Whether any byte of a is also a byte of b. Exact for equal row strides, else conservative."""
+    if a.n_rows == 0 or b.n_rows == 0:
+        return False
+    pa, sa, la, na = _rows_bytes(a)
+    pb, sb, lb, nb = _rows_bytes(b)
+    if pa + (na - 1) * sa + la <= pb or pb + (nb - 1) * sb + lb <= pa:
+        return False  # the byte extents do not even meet
+    # A single row has no stride of its own: give it the other view's.
+    if na == 1:
+        sa = sb if nb > 1 else 0
+    if nb == 1:
+        sb = sa
+    if sa != sb:
+        return True  # different row strides and meeting extents: treat as overlap
+    # Row j of b meets row i of a iff -lb < d + k*s < la, with k = j - i in [-(na-1), nb-1].
+    d, s = pb - pa, sa
+    if s == 0:
+        return -lb < d < la
+    k_lo = max(-(na - 1), (-lb - d) // s + 1)
+    k_hi = min(nb - 1, -((d - la) // s) - 1)
+    return k_lo <= k_hi
+
+
+def _exact_alias(a: Rows, b: Rows) -> bool:
+    ta, tb = a.tensor, b.tensor
+    return (ta.data_ptr() == tb.data_ptr() and ta.dtype == tb.dtype and ta.shape == tb.shape
+            and (a.n_rows <= 1 or a.row_stride == b.row_stride))
+
+
+def check_no_self_overlap(name: str, r: Rows) -> None:
+    """An output whose rows share memory would have two programs writing one element."""
+    H = r.tensor.shape[1]
+    if r.n_rows > 1 and r.row_stride < H:
+        raise ValueError(f"{name}: row stride {r.row_stride} < H={H}, so its rows overlap; "
+                         f"an output must not overlap itself")
+
+
+def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
+                   may_alias: dict[str, tuple[str, ...]]) -> None:
+    """Outputs may alias an input exactly when ``may_alias`` allows it; any other overlap is an error.
+
+    Outputs never overlap each other, not even exactly.
+    """
+    out_names = list(outputs)
+    for i, oname in enumerate(out_names):
+        for other in out_names[i + 1:]:
+            if _overlaps(outputs[oname], outputs[other]):
+                raise ValueError(f"{oname} and {other} overlap in memory; outputs must not share memory")
+        for iname, inp in inputs.items():
+            if not _overlaps(outputs[oname], inp):
+                continue
+            if iname in may_alias.get(oname, ()) and _exact_alias(outputs[oname], inp):
+                continue
+            if iname in may_alias.get(oname, ()):
+                raise ValueError(f"{oname} partly overlaps {iname}; it may alias {iname} only exactly "
+                                 f"(same pointer, shape, dtype and strides)")
+            raise ValueError(f"{oname} overlaps {iname}; {oname} must not share memory with {iname}")
