@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from .configs import select_forward_config
+from .configs import ForwardConfig, select_forward_config
 from .kernels import fused_add_rmsnorm_fwd
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
@@ -31,9 +31,13 @@ def launch_forward(
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float,
+    config: ForwardConfig | None = None,
 ) -> None:
-    """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0."""
-    cfg = select_forward_config(H, x.element_size(), residual.element_size())
+    """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
+
+    ``config`` overrides the dispatch rule; it exists for tuning sweeps, not for normal calls.
+    """
+    cfg = config or select_forward_config(H, x.element_size(), residual.element_size())
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
             x, residual, weight, out, residual_out, rstd,

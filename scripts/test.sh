@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Every test: set up, run the CPU suite under the Triton interpreter, then the GPU suite, which
+# skips with a stated reason where there is no GPU. Set ADDRMSNORM_NO_SETUP=1 to skip the install
+# (for machines with no network that already have torch, triton and pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ "${ADDRMSNORM_NO_SETUP:-0}" != 1 ]; then
+  bash scripts/setup.sh
+fi
+echo "== CPU: kernels under the Triton interpreter (TRITON_INTERPRET=1) =="
+TRITON_INTERPRET=1 "$PY" -m pytest -q tests "$@"
+echo "== GPU: compiled kernels (skipped, with the reason, where there is no GPU) =="
+"$PY" -m pytest -q -rs tests "$@"

@@ -1,0 +1,72 @@
+"""Shared test helpers: random inputs, and the checks every forward test makes against the one
+reference in ``addrmsnorm.reference``."""
+
+import torch
+
+from addrmsnorm.reference import (INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE, TOLERANCES,
+                                  assert_close, fused_add_rmsnorm_ref, truncate_to_bf16)
+
+from conftest import ON_GPU
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+# (x, residual, weight) dtype combinations: same-dtype, the fp32 residual stream, mixed weights.
+DTYPE_COMBOS = [
+    ("bf16", "bf16", "bf16"),
+    ("fp16", "fp16", "fp16"),
+    ("fp32", "fp32", "fp32"),
+    ("bf16", "fp32", "bf16"),
+    ("fp16", "fp32", "fp32"),
+    ("bf16", "bf16", "fp32"),
+]
+
+
+def combo_id(c):
+    return "x{}-r{}-w{}".format(*c)
+
+
+def randn(shape, dtype, device, gen, scale=1.0):
+    # Never zeros: an unwritten output or a wrong index must show.
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
+
+
+def make_inputs(N, H, combo, device, seed=0, lead=None):
+    gen = torch.Generator().manual_seed(seed)
+    xd, rd, wd = (DTYPES[c] for c in combo)
+    shape = (N, H) if lead is None else (*lead, H)
+    x = randn(shape, xd, device, gen)
+    r = randn(shape, rd, device, gen, scale=4.0)  # a residual stream larger than the update
+    w = (1.0 + 0.1 * torch.randn(H, generator=gen)).to(wd).to(device)
+    return x, r, w
+
+
+def expected_residual_out(h_fp32, dtype):
+    """What residual_out must hold, bit for bit, on this backend."""
+    if dtype == torch.bfloat16 and not ON_GPU:
+        return truncate_to_bf16(h_fp32)  # the interpreter's fp32 -> bf16 store truncates
+    return h_fp32.to(dtype)
+
+
+def y_tolerance(dtype):
+    if dtype == torch.bfloat16 and not ON_GPU:
+        return INTERPRETER_BF16_TOLERANCE
+    return TOLERANCES[dtype]
+
+
+def bits(t):
+    """The raw bytes of t, so that equality is bitwise (NaN == NaN, -0 != +0)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def check_forward(x, r, w, y, residual_out, rstd, eps, weight_offset, what=""):
+    """y, residual_out and rstd against the reference computed from the original x, r, w."""
+    ref = fused_add_rmsnorm_ref(x, r, w, eps, weight_offset)
+    want_rout = expected_residual_out(ref.h, r.dtype)
+    if not torch.equal(bits(residual_out), bits(want_rout)):
+        diff = (residual_out.float() != want_rout.float()).sum().item()
+        raise AssertionError(f"{what}: residual_out is not bit-exact ({diff} elements differ)")
+    assert y.dtype == x.dtype and residual_out.dtype == r.dtype
+    assert_close(y, ref.y, y_tolerance(x.dtype), f"{what} y")
+    if rstd is not None:
+        assert rstd.dtype == torch.float32 and rstd.shape == x.shape[:-1]
+        assert_close(rstd, ref.rstd, RSTD_TOLERANCE, f"{what} rstd")

@@ -1,0 +1,54 @@
+"""The config table and dispatch rule: pure Python, no kernel runs."""
+
+import inspect
+
+import pytest
+
+from addrmsnorm import configs
+from addrmsnorm.configs import FORWARD_TABLE, SINGLE_PASS_MAX_H, select_forward_config
+
+SAMPLE_H = sorted({*range(1, 300), 511, 512, 513, 1023, 1024, 1025, 2880, 3000, 3584, 4096, 4100,
+                   5120, 7168, 8192, 11111, 14336, 16383, 16384, 16385, 32768, 65536, 131072, 262144,
+                   1 << 20})
+
+
+@pytest.mark.parametrize("act_bytes", [(2, 2), (2, 4), (4, 4)])
+def test_every_h_gets_a_valid_config(act_bytes):
+    for H in SAMPLE_H:
+        cfg = select_forward_config(H, *act_bytes)
+        assert cfg.block_h & (cfg.block_h - 1) == 0, "block_h must be a power of two"
+        assert cfg.num_warps in (1, 2, 4, 8, 16, 32)
+        if cfg.looped:
+            assert cfg.rows_per_program == 1 and H > SINGLE_PASS_MAX_H
+        else:
+            assert cfg.block_h >= H, f"single-pass block {cfg.block_h} cannot hold H={H}"
+
+
+def test_table_shape():
+    for act in (2, 4):
+        rules = [r for r in FORWARD_TABLE if r.act_bytes == act]
+        bounds = [r.h_max for r in rules[:-1]]
+        assert bounds == sorted(bounds), "rules must be in increasing h_max"
+        assert rules[-1].h_max is None and rules[-1].config.looped, "last rule: unbounded, looped"
+
+
+def test_dispatch_never_sees_the_row_count():
+    """Batch invariance rests on this: the rule's inputs are H and the dtypes only."""
+    params = list(inspect.signature(select_forward_config).parameters)
+    assert params == ["H", "x_itemsize", "residual_itemsize"]
+
+
+def test_fp32_residual_stream_uses_the_wide_rules():
+    assert select_forward_config(128, 2, 4) == select_forward_config(128, 4, 4)
+    assert select_forward_config(128, 2, 2) != select_forward_config(128, 4, 4)
+
+
+@pytest.mark.parametrize("args", [(0, 2, 2), (-5, 2, 2), (128, 8, 8), (128, 1, 2)])
+def test_bad_dispatch_inputs(args):
+    with pytest.raises(ValueError):
+        select_forward_config(*args)
+
+
+def test_grid():
+    cfg = configs.ForwardConfig(block_h=128, rows_per_program=8, num_warps=4, looped=False)
+    assert [cfg.grid(n) for n in (1, 8, 9, 16, 17)] == [1, 1, 2, 2, 3]

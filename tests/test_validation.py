@@ -1,0 +1,203 @@
+"""Every bad input raises TypeError/ValueError naming the argument, before anything is launched,
+and leaves every tensor as it was."""
+
+import math
+
+import pytest
+import torch
+
+import addrmsnorm
+
+from conftest import DEVICE, ON_GPU, needs_kernels
+from helpers import bits, make_inputs
+
+pytestmark = needs_kernels
+
+N, H = 5, 96
+
+
+@pytest.fixture
+def inputs():
+    return make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=3)
+
+
+def _rejects(exc, match, fn, *tensors):
+    before = [bits(t).clone() for t in tensors]
+    with pytest.raises(exc, match=match):
+        fn()
+    for t, b in zip(tensors, before):
+        assert torch.equal(bits(t), b), "a rejected call changed a tensor"
+
+
+@pytest.mark.parametrize("eps,exc,match", [
+    (0.0, ValueError, "eps must be > 0"),
+    (-1e-6, ValueError, "eps must be > 0"),
+    (math.nan, ValueError, "eps must be finite"),
+    (math.inf, ValueError, "eps must be finite"),
+    (1e-50, ValueError, "eps=1e-50 rounds to 0 in float32"),
+    ("1e-6", TypeError, "eps must be a real number"),
+    (True, TypeError, "eps must be a real number"),
+])
+def test_bad_eps(inputs, eps, exc, match):
+    x, r, w = inputs
+    _rejects(exc, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps), x, r, w)
+
+
+@pytest.mark.parametrize("off", [math.nan, -math.inf])
+def test_bad_weight_offset(inputs, off):
+    x, r, w = inputs
+    _rejects(ValueError, "weight_offset must be finite",
+             lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, weight_offset=off), x, r, w)
+
+
+def test_h_zero():
+    x = torch.empty(4, 0, device=DEVICE)
+    with pytest.raises(ValueError, match="H = 0"):
+        addrmsnorm.fused_add_rmsnorm(x, x.clone(), torch.empty(0, device=DEVICE))
+
+
+def test_scalar_x():
+    x = torch.tensor(1.0, device=DEVICE)
+    with pytest.raises(ValueError, match="x must have at least one dimension"):
+        addrmsnorm.fused_add_rmsnorm(x, x, x)
+
+
+def test_shape_mismatch(inputs):
+    x, r, w = inputs
+    r2 = torch.randn(N + 1, H, device=DEVICE, dtype=r.dtype)
+    _rejects(ValueError, r"residual has shape \(6, 96\), expected \(5, 96\)",
+             lambda: addrmsnorm.fused_add_rmsnorm_(x, r2, w), x, r2, w)
+
+
+@pytest.mark.parametrize("wshape", [(H + 1,), (1, H), ()])
+def test_bad_weight_shape(inputs, wshape):
+    x, r, _ = inputs
+    w = torch.randn(wshape, device=DEVICE, dtype=torch.bfloat16)
+    _rejects(ValueError, "weight has shape", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
+
+
+def test_strided_weight(inputs):
+    x, r, _ = inputs
+    w = torch.randn(2 * H, device=DEVICE, dtype=torch.bfloat16)[::2]
+    _rejects(ValueError, "weight must be contiguous", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w),
+             x, r, w)
+
+
+@pytest.mark.parametrize("which,dtype,match", [
+    ("x", torch.int32, "x has dtype torch.int32"),
+    ("x", torch.float64, "x has dtype torch.float64"),
+    ("residual", torch.int8, "residual has dtype torch.int8"),
+    ("residual", torch.float16, "residual has dtype torch.float16; it must be x's dtype"),
+    ("weight", torch.int64, "weight has dtype torch.int64"),
+])
+def test_bad_dtypes(inputs, which, dtype, match):
+    x, r, w = inputs
+    t = {"x": x, "residual": r, "weight": w}
+    t[which] = t[which].to(dtype)
+    _rejects(TypeError, match, lambda: addrmsnorm.fused_add_rmsnorm(t["x"], t["residual"], t["weight"]),
+             *t.values())
+
+
+def test_bad_output_dtypes(inputs):
+    x, r, w = inputs
+    out = torch.empty(N, H, device=DEVICE, dtype=torch.float32)
+    _rejects(TypeError, "out has dtype torch.float32; it must be x's dtype",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out), x, r, w, out)
+    rout = torch.empty(N, H, device=DEVICE, dtype=torch.float16)
+    _rejects(TypeError, "residual_out has dtype torch.float16",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, residual_out=rout), x, r, w, rout)
+
+
+def test_not_a_tensor(inputs):
+    x, r, w = inputs
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+        addrmsnorm.fused_add_rmsnorm(x, r, [1.0] * H)
+
+
+def test_different_devices(inputs):
+    x, r, w = inputs
+    other = "cpu" if ON_GPU else "meta"
+    r2 = r.to(other)
+    _rejects(ValueError, f"residual is on {other}.* but x is on", lambda: addrmsnorm.fused_add_rmsnorm(x, r2, w),
+             x, w)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="on the CPU interpreter, CPU tensors are the supported case")
+def test_cpu_tensors_without_interpreter():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="x is on cpu; addrmsnorm runs on CUDA tensors"):
+        addrmsnorm.fused_add_rmsnorm(x, x.clone(), torch.ones(8))
+
+
+def test_last_dim_not_contiguous(inputs):
+    x, r, w = inputs
+    xs = torch.randn(N, 2 * H, device=DEVICE, dtype=x.dtype)[:, ::2]
+    _rejects(ValueError, "x: the last dimension must be contiguous",
+             lambda: addrmsnorm.fused_add_rmsnorm(xs, r, w), xs, r, w)
+
+
+def test_leading_dims_not_flattenable():
+    x = torch.randn(4, 3, 32, device=DEVICE).transpose(0, 1)  # (3, 4, 32), rows of two strides
+    with pytest.raises(ValueError, match="x: the leading dimensions .* cannot be flattened"):
+        addrmsnorm.fused_add_rmsnorm(x, x.contiguous(), torch.ones(32, device=DEVICE))
+
+
+def test_output_partly_overlaps_input(inputs):
+    x, r, w = inputs
+    buf = torch.randn(N + 1, H, device=DEVICE, dtype=x.dtype)
+    xv, shifted = buf[:N], buf[1:]
+    _rejects(ValueError, "out partly overlaps x", lambda: addrmsnorm.fused_add_rmsnorm(xv, r, w, out=shifted),
+             buf, r, w)
+    half = torch.randn(N, 2 * H, device=DEVICE, dtype=x.dtype)
+    _rejects(ValueError, "residual_out partly overlaps residual",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, half[:, :H], w, residual_out=half[:, H // 2:H // 2 + H]),
+             half, x, w)
+
+
+def test_output_overlaps_weight(inputs):
+    x, r, _ = inputs
+    buf = torch.randn(N * H, device=DEVICE, dtype=x.dtype)
+    w = buf[:H]
+    out = buf.view(N, H)
+    _rejects(ValueError, "out overlaps weight", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
+             buf, x, r)
+
+
+def test_outputs_overlap_each_other(inputs):
+    x, r, w = inputs
+    o = torch.empty_like(x)
+    _rejects(ValueError, "out and residual_out overlap",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=o, residual_out=o), x, r, w, o)
+    # Both outputs aliasing x (the in-place forms allow one of them, never both).
+    _rejects(ValueError, "out and residual_out overlap",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=x, residual_out=x), x, r, w)
+
+
+def test_output_overlaps_itself(inputs):
+    x, r, w = inputs
+    buf = torch.randn(N * H, device=DEVICE, dtype=x.dtype)
+    out = buf.as_strided((N, H), (H // 2, 1))
+    _rejects(ValueError, "out: row stride 48 < H=96", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
+             buf, x, r, w)
+
+
+def test_disjoint_column_slices_of_one_buffer_are_fine(inputs):
+    """out and residual_out as the two halves of one (N, 2H) buffer do not overlap."""
+    x, r, w = inputs
+    buf = torch.full((N, 2 * H), float("nan"), device=DEVICE, dtype=x.dtype)
+    y, ro = addrmsnorm.fused_add_rmsnorm(x, r, w, out=buf[:, :H], residual_out=buf[:, H:])
+    assert not torch.isnan(buf).any()
+
+
+def test_requires_grad_is_refused(inputs):
+    x, r, w = inputs
+    w = w.clone().requires_grad_()
+    _rejects(RuntimeError, "no backward yet", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w), x, r, w)
+    with torch.no_grad():
+        addrmsnorm.fused_add_rmsnorm(x, r, w)
+
+
+def test_bad_return_rstd(inputs):
+    x, r, w = inputs
+    with pytest.raises(TypeError, match="return_rstd must be a bool"):
+        addrmsnorm.fused_add_rmsnorm(x, r, w, return_rstd=1)
