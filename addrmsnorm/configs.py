@@ -64,7 +64,9 @@ def _rules_for(act_bytes: int) -> list[ForwardRule]:
         (4096, _single(4096, 1, 8)),
         (8192, _single(8192, 1, 16)),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
-        (None, _looped(4096, 8)),
+        # Chunk 8192 with 8 warps beat 4096/8 by 3-12 points of roofline at H=32768 and 65536
+        # (results/h200-2026-11-29-forward-sweep.md).
+        (None, _looped(8192, 8)),
     ]
     return [ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg) for h_max, cfg in rows]
 

@@ -45,7 +45,7 @@ import triton.language as tl
 @triton.jit
 def _rstd_from_sum_sq(sum_sq, H, eps):
     # Correctly rounded divide and sqrt: rstd should not depend on fast-math approximations.
-    mean_sq = tl.math.div_rn(sum_sq, H.to(tl.float32))
+    mean_sq = tl.math.div_rn(sum_sq, H + 0.0)  # H may arrive as the constexpr 1: no .to()
     return tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_sq + eps))
 
 

@@ -100,9 +100,10 @@ def bench_shape(N, H, xd, rd, config=None, eps=1e-6):
 
 
 def _candidates(H):
+    b = triton.next_power_of_2(H)
     single = [] if H > 32768 else [
-        ForwardConfig(triton.next_power_of_2(H), 1, w, False) for w in (4, 8, 16, 32)
-        if triton.next_power_of_2(H) // (32 * w) >= 4]
+        ForwardConfig(b, rows, w, False) for rows in (1, 2, 4, 8, 16, 32) for w in (2, 4, 8, 16, 32)
+        if rows * b <= 8192 and 4 <= rows * b // (32 * w) <= 64]
     looped = [ForwardConfig(c, 1, w, True) for c in (2048, 4096, 8192) for w in (4, 8, 16)
               if c < H and c // (32 * w) >= 4]
     return single + looped
