@@ -76,6 +76,23 @@ FORWARD_TABLE: tuple[ForwardRule, ...] = tuple(_rules_for(2) + _rules_for(4))
 # Element sizes the kernels accept, in bytes: fp16/bf16 and fp32.
 SUPPORTED_ITEMSIZES = (2, 4)
 
+# The dtype dimensions of the table, for the ahead-of-time build. The order of DTYPES is the order
+# of the C ABI's addrmsnorm_dtype enum. Each rule's act_bytes admits these (x, residual) pairs:
+# residual is x's dtype, or fp32 (an fp32 residual stream). The weight may be any dtype.
+DTYPES = ("fp16", "bf16", "fp32")
+ACTIVATION_PAIRS = {
+    2: (("fp16", "fp16"), ("bf16", "bf16")),
+    4: (("fp32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32")),
+}
+WEIGHT_DTYPES = DTYPES
+
+# The JIT specializes on 16-byte alignment by itself. The AOT build compiles each kernel twice:
+# once with these arguments marked divisible by 16 (pointers in bytes, sizes and strides in
+# elements), which lets Triton emit 16-byte vector accesses, and once with no such promise.
+ALIGNED_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "H",
+                "stride_x_row", "stride_residual_row", "stride_out_row", "stride_residual_out_row")
+ALIGNMENT = 16
+
 
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .tolerances import (INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE, Tolerance,  # noqa: F401
+                         Y_TOLERANCES)
+
 
 @dataclass(frozen=True)
 class RefResult:
@@ -56,45 +59,12 @@ def hf_style_ref(x, residual, weight, eps=1e-6):
     return y, h
 
 
-@dataclass(frozen=True)
-class Tolerance:
-    rtol: float
-    atol: float
-    reason: str
-
-
-# Tolerances for y (rounded to its dtype by the kernel) against the float64 reference y.
-# The bound is |y - y_ref| <= atol + rtol * |y_ref|.
+# Tolerances are data with their reasons, in tolerances.py; here keyed by torch dtype.
 TOLERANCES: dict[torch.dtype, Tolerance] = {
-    torch.bfloat16: Tolerance(
-        rtol=2.0**-7, atol=1e-6,
-        reason="half an ulp (2**-8) from the final cast, plus up to half an ulp more on the looped "
-               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
-    ),
-    torch.float16: Tolerance(
-        rtol=2.0**-10, atol=1e-6,
-        reason="half an ulp (2**-11) from the final cast, plus up to half an ulp more on the looped "
-               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
-    ),
-    torch.float32: Tolerance(
-        rtol=2e-5, atol=1e-6,
-        reason="fp32 sum of squares: tree and per-lane summation over up to 2**18 terms costs a few "
-               "1e-6 relative; the multiplies add a few ulps (6e-8 each)",
-    ),
+    torch.bfloat16: Y_TOLERANCES["bf16"],
+    torch.float16: Y_TOLERANCES["fp16"],
+    torch.float32: Y_TOLERANCES["fp32"],
 }
-
-# rstd is always fp32; the same summation-order argument as fp32 y bounds it.
-RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0,
-                           reason="fp32 sum of squares over up to 2**18 terms, then div/sqrt rounded")
-
-# Under TRITON_INTERPRET=1 the CPU interpreter stores fp32 -> bf16 by truncation rather than by
-# rounding to nearest even (seen with triton 3.6: the stored bits equal the top 16 bits of the
-# fp32). That costs up to one bf16 ulp in place of half of one.
-INTERPRETER_BF16_TOLERANCE = Tolerance(
-    rtol=2.0**-6, atol=1e-6,
-    reason="the interpreter truncates fp32 -> bf16 (a whole ulp, 2**-7) at both the residual_out "
-           "store that the looped path reloads and the final cast",
-)
 
 
 def truncate_to_bf16(t: torch.Tensor) -> torch.Tensor:

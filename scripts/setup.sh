@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what addrmsnorm needs, then the package itself (editable), with its test extras.
-# torch and triton are installed only where they are missing, so a machine's own CUDA build of
-# torch is kept; on a fresh CPU-only machine the pinned releases are taken.
+# Installs what addrmsnorm needs: torch and triton where they are missing (a machine's own CUDA
+# build of torch is kept; a fresh CPU-only machine gets the pinned releases), the package itself
+# (editable, with its test extras), and GoogleTest from Debian's packages for the C++ tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,3 +12,11 @@ if ! "$PY" -c "import triton" 2>/dev/null; then
   "$PY" -m pip install -q "triton==3.6.0"
 fi
 "$PY" -m pip install -q -e ".[test]"
+if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/src/googletest/CMakeLists.txt ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -q && apt-get install -y -q libgtest-dev cmake ninja-build
+  else
+    echo "GoogleTest is missing: install Debian's libgtest-dev (the C++ tests need it)" >&2
+    exit 1
+  fi
+fi

@@ -1,0 +1,49 @@
+"""Tolerances of the kernels' outputs against the float64 reference, as data with their reasons.
+
+Torch-free, so that the ahead-of-time C++ build can read it too (its tests use the same numbers).
+A check passes when |actual - expected| <= atol + rtol * |expected|.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    reason: str
+
+
+# y, rounded to its dtype by the kernel, against the float64 reference y. Keys: x's dtype.
+Y_TOLERANCES: dict[str, Tolerance] = {
+    "bf16": Tolerance(
+        rtol=2.0**-7, atol=1e-6,
+        reason="half an ulp (2**-8) from the final cast, plus up to half an ulp more on the looped "
+               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
+    ),
+    "fp16": Tolerance(
+        rtol=2.0**-10, atol=1e-6,
+        reason="half an ulp (2**-11) from the final cast, plus up to half an ulp more on the looped "
+               "path, which reloads h rounded to the residual dtype; fp32 math adds ~1e-6",
+    ),
+    "fp32": Tolerance(
+        rtol=2e-5, atol=1e-6,
+        reason="fp32 sum of squares: tree and per-lane summation over up to 2**18 terms costs a few "
+               "1e-6 relative; the multiplies add a few ulps (6e-8 each)",
+    ),
+}
+
+# rstd is always fp32; the same summation-order argument as fp32 y bounds it.
+RSTD_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0,
+                           reason="fp32 sum of squares over up to 2**18 terms, then div/sqrt rounded")
+
+# Under TRITON_INTERPRET=1 the CPU interpreter stores fp32 -> bf16 by truncation rather than by
+# rounding to nearest even (seen with triton 3.6: the stored bits equal the top 16 bits of the
+# fp32). That costs up to one bf16 ulp in place of half of one.
+INTERPRETER_BF16_TOLERANCE = Tolerance(
+    rtol=2.0**-6, atol=1e-6,
+    reason="the interpreter truncates fp32 -> bf16 (a whole ulp, 2**-7) at both the residual_out "
+           "store that the looped path reloads and the final cast",
+)

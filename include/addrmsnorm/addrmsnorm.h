@@ -1,0 +1,135 @@
+/*
+ * addrmsnorm: fused residual add + RMSNorm, launched from C or C++.
+ *
+ * Per row of `hidden` elements:
+ *
+ *     h            = float32(x) + float32(residual)
+ *     residual_out = cast(h, residual dtype)
+ *     rstd         = 1 / sqrt(sum(h*h) / hidden + eps)
+ *     out          = cast(h * rstd * (float32(weight) + weight_offset), x dtype)
+ *
+ * The kernels are Triton kernels compiled ahead of time to cubins and embedded in this library.
+ * The library needs no Python, Triton, nvcc or CUDA runtime: it opens libcuda.so.1 with dlopen on
+ * first use and launches through the CUDA driver API. Where there is no driver, every launch
+ * returns ADDRMSNORM_ERROR_NO_DRIVER; argument validation still runs first.
+ *
+ * Errors are values: every function returns a status, addrmsnorm_last_error() says what was wrong
+ * and with which argument (thread-local), and the library never exits, aborts or prints.
+ *
+ * This header compiles as C99 and as C++. It does not include cuda.h: pass a CUstream or a
+ * cudaStream_t as the stream (both are `struct CUstream_st *`), or NULL for the legacy stream.
+ */
+#ifndef ADDRMSNORM_ADDRMSNORM_H
+#define ADDRMSNORM_ADDRMSNORM_H
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define ADDRMSNORM_API
+#elif defined(ADDRMSNORM_BUILDING)
+#define ADDRMSNORM_API __attribute__((visibility("default")))
+#else
+#define ADDRMSNORM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ADDRMSNORM_VERSION_MAJOR 0
+#define ADDRMSNORM_VERSION_MINOR 1
+#define ADDRMSNORM_VERSION_PATCH 0
+
+typedef enum addrmsnorm_status {
+    ADDRMSNORM_SUCCESS = 0,
+    ADDRMSNORM_ERROR_INVALID_ARGUMENT = 1,  /* a value, size, stride, pointer or overlap is wrong */
+    ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE = 2, /* a dtype, or dtype combination, is not supported */
+    ADDRMSNORM_ERROR_NO_DRIVER = 3,         /* libcuda.so.1 could not be loaded or lacks a symbol */
+    ADDRMSNORM_ERROR_NO_CONTEXT = 4,        /* no CUDA context is current on the calling thread */
+    ADDRMSNORM_ERROR_UNSUPPORTED_ARCH = 5,  /* no cubin was built for the device's capability */
+    ADDRMSNORM_ERROR_CUDA = 6               /* a CUDA driver call failed; the message names it */
+} addrmsnorm_status;
+
+/* Element types. The values are stable. */
+typedef enum addrmsnorm_dtype {
+    ADDRMSNORM_FLOAT16 = 0,
+    ADDRMSNORM_BFLOAT16 = 1,
+    ADDRMSNORM_FLOAT32 = 2
+} addrmsnorm_dtype;
+
+/* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
+typedef struct CUstream_st *addrmsnorm_stream;
+
+/*
+ * Fused residual add + RMSNorm forward, launched on `stream` in the calling thread's current
+ * CUDA context (the stream must belong to it).
+ *
+ * Pointers are device pointers to rows of `hidden` contiguous elements; row r of x starts at
+ * x + r * stride_x elements, and likewise for the others.
+ *   x             [rows, hidden] of x_dtype (fp16, bf16 or fp32)
+ *   residual      [rows, hidden] of residual_dtype: x_dtype, or fp32 (an fp32 residual stream)
+ *   weight        [hidden] of weight_dtype (any of the three), the same for every row
+ *   out           [rows, hidden] of x_dtype. May be x or residual exactly (same pointer and
+ *                 stride, and residual's dtype equal to x's for the latter).
+ *   residual_out  [rows, hidden] of residual_dtype. May be residual or x exactly.
+ *                 In-place, vLLM/FlashInfer style: out = x, residual_out = residual.
+ *                 In-place, the other style:       residual_out = x.
+ *   rstd          [rows] fp32, or NULL not to write it.
+ *   rows          >= 0; 0 is a no-op (pointers may then be NULL). At most 2^31 - 1.
+ *   hidden        > 0, at most 2^31 - 1.
+ *   stride_*      row strides in elements, >= 0. An output's stride must be >= hidden when
+ *                 rows > 1 (its rows must not overlap). Ignored when rows == 1.
+ *   eps           finite and > 0, added inside the square root, once.
+ *   weight_offset finite; added to the weight in fp32 (1.0f for Gemma's 1 + w).
+ *   flags         reserved; must be 0.
+ *
+ * Outputs must not overlap each other, the weight, or an input other than by the exact aliasing
+ * above. The call does no allocation, no synchronization and no host-device copy, and can be
+ * captured in a CUDA graph (call addrmsnorm_preload() before capturing). It cannot see which
+ * device a raw pointer lives on: that is the caller's to get right.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
+    const void *x, const void *residual, const void *weight,
+    void *out, void *residual_out, float *rstd,
+    int64_t rows, int64_t hidden,
+    int64_t stride_x, int64_t stride_residual, int64_t stride_out, int64_t stride_residual_out,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
+
+/*
+ * Checks the arguments of addrmsnorm_fused_add_rmsnorm exactly as it does, without touching the
+ * driver or launching anything. Useful on machines with no GPU, and for bindings that want to
+ * fail early.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
+    const void *x, const void *residual, const void *weight,
+    const void *out, const void *residual_out, const float *rstd,
+    int64_t rows, int64_t hidden,
+    int64_t stride_x, int64_t stride_residual, int64_t stride_out, int64_t stride_residual_out,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags);
+
+/*
+ * Loads every kernel into the calling thread's current CUDA context, so that later calls do no
+ * module loading (do this before capturing a CUDA graph). Thread-safe; loading happens once per
+ * context. Kernels are otherwise loaded on first use.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void);
+
+/* A static description of a status ("invalid argument", ...). Never NULL. */
+ADDRMSNORM_API const char *addrmsnorm_status_string(addrmsnorm_status status);
+
+/*
+ * The message of the last failing call on this thread, naming the argument or driver call at
+ * fault; "" if no call has failed on this thread. Valid until the next call on this thread.
+ */
+ADDRMSNORM_API const char *addrmsnorm_last_error(void);
+
+/* The CUDA compute capabilities this library carries cubins for, e.g. "sm_80, sm_90, sm_100". */
+ADDRMSNORM_API const char *addrmsnorm_built_archs(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ADDRMSNORM_ADDRMSNORM_H */

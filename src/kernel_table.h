@@ -1,0 +1,56 @@
+// The generated kernel table (build/generated/kernel_table.cpp, written by tools/aot_build.py from
+// addrmsnorm/configs.py): every compiled specialization, its cubin per arch, and the dispatch rule.
+#pragma once
+
+namespace addrmsnorm {
+namespace detail {
+
+struct ForwardConfig {
+    int block_h;           // columns per tile (single pass: >= H; looped: the chunk)
+    int rows_per_program;  // rows per program
+    int num_warps;
+    bool looped;
+};
+
+struct KernelVariant {
+    int config;            // index into kConfigs
+    int x_dtype, residual_dtype, weight_dtype;  // addrmsnorm_dtype values
+    bool has_rstd;
+    bool aligned;          // compiled assuming 16-byte aligned pointers, H and strides % 16 == 0
+};
+
+struct CubinImage {
+    unsigned offset;       // into addrmsnorm_cubin_blob
+    unsigned size;
+    int num_warps;
+    unsigned shared;       // dynamic shared memory bytes
+    unsigned global_scratch_size;   // must be 0: the launch passes a null scratch pointer
+    unsigned profile_scratch_size;  // must be 0, likewise
+    const char* name;      // kernel symbol in the cubin
+};
+
+extern const int kNumArchs;
+extern const int kArchs[];
+extern const char kArchList[];
+extern const int kNumConfigs;
+extern const ForwardConfig kConfigs[];
+extern const int kNumVariants;
+extern const KernelVariant kVariants[];
+extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
+extern const int kNumDtypes;
+extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][aligned] -> variant | -1
+
+// The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
+// invariance rests on it never seeing the row count.
+int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
+
+inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, bool aligned) {
+    const int n = kNumDtypes;
+    return kVariantIndex[((((config * n + x) * n + residual) * n + weight) * 2 + (has_rstd ? 1 : 0)) * 2 +
+                         (aligned ? 1 : 0)];
+}
+
+}  // namespace detail
+}  // namespace addrmsnorm
+
+extern "C" const unsigned char addrmsnorm_cubin_blob[];

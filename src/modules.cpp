@@ -1,0 +1,146 @@
+#include "modules.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "errors.h"
+
+namespace addrmsnorm {
+namespace detail {
+namespace {
+
+struct ContextState {
+    unsigned long long key = 0;  // cuCtxGetId where the driver has it, else the context's address
+    int arch_index = -1;         // into kArchs
+    std::unique_ptr<std::atomic<CUfunction>[]> functions;
+    std::mutex load_mutex;
+};
+
+std::mutex g_states_mutex;
+std::vector<std::unique_ptr<ContextState>> g_states;  // never shrinks: states live as long as the process
+thread_local ContextState* t_last_state = nullptr;
+
+addrmsnorm_status context_key(const Driver& d, unsigned long long* key) {
+    CUcontext ctx = nullptr;
+    CUresult r = d.cuCtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuCtxGetCurrent");
+    if (ctx == nullptr)
+        return fail(ADDRMSNORM_ERROR_NO_CONTEXT,
+                    "no CUDA context is current on this thread: make one current first (with the CUDA "
+                    "runtime, cudaSetDevice or any runtime call; with the driver, cuCtxSetCurrent)");
+    if (d.cuCtxGetId != nullptr) {
+        r = d.cuCtxGetId(ctx, key);
+        if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuCtxGetId");
+    } else {
+        *key = reinterpret_cast<unsigned long long>(ctx);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+// The newest built arch the device can run: same major version, minor <= the device's.
+addrmsnorm_status pick_arch(const Driver& d, int* arch_index) {
+    CUdevice dev;
+    CUresult r = d.cuCtxGetDevice(&dev);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuCtxGetDevice");
+    int major = 0, minor = 0;
+    if ((r = d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) != CUDA_SUCCESS ||
+        (r = d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) != CUDA_SUCCESS)
+        return cuda_fail(d, r, "cuDeviceGetAttribute(compute capability)");
+    const int cc = major * 10 + minor;
+    int best = -1;
+    for (int i = 0; i < kNumArchs; ++i)
+        if (kArchs[i] / 10 == major && kArchs[i] <= cc && (best < 0 || kArchs[i] > kArchs[best])) best = i;
+    if (best < 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_ARCH,
+                    "no cubin for this GPU's compute capability %d.%d (sm_%d); this library was built for %s "
+                    "(rebuild with -DADDRMSNORM_CUDA_ARCHS including %d)",
+                    major, minor, cc, kArchList, cc);
+    *arch_index = best;
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status current_state(const Driver& d, ContextState** out) {
+    unsigned long long key = 0;
+    addrmsnorm_status st = context_key(d, &key);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    if (t_last_state != nullptr && t_last_state->key == key) {
+        *out = t_last_state;
+        return ADDRMSNORM_SUCCESS;
+    }
+    std::lock_guard<std::mutex> lock(g_states_mutex);
+    for (auto& s : g_states)
+        if (s->key == key) {
+            *out = t_last_state = s.get();
+            return ADDRMSNORM_SUCCESS;
+        }
+    int arch_index = -1;
+    st = pick_arch(d, &arch_index);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    auto s = std::make_unique<ContextState>();
+    s->key = key;
+    s->arch_index = arch_index;
+    s->functions.reset(new std::atomic<CUfunction>[kNumVariants]);
+    for (int i = 0; i < kNumVariants; ++i) s->functions[i].store(nullptr, std::memory_order_relaxed);
+    *out = t_last_state = s.get();
+    g_states.push_back(std::move(s));
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status load(const Driver& d, ContextState& s, int variant, CUfunction* fn) {
+    std::lock_guard<std::mutex> lock(s.load_mutex);
+    CUfunction f = s.functions[variant].load(std::memory_order_acquire);
+    if (f != nullptr) {
+        *fn = f;
+        return ADDRMSNORM_SUCCESS;
+    }
+    const CubinImage& img = kImages[variant * kNumArchs + s.arch_index];
+    if (img.global_scratch_size != 0 || img.profile_scratch_size != 0)
+        return fail(ADDRMSNORM_ERROR_CUDA, "kernel %d needs scratch memory, which this runtime does not allocate",
+                    variant);
+    CUmodule module = nullptr;
+    CUresult r = d.cuModuleLoadData(&module, addrmsnorm_cubin_blob + img.offset);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuModuleLoadData");
+    r = d.cuModuleGetFunction(&f, module, img.name);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuModuleGetFunction");
+    if (img.shared > 48 * 1024) {  // above 48 KB a kernel must opt in to dynamic shared memory
+        r = d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(img.shared));
+        if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+    s.functions[variant].store(f, std::memory_order_release);
+    *fn = f;
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace
+
+addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out) {
+    ContextState* s = nullptr;
+    addrmsnorm_status st = current_state(d, &s);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    CUfunction f = s->functions[variant].load(std::memory_order_acquire);
+    if (f == nullptr) {
+        st = load(d, *s, variant, &f);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+    }
+    out->function = f;
+    out->image = &kImages[variant * kNumArchs + s->arch_index];
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status preload_all(const Driver& d) {
+    ContextState* s = nullptr;
+    addrmsnorm_status st = current_state(d, &s);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    for (int v = 0; v < kNumVariants; ++v) {
+        if (s->functions[v].load(std::memory_order_acquire) != nullptr) continue;
+        CUfunction f;
+        st = load(d, *s, v, &f);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace detail
+}  // namespace addrmsnorm

@@ -1,0 +1,26 @@
+// Modules per CUDA context: the cubin for the device's capability, loaded once per kernel and
+// context (lazily, or all at once by addrmsnorm_preload), thread-safely.
+#pragma once
+
+#include <cuda.h>
+
+#include "addrmsnorm/addrmsnorm.h"
+#include "driver.h"
+#include "kernel_table.h"
+
+namespace addrmsnorm {
+namespace detail {
+
+struct LoadedKernel {
+    CUfunction function;
+    const CubinImage* image;
+};
+
+// The kernel `variant` in the calling thread's current context, loading it if needed.
+addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out);
+
+// Load every kernel into the current context.
+addrmsnorm_status preload_all(const Driver& d);
+
+}  // namespace detail
+}  // namespace addrmsnorm

@@ -1,0 +1,167 @@
+#include "validate.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "errors.h"
+
+namespace addrmsnorm {
+namespace detail {
+
+int dtype_size(addrmsnorm_dtype d) {
+    switch (d) {
+        case ADDRMSNORM_FLOAT16:
+        case ADDRMSNORM_BFLOAT16: return 2;
+        case ADDRMSNORM_FLOAT32: return 4;
+    }
+    return 0;
+}
+
+namespace {
+
+const char* dtype_name(addrmsnorm_dtype d) {
+    switch (d) {
+        case ADDRMSNORM_FLOAT16: return "float16";
+        case ADDRMSNORM_BFLOAT16: return "bfloat16";
+        case ADDRMSNORM_FLOAT32: return "float32";
+    }
+    return "invalid";
+}
+
+// A [rows, hidden] row-strided view, in bytes.
+struct Rows {
+    const char* name;
+    uintptr_t ptr;
+    int64_t stride;  // bytes between rows
+    int64_t len;     // bytes of one row
+    int64_t rows;
+    int elem;
+    int64_t stride_elems;
+};
+
+// Whether any byte of a is a byte of b: exact for equal row strides, conservative otherwise.
+// The same rule as validation._overlaps in the Python package.
+bool overlaps(Rows a, Rows b) {
+    if (a.rows == 0 || b.rows == 0) return false;
+    const __int128 pa = a.ptr, pb = b.ptr;
+    if (pa + (__int128)(a.rows - 1) * a.stride + a.len <= pb) return false;
+    if (pb + (__int128)(b.rows - 1) * b.stride + b.len <= pa) return false;
+    int64_t sa = a.stride, sb = b.stride;
+    if (a.rows == 1) sa = b.rows > 1 ? sb : 0;  // a single row takes the other view's stride
+    if (b.rows == 1) sb = sa;
+    if (sa != sb) return true;
+    const __int128 d = pb - pa, s = sa;
+    if (s == 0) return -b.len < d && d < a.len;
+    auto floor_div = [](__int128 n, __int128 m) { __int128 q = n / m; return (n % m != 0 && ((n < 0) != (m < 0))) ? q - 1 : q; };
+    // rows j of b and i of a meet iff -b.len < d + k*s < a.len for k = j - i in [-(a.rows-1), b.rows-1]
+    __int128 k_lo = floor_div(-b.len - d, s) + 1;
+    __int128 k_hi = -floor_div(d - a.len, s) - 1;
+    if (k_lo < -(a.rows - 1)) k_lo = -(a.rows - 1);
+    if (k_hi > b.rows - 1) k_hi = b.rows - 1;
+    return k_lo <= k_hi;
+}
+
+bool exact_alias(const Rows& a, const Rows& b) {
+    return a.ptr == b.ptr && a.elem == b.elem && (a.rows <= 1 || a.stride_elems == b.stride_elems);
+}
+
+}  // namespace
+
+addrmsnorm_status validate_forward(const ForwardCall& c) {
+    if (c.flags != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0 (no flags are defined yet), got %u",
+                    c.flags);
+    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
+    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
+    if (!std::isfinite(c.weight_offset))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
+    const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
+    if (xs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype %d is not an addrmsnorm_dtype", (int)c.x_dtype);
+    if (rs == 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype %d is not an addrmsnorm_dtype",
+                    (int)c.residual_dtype);
+    if (ws == 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype %d is not an addrmsnorm_dtype",
+                    (int)c.weight_dtype);
+    if (c.residual_dtype != c.x_dtype && c.residual_dtype != ADDRMSNORM_FLOAT32)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "residual_dtype is %s; it must be x_dtype (%s) or float32", dtype_name(c.residual_dtype),
+                    dtype_name(c.x_dtype));
+    if (c.hidden <= 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
+    if (c.hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
+    if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
+    if (c.rows > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be < 2^31, got %lld", (long long)c.rows);
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
+
+    struct Named { const char* name; const void* p; int64_t stride; int elem; };
+    const Named views[5] = {{"x", c.x, c.stride_x, xs},
+                            {"residual", c.residual, c.stride_residual, rs},
+                            {"out", c.out, c.stride_out, xs},
+                            {"residual_out", c.residual_out, c.stride_residual_out, rs},
+                            {"weight", c.weight, 0, ws}};
+    for (const Named& v : views) {
+        if (v.p == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
+        if (reinterpret_cast<uintptr_t>(v.p) % v.elem != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to its %d-byte elements", v.name,
+                        v.elem);
+    }
+    if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
+    Rows r[5];
+    for (int i = 0; i < 5; ++i) {
+        const Named& v = views[i];
+        const bool is_weight = i == 4;
+        int64_t stride = is_weight ? c.hidden : v.stride;
+        const int64_t rows = is_weight ? 1 : c.rows;
+        if (!is_weight && c.rows > 1 && stride < 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name,
+                        (long long)stride);
+        if (rows <= 1) stride = c.hidden;
+        if (stride > INT64_MAX / 4)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
+        r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
+    }
+    // Outputs must not overlap themselves: two programs would write one element.
+    for (int i = 2; i < 4; ++i)
+        if (c.rows > 1 && r[i].stride_elems < c.hidden)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s: row stride %lld < hidden=%lld, so its rows overlap; an output must not overlap itself",
+                        r[i].name, (long long)r[i].stride_elems, (long long)c.hidden);
+    const Rows &x = r[0], &res = r[1], &out = r[2], &rout = r[3], &w = r[4];
+    if (overlaps(out, rout))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out and residual_out overlap in memory; outputs must not share memory");
+    // out may be x or residual exactly; residual_out may be residual or x exactly.
+    const Rows* outputs[2] = {&out, &rout};
+    for (const Rows* o : outputs) {
+        const Rows* inputs[3] = {&x, &res, &w};
+        for (const Rows* in : inputs) {
+            if (!overlaps(*o, *in)) continue;
+            const bool may_alias = in != &w;
+            if (may_alias && exact_alias(*o, *in)) continue;
+            if (may_alias)
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, dtype and stride)",
+                            o->name, in->name, in->name);
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s",
+                        o->name, in->name, o->name, in->name);
+        }
+    }
+    if (c.rstd != nullptr) {
+        Rows rs_rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4, 4, c.rows, 4, 1};
+        // rstd is one row of `rows` floats for this check.
+        rs_rows.len = 4 * c.rows;
+        rs_rows.rows = 1;
+        const Rows* all[5] = {&x, &res, &w, &out, &rout};
+        for (const Rows* t : all)
+            if (overlaps(rs_rows, *t))
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps %s; it must not share memory with it",
+                            t->name);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace detail
+}  // namespace addrmsnorm

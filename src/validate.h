@@ -1,0 +1,32 @@
+// Argument validation for the C ABI: the same cases, with the same meaning, as the Python API's
+// addrmsnorm/validation.py. Runs before the driver is touched.
+#pragma once
+
+#include <cstdint>
+
+#include "addrmsnorm/addrmsnorm.h"
+
+namespace addrmsnorm {
+namespace detail {
+
+struct ForwardCall {
+    const void* x;
+    const void* residual;
+    const void* weight;
+    const void* out;
+    const void* residual_out;
+    const float* rstd;
+    int64_t rows, hidden;
+    int64_t stride_x, stride_residual, stride_out, stride_residual_out;
+    addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
+    float eps, weight_offset;
+    uint32_t flags;
+};
+
+int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype
+
+// ADDRMSNORM_SUCCESS, or an error status with the last error naming the argument.
+addrmsnorm_status validate_forward(const ForwardCall& c);
+
+}  // namespace detail
+}  // namespace addrmsnorm

@@ -1,0 +1,267 @@
+// Host-side tests: they need no GPU and no driver. Validation (the same cases as the Python API's),
+// the generated dispatch rule against the Python one, and the kernel table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "addrmsnorm/addrmsnorm.h"
+#include "addrmsnorm/addrmsnorm.hpp"
+#include "kernel_table.h"
+
+namespace {
+
+using addrmsnorm::detail::kConfigs;
+
+// Fake device addresses: validation never dereferences them.
+uintptr_t base(int i) { return (uintptr_t)0x10000000u * (uintptr_t)(i + 1); }
+
+struct Call {
+    uintptr_t x = base(0), residual = base(1), weight = base(2), out = base(3), residual_out = base(4);
+    uintptr_t rstd = 0;
+    int64_t rows = 5, hidden = 96;
+    int64_t sx = 96, sr = 96, so = 96, sro = 96;
+    addrmsnorm_dtype xd = ADDRMSNORM_BFLOAT16, rd = ADDRMSNORM_BFLOAT16, wd = ADDRMSNORM_BFLOAT16;
+    float eps = 1e-6f, offset = 0.0f;
+    uint32_t flags = 0;
+
+    addrmsnorm_status check() const {
+        return addrmsnorm_fused_add_rmsnorm_check((const void*)x, (const void*)residual, (const void*)weight,
+                                                  (const void*)out, (const void*)residual_out, (const float*)rstd,
+                                                  rows, hidden, sx, sr, so, sro, xd, rd, wd, eps, offset, flags);
+    }
+};
+
+void expect_error(const Call& c, addrmsnorm_status want, const std::string& needle) {
+    const addrmsnorm_status got = c.check();
+    EXPECT_EQ(got, want) << addrmsnorm_last_error();
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos)
+        << "message \"" << addrmsnorm_last_error() << "\" does not mention \"" << needle << "\"";
+}
+
+TEST(Validation, ValidCallPasses) {
+    Call c;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(Validation, BadEps) {
+    Call c;
+    for (float eps : {0.0f, -1e-6f}) {
+        c.eps = eps;
+        expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0");
+    }
+    for (float eps : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        c.eps = eps;
+        expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite");
+    }
+}
+
+TEST(Validation, BadWeightOffset) {
+    Call c;
+    c.offset = std::numeric_limits<float>::quiet_NaN();
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite");
+}
+
+TEST(Validation, HiddenZeroOrHuge) {
+    Call c;
+    c.hidden = 0;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0");
+    c.hidden = int64_t(1) << 31;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31");
+}
+
+TEST(Validation, Rows) {
+    Call c;
+    c.rows = -1;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0");
+    c.rows = 0;  // a no-op: even NULL pointers are fine
+    c.x = c.residual = c.weight = c.out = c.residual_out = 0;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS);
+}
+
+TEST(Validation, Dtypes) {
+    Call c;
+    c.xd = (addrmsnorm_dtype)7;
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype 7");
+    c = Call();
+    c.wd = (addrmsnorm_dtype)-1;
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype");
+    c = Call();
+    c.xd = ADDRMSNORM_FLOAT16;
+    c.rd = ADDRMSNORM_BFLOAT16;
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is bfloat16; it must be x_dtype (float16) or float32");
+    c.rd = ADDRMSNORM_FLOAT32;  // an fp32 residual stream is fine
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(Validation, NullAndMisalignedPointers) {
+    Call c;
+    c.weight = 0;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is NULL");
+    c = Call();
+    c.residual_out += 1;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out is not aligned");
+    c = Call();
+    c.rstd = base(5) + 2;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned");
+}
+
+TEST(Validation, NegativeStride) {
+    Call c;
+    c.sr = -96;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_residual must be >= 0");
+}
+
+TEST(Validation, OutputOverlapsItself) {
+    Call c;
+    c.so = 48;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out: row stride 48 < hidden=96");
+    c.rows = 1;  // one row has no stride to overlap with
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(Validation, OutputsOverlapEachOther) {
+    Call c;
+    c.residual_out = c.out;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out and residual_out overlap");
+    c = Call();
+    c.out = c.residual_out = c.x;  // both in place on x
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out and residual_out overlap");
+}
+
+TEST(Validation, ExactAliasingIsAllowed) {
+    Call c;
+    c.out = c.x;
+    c.residual_out = c.residual;  // vLLM / FlashInfer in place
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c = Call();
+    c.residual_out = c.x;  // x <- h
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c = Call();
+    c.out = c.residual;
+    c.residual_out = c.x;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(Validation, PartialOverlap) {
+    Call c;
+    c.out = c.x + 96 * 2;  // one row further on
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out partly overlaps x");
+    c = Call();
+    c.out = c.x;
+    c.so = 200;  // same pointer, other stride
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out partly overlaps x");
+    c = Call();
+    c.rd = ADDRMSNORM_FLOAT32;
+    c.out = c.residual;  // bf16 out over an fp32 residual: not an exact alias
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out partly overlaps residual");
+}
+
+TEST(Validation, OutputOverlapsWeight) {
+    Call c;
+    c.residual_out = c.weight;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out overlaps weight");
+}
+
+TEST(Validation, RstdOverlap) {
+    Call c;
+    c.rstd = c.out + 8;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps out");
+}
+
+TEST(Validation, DisjointHalvesOfOneBuffer) {
+    Call c;  // out and residual_out as the two halves of a [rows, 2*hidden] buffer
+    c.out = base(7);
+    c.residual_out = base(7) + 96 * 2;
+    c.so = c.sro = 192;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(Validation, Flags) {
+    Call c;
+    c.flags = 4;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0");
+}
+
+TEST(Validation, LaunchValidatesBeforeTheDriver) {
+    // With bad arguments the launch fails as invalid, whether or not a driver exists.
+    EXPECT_EQ(addrmsnorm_fused_add_rmsnorm((void*)base(0), (void*)base(1), (void*)base(2), (void*)base(3),
+                                           (void*)base(4), nullptr, 4, 0, 0, 0, 0, 0, ADDRMSNORM_BFLOAT16,
+                                           ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16, 1e-6f, 0.f, 0, nullptr),
+              ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(Status, Strings) {
+    for (int s = 0; s <= 6; ++s) {
+        const std::string str = addrmsnorm_status_string((addrmsnorm_status)s);
+        EXPECT_FALSE(str.empty());
+        EXPECT_NE(str, "unknown status");
+    }
+    EXPECT_STREQ(addrmsnorm_status_string((addrmsnorm_status)99), "unknown status");
+}
+
+TEST(Status, CppWrapperCarriesTheMessage) {
+    addrmsnorm::ForwardArgs a;
+    a.rows = 3;
+    a.hidden = 0;
+    const addrmsnorm::Status st = addrmsnorm::fused_add_rmsnorm(a);
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(st.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(st.message.find("hidden"), std::string::npos);
+}
+
+struct DispatchCase {
+    long long H;
+    int x_size, residual_size;
+    int block_h, rows_per_program, num_warps;
+    bool looped;
+};
+const DispatchCase kCases[] = {
+#include "dispatch_cases.inc"
+};
+
+TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
+    for (const DispatchCase& c : kCases) {
+        const int i = addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size);
+        ASSERT_GE(i, 0);
+        EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H;
+        EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H;
+        EXPECT_EQ(kConfigs[i].num_warps, c.num_warps) << "H=" << c.H;
+        EXPECT_EQ(kConfigs[i].looped, c.looped) << "H=" << c.H;
+    }
+}
+
+TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    const addrmsnorm_dtype pairs[5][2] = {{ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT16},
+                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16},
+                                          {ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32},
+                                          {ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT32},
+                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32}};
+    for (long long H : {1LL, 64LL, 111LL, 4096LL, 16384LL, 16385LL, 262144LL})
+        for (const auto& p : pairs)
+            for (int w = 0; w < 3; ++w)
+                for (bool rstd : {false, true})
+                    for (bool aligned : {false, true}) {
+                        const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
+                        const int cfg = select_forward_config(H, xs, rs);
+                        const int v = variant_index(cfg, p[0], p[1], w, rstd, aligned);
+                        ASSERT_GE(v, 0) << "H=" << H;
+                        for (int a = 0; a < kNumArchs; ++a) {
+                            const CubinImage& img = kImages[v * kNumArchs + a];
+                            EXPECT_GT(img.size, 0u);
+                            EXPECT_EQ(img.global_scratch_size, 0u);
+                            EXPECT_EQ(img.profile_scratch_size, 0u);
+                            EXPECT_EQ(img.num_warps, kConfigs[cfg].num_warps);
+                        }
+                    }
+}
+
+TEST(Dispatch, BuiltArchsAreListed) {
+    const std::string archs = addrmsnorm_built_archs();
+    EXPECT_NE(archs.find("sm_"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""Ahead-of-time build of the addrmsnorm kernels for the C++ runtime.
+
+Reads the one kernel source (``addrmsnorm/kernels.py``) and the one config table
+(``addrmsnorm/configs.py``), compiles every specialization for every requested CUDA arch with
+``triton.compile`` (no GPU needed: Triton's bundled ptxas does the work), and writes:
+
+    <out>/addrmsnorm_cubins.bin   every cubin, concatenated, 16-byte aligned
+    <out>/addrmsnorm_cubins.S     embeds the .bin into the library with .incbin
+    <out>/kernel_table.cpp        metadata per kernel and arch, and the dispatch rule as C++ code
+    <out>/dispatch_cases.inc      H -> config cases from the Python rule, for the C++ tests
+    <out>/tolerances.inc          the reference's tolerance table, for the C++ tests
+    <out>/cache/                  one cubin + metadata per specialization, keyed by a hash of
+                                  everything that determines it: unchanged kernels are not rebuilt
+
+Usage: aot_build.py --out DIR --archs "80;90;100" [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent / "addrmsnorm"
+# Compile for real even if the caller's environment asks Triton for its CPU interpreter.
+os.environ.pop("TRITON_INTERPRET", None)
+
+
+def _load(name):
+    """Load one torch-free module of the package by path: the build needs triton, not torch."""
+    import importlib.util
+
+    mod_name = f"_addrmsnorm_aot_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, PACKAGE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+configs = _load("configs")
+
+TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+# Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
+# and H fit), strides 64-bit (a row stride may not).
+SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
+                    "stride_out_row": "i64", "stride_residual_out_row": "i64",
+                    "eps": "fp32", "weight_offset": "fp32"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    config: int       # index into the deduplicated config list
+    x: str
+    residual: str
+    weight: str
+    has_rstd: bool
+    aligned: bool
+
+
+def unique_configs():
+    out = []
+    for rule in configs.FORWARD_TABLE:
+        if rule.config not in out:
+            out.append(rule.config)
+    return out
+
+
+def all_specs(cfgs):
+    specs = []
+    for ci, cfg in enumerate(cfgs):
+        widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
+        for act_bytes in widths:
+            for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
+                for w in configs.WEIGHT_DTYPES:
+                    for has_rstd in (False, True):
+                        for aligned in (False, True):
+                            specs.append(Spec(ci, x, res, w, has_rstd, aligned))
+    return specs
+
+
+def signature(spec: Spec):
+    ptr = lambda d: "*" + TRITON_TYPES[d]  # noqa: E731
+    sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
+           "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
+    sig.update(SCALAR_SIGNATURE)
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD"):
+        sig[name] = "constexpr"
+    return sig
+
+
+def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
+    blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg), "arch": arch, "kernel": kernel_key,
+                       "triton": triton_version, "tool": TOOL_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+TOOL_VERSION = 1
+
+
+def compile_one(job):
+    """Compile one specialization for one arch (runs in a worker process)."""
+    spec, cfg, arch, cache_dir, key = job
+    cubin_path = Path(cache_dir) / f"{key}.cubin"
+    meta_path = Path(cache_dir) / f"{key}.json"
+    if cubin_path.exists() and meta_path.exists():
+        return key, True
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = _load("kernels").fused_add_rmsnorm_fwd
+
+    names = kernel.arg_names
+    attrs = {}
+    if spec.aligned:
+        attrs = {(names.index(a),): [["tt.divisibility", configs.ALIGNMENT]] for a in configs.ALIGNED_ARGS}
+    src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs={
+        "BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program,
+        "LOOPED": cfg.looped, "HAS_RSTD": spec.has_rstd})
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": cfg.num_warps})
+    md = compiled.metadata
+    entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
+    n_params = len([p for p in entry.group(2).split(",") if p.strip()])
+    n_args = len(SCALAR_SIGNATURE) + 6
+    if n_params != n_args + 2:
+        raise RuntimeError(f"expected {n_args} arguments plus Triton's two hidden scratch pointers, "
+                           f"the kernel has {n_params} parameters: this Triton version is not supported")
+    if md.global_scratch_size or md.profile_scratch_size:
+        raise RuntimeError(f"{spec} needs global/profile scratch ({md.global_scratch_size}, "
+                           f"{md.profile_scratch_size} bytes); the runtime launches without allocating")
+    meta = {"name": md.name, "num_warps": md.num_warps, "shared": md.shared,
+            "global_scratch_size": md.global_scratch_size, "global_scratch_align": md.global_scratch_align,
+            "profile_scratch_size": md.profile_scratch_size, "num_params": n_params}
+    tmp = cubin_path.with_suffix(".tmp")
+    tmp.write_bytes(compiled.asm["cubin"])
+    tmp.replace(cubin_path)
+    meta_path.write_text(json.dumps(meta))
+    return key, False
+
+
+def _write_if_changed(path: Path, text: str | bytes):
+    data = text.encode() if isinstance(text, str) else text
+    if path.exists() and path.read_bytes() == data:
+        return
+    path.write_bytes(data)
+
+
+DTYPE_INDEX = {d: i for i, d in enumerate(configs.DTYPES)}
+
+
+def generate(out: Path, archs, cfgs, specs, keys, cache_dir: Path):
+    blob = bytearray()
+    images = []  # [spec][arch] -> dict
+    for si, spec in enumerate(specs):
+        row = []
+        for arch in archs:
+            key = keys[(si, arch)]
+            data = (cache_dir / f"{key}.cubin").read_bytes()
+            meta = json.loads((cache_dir / f"{key}.json").read_text())
+            while len(blob) % 16:
+                blob.append(0)
+            row.append(dict(meta, offset=len(blob), size=len(data)))
+            blob += data
+        images.append(row)
+    _write_if_changed(out / "addrmsnorm_cubins.bin", bytes(blob))
+    _write_if_changed(out / "addrmsnorm_cubins.S", f"""\
+/* Generated by tools/aot_build.py: the cubins of every kernel specialization, embedded. */
+    .section .rodata.addrmsnorm_cubins, "a"
+    .balign 16
+    .globl addrmsnorm_cubin_blob
+    .hidden addrmsnorm_cubin_blob
+    .type addrmsnorm_cubin_blob, @object
+addrmsnorm_cubin_blob:
+    .incbin "{(out / 'addrmsnorm_cubins.bin').as_posix()}"
+    .size addrmsnorm_cubin_blob, . - addrmsnorm_cubin_blob
+    .section .note.GNU-stack, "", @progbits
+""")
+
+    n_d = len(configs.DTYPES)
+    dense = [-1] * (len(cfgs) * n_d * n_d * n_d * 2 * 2)
+    for si, s in enumerate(specs):
+        idx = (((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
+                 + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + int(s.aligned))
+        dense[idx] = si
+
+    lines = ["// Generated by tools/aot_build.py from addrmsnorm/configs.py. Do not edit.",
+             '#include "kernel_table.h"', "", "namespace addrmsnorm {", "namespace detail {", ""]
+    lines.append(f"const int kNumArchs = {len(archs)};")
+    lines.append(f"const int kArchs[] = {{{', '.join(str(a) for a in archs)}}};")
+    lines.append(f'const char kArchList[] = "{", ".join(f"sm_{a}" for a in archs)}";')
+    lines.append(f"const int kNumConfigs = {len(cfgs)};")
+    lines.append("const ForwardConfig kConfigs[] = {")
+    for c in cfgs:
+        lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
+    lines.append("};")
+    lines.append(f"const int kNumVariants = {len(specs)};")
+    lines.append("const KernelVariant kVariants[] = {")
+    for s in specs:
+        lines.append(f"    {{{s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, {DTYPE_INDEX[s.weight]}, "
+                     f"{str(s.has_rstd).lower()}, {str(s.aligned).lower()}}},")
+    lines.append("};")
+    lines.append("// [variant * kNumArchs + arch]")
+    lines.append("const CubinImage kImages[] = {")
+    for row in images:
+        for m in row:
+            lines.append(f"    {{{m['offset']}u, {m['size']}u, {m['num_warps']}, {m['shared']}u, "
+                         f"{m['global_scratch_size']}u, {m['profile_scratch_size']}u, \"{m['name']}\"}},")
+    lines.append("};")
+    lines.append(f"const int kNumDtypes = {n_d};")
+    lines.append("// [config][x][residual][weight][has_rstd][aligned] -> variant, or -1")
+    lines.append("const short kVariantIndex[] = {")
+    for i in range(0, len(dense), 24):
+        lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
+    lines.append("};")
+    lines.append("")
+    lines.append("// The dispatch rule, generated from configs.FORWARD_TABLE (see select_forward_config).")
+    lines.append("int select_forward_config(long long H, int x_itemsize, int residual_itemsize) {")
+    lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
+    for act in sorted({r.act_bytes for r in configs.FORWARD_TABLE}):
+        lines.append(f"    if (act_bytes == {act}) {{")
+        for r in configs.FORWARD_TABLE:
+            if r.act_bytes != act:
+                continue
+            ci = cfgs.index(r.config)
+            if r.h_max is None:
+                lines.append(f"        return {ci};")
+            else:
+                lines.append(f"        if (H <= {r.h_max}) return {ci};")
+        lines.append("    }")
+    lines.append("    return -1;")
+    lines.append("}")
+    lines += ["", "}  // namespace detail", "}  // namespace addrmsnorm", ""]
+    _write_if_changed(out / "kernel_table.cpp", "\n".join(lines))
+
+    # Test vectors: the Python rule's answers, which the generated C++ rule must reproduce.
+    cases = []
+    for H in sorted({*range(1, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025,
+                     2048, 2049, 3000, 4096, 4100, 8192, 8193, 11111, 16384, 16385, 65536, 262144}):
+        for xs, rs in ((2, 2), (2, 4), (4, 4)):
+            c = configs.select_forward_config(H, xs, rs)
+            cases.append(f"{{{H}, {xs}, {rs}, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
+                         f"{str(c.looped).lower()}}},")
+    _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
+
+    tols = _load("tolerances")
+    tol_lines = ["// Generated by tools/aot_build.py from addrmsnorm/tolerances.py: {dtype, rtol, atol}"]
+    for name in configs.DTYPES:
+        t = tols.Y_TOLERANCES[name]
+        tol_lines.append(f"{{{DTYPE_INDEX[name]}, {t.rtol!r}, {t.atol!r}}},  // {t.reason}")
+    RSTD_TOLERANCE = tols.RSTD_TOLERANCE
+    tol_lines.append(f"// rstd: {RSTD_TOLERANCE.reason}")
+    tol_lines.append(f"#define ADDRMSNORM_RSTD_RTOL {RSTD_TOLERANCE.rtol!r}")
+    _write_if_changed(out / "tolerances.inc", "\n".join(tol_lines) + "\n")
+    return len(blob)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--archs", default="80;90;100", help="semicolon- or comma-separated, e.g. 80;90;100")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    archs = [int(a) for a in re.split(r"[;,\s]+", args.archs.strip()) if a]
+    if not archs:
+        ap.error("no archs")
+    import triton
+
+    fused_add_rmsnorm_fwd = _load("kernels").fused_add_rmsnorm_fwd
+
+    out: Path = args.out.resolve()
+    cache_dir = out / "cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cfgs = unique_configs()
+    specs = all_specs(cfgs)
+    kernel_key = fused_add_rmsnorm_fwd.cache_key
+    keys, jobs = {}, []
+    for si, spec in enumerate(specs):
+        for arch in archs:
+            key = cache_key(spec, cfgs[spec.config], arch, kernel_key, triton.__version__)
+            keys[(si, arch)] = key
+            jobs.append((spec, cfgs[spec.config], arch, str(cache_dir), key))
+    todo = [j for j in jobs if not ((cache_dir / f"{j[4]}.cubin").exists() and (cache_dir / f"{j[4]}.json").exists())]
+    print(f"addrmsnorm AOT: {len(specs)} specializations x {len(archs)} archs "
+          f"({', '.join(f'sm_{a}' for a in archs)}) = {len(jobs)} kernels; "
+          f"{len(jobs) - len(todo)} up to date, {len(todo)} to compile with {args.jobs} jobs", flush=True)
+    t0 = time.time()
+    if todo:
+        done = 0
+        step = max(1, len(todo) // 20)
+        if args.jobs > 1:
+            import multiprocessing as mp
+            with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as ex:
+                for _ in ex.map(compile_one, todo, chunksize=4):
+                    done += 1
+                    if done % step == 0 or done == len(todo):
+                        print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+        else:
+            for job in todo:
+                compile_one(job)
+                done += 1
+                if done % step == 0 or done == len(todo):
+                    print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+    size = generate(out, archs, cfgs, specs, keys, cache_dir)
+    print(f"addrmsnorm AOT: {len(jobs)} cubins, {size / 2**20:.1f} MiB embedded, "
+          f"{time.time() - t0:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
