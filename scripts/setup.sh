@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what addrmsnorm needs: torch and triton where they are missing (a machine's own CUDA
 # build of torch is kept; a fresh CPU-only machine gets the pinned releases), the package itself
-# (editable, with its test extras), and GoogleTest from Debian's packages for the C++ tests.
+# (editable, with its test extras), and, with ADDRMSNORM_SETUP_GTEST=1, GoogleTest from Debian's
+# packages for the C++ tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +13,8 @@ if ! "$PY" -c "import triton" 2>/dev/null; then
   "$PY" -m pip install -q "triton==3.6.0"
 fi
 "$PY" -m pip install -q -e ".[test]"
-if [ ! -e /usr/include/gtest/gtest.h ] && [ ! -e /usr/src/googletest/CMakeLists.txt ]; then
+if [ "${ADDRMSNORM_SETUP_GTEST:-0}" = 1 ] && [ ! -e /usr/include/gtest/gtest.h ] && \
+   [ ! -e /usr/src/googletest/CMakeLists.txt ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get update -q && apt-get install -y -q libgtest-dev cmake ninja-build
   else

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUILD_DIR=${ADDRMSNORM_BUILD_DIR:-build}
 if [ "${ADDRMSNORM_NO_SETUP:-0}" != 1 ]; then
-  bash scripts/setup.sh
+  ADDRMSNORM_SETUP_GTEST=1 bash scripts/setup.sh
 fi
 echo "== Python, CPU: kernels under the Triton interpreter (TRITON_INTERPRET=1) =="
 TRITON_INTERPRET=1 "$PY" -m pytest -q tests "$@"
@@ -20,7 +20,8 @@ echo "== C++ runtime: build and ctest =="
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DPython3_EXECUTABLE="$(command -v "$PY")" \
-  -DADDRMSNORM_CUDA_ARCHS="${ADDRMSNORM_CUDA_ARCHS:-80;90;100}" ${ADDRMSNORM_CMAKE_ARGS:-}
+  -DADDRMSNORM_CUDA_ARCHS="${ADDRMSNORM_CUDA_ARCHS:-80;90;100}" -DADDRMSNORM_BUILD_TESTS=ON \
+  ${ADDRMSNORM_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR"
 ctest --test-dir "$BUILD_DIR" --output-on-failure
 

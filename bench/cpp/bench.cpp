@@ -8,6 +8,8 @@
 // against a bare cuLaunchKernel of an empty kernel measured the same way.
 //
 //     addrmsnorm-bench [NxH ...]
+//     addrmsnorm-bench --overhead      only the launch cost, plus a line for scripts:
+//                                      "overhead_us api=<µs> bare=<µs>"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -180,8 +182,9 @@ int main(int argc, char** argv) {
         return 1;
     }
 
+    const bool overhead_only = argc > 1 && std::strcmp(argv[1], "--overhead") == 0;
     std::vector<Shape> shapes;
-    for (int i = 1; i < argc; ++i) {
+    for (int i = overhead_only ? 2 : 1; i < argc; ++i) {
         long long N = 0, H = 0;
         if (std::sscanf(argv[i], "%lldx%lld", &N, &H) == 2) shapes.push_back({N, H, ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16});
     }
@@ -196,14 +199,17 @@ int main(int argc, char** argv) {
     }
 
     double memcpy_gbs = 0, copy2_gbs = 0;
-    const double roof = roofline(size_t(1) << 30, &memcpy_gbs, &copy2_gbs);
-    std::printf("# addrmsnorm-bench (C++ runtime, no Python)\n\n");
+    const double roof = overhead_only ? 0.0 : roofline(size_t(1) << 30, &memcpy_gbs, &copy2_gbs);
+    if (overhead_only) shapes.clear();
+    if (!overhead_only) std::printf("# addrmsnorm-bench (C++ runtime, no Python)\n\n");
     std::printf("GPU %s, driver %d.%d, L2 %d MB, built for %s\n", name, drv / 1000, (drv % 1000) / 10, l2 >> 20,
                 addrmsnorm_built_archs());
-    std::printf("Roofline (1 GiB moved): memcpy D2D %.0f GB/s, 2-read-2-write copy kernel %.0f GB/s -> %.0f GB/s\n",
-                memcpy_gbs, copy2_gbs, roof);
-    std::printf("Timing: CUDA-graph replay, median of 15, cold L2 by rotating buffer sets (> 4x L2 per replay)\n\n");
-    std::printf("| N x H | x / residual | µs median | min | max | GB/s | %% roofline |\n|---|---|---|---|---|---|---|\n");
+    if (!overhead_only) {
+        std::printf("Roofline (1 GiB moved): memcpy D2D %.0f GB/s, 2-read-2-write copy kernel %.0f GB/s -> %.0f GB/s\n",
+                    memcpy_gbs, copy2_gbs, roof);
+        std::printf("Timing: CUDA-graph replay, median of 15, cold L2 by rotating buffer sets (> 4x L2 per replay)\n\n");
+        std::printf("| N x H | x / residual | µs median | min | max | GB/s | %% roofline |\n|---|---|---|---|---|---|---|\n");
+    }
     for (const Shape& s : shapes) {
         const size_t row_bytes = static_cast<size_t>(s.H) * (2 * esize(s.x) + 2 * esize(s.r));
         const double bytes = static_cast<double>(s.N) * row_bytes + s.H * esize(s.x);
@@ -262,5 +268,6 @@ int main(int argc, char** argv) {
     std::printf("| addrmsnorm_fused_add_rmsnorm, N=1 H=4096 bf16 | %.2f |\n", best_api);
     std::printf("| bare cuLaunchKernel of an empty kernel | %.2f |\n", best_bare);
     std::printf("ratio: %.2fx the bare launch\n", best_api / best_bare);
+    std::printf("overhead_us api=%.3f bare=%.3f\n", best_api, best_bare);
     return 0;
 }

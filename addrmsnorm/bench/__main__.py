@@ -1,0 +1,7 @@
+"""``python -m addrmsnorm.bench``: the benchmark report (see cli.py)."""
+
+import sys
+
+from addrmsnorm.bench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,315 @@
+"""The benchmark report: addrmsnorm against every peer, in GB/s, as a share of a roofline measured
+in the same run. Follows ../shared/BENCHMARKING.md.
+
+    python -m addrmsnorm.bench                 # the standard grid
+    python -m addrmsnorm.bench --quick         # a subset
+    python -m addrmsnorm.bench --shapes 16384x4096,1x8192 --dtypes bf16,bf16/fp32
+
+Writes results.csv, results.json, report.md and gbs_vs_h.png to results/<gpu>-<date>/ (or --out),
+and prints the markdown. With no GPU it says so and runs the correctness demo on the CPU under the
+Triton interpreter instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+STANDARD_N = [1, 8, 64, 512, 2048, 16384, 65536]
+STANDARD_H = [128, 512, 1024, 2048, 2880, 3000, 3584, 4096, 4100, 5120, 7168, 8192, 11111, 14336,
+              16384, 32768, 65536, 131072]
+QUICK_N = [1, 64, 2048, 16384]
+QUICK_H = [128, 1024, 3000, 4096, 4100, 8192, 11111, 14336, 65536]
+# Bulk shapes use fewer rows at very large H so that the tensors still fit with buffer rotation.
+MAX_ELEMENTS = 1 << 28
+DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+EXTRA_DTYPE_SHAPES = [(16384, 4096), (16384, 8192)]  # fp16, bf16/fp32 and fp32 rows
+DECODE_SHAPES = [(n, h) for h in (4096, 8192) for n in (1, 8, 64)]
+CHAIN = 64
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_dtypes(spec: str):
+    out = []
+    for item in spec.split(","):
+        x, _, r = item.partition("/")
+        out.append((DTYPE_NAMES[x], DTYPE_NAMES[r or x]))
+    return out
+
+
+def grid(args) -> list[tuple[int, int, torch.dtype, torch.dtype]]:
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+        return [(n, h, xd, rd) for n, h in shapes for xd, rd in parse_dtypes(args.dtypes or "bf16")]
+    ns, hs = (QUICK_N, QUICK_H) if args.quick else (STANDARD_N, STANDARD_H)
+    out = []
+    for h in hs:
+        for n in ns:
+            n_eff = min(n, max(1, MAX_ELEMENTS // h))
+            if (n_eff, h, torch.bfloat16, torch.bfloat16) not in out:
+                out.append((n_eff, h, torch.bfloat16, torch.bfloat16))
+    if args.quick:
+        out.append((1 << 20, 128, torch.bfloat16, torch.bfloat16))  # per-head QK-norm size
+    for n, h in EXTRA_DTYPE_SHAPES[:1] if args.quick else EXTRA_DTYPE_SHAPES:
+        for xd, rd in ((torch.float16, torch.float16), (torch.bfloat16, torch.float32),
+                       (torch.float32, torch.float32)):
+            out.append((n, h, xd, rd))
+    return out
+
+
+def _short(d: torch.dtype) -> str:
+    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[d]
+
+
+def _inputs(N, H, xd, rd, gen):
+    x = torch.randn(N, H, device="cuda", dtype=torch.float32, generator=gen).to(xd)
+    r = (4 * torch.randn(N, H, device="cuda", dtype=torch.float32, generator=gen)).to(rd)
+    return x, r
+
+
+def check_impl(impl, N, H, xd, rd, w, eps):
+    """Run once on fresh inputs; the worst y error over its tolerance, and residual exactness."""
+    from addrmsnorm.reference import TOLERANCES, fused_add_rmsnorm_ref
+
+    gen = torch.Generator(device="cuda").manual_seed(N * 131 + H)
+    x, r = _inputs(N, H, xd, rd, gen)
+    ref = fused_add_rmsnorm_ref(x, r, w, eps)
+    y, ro = impl.fn(x, r, w, eps)
+    torch.cuda.synchronize()
+    tol = TOLERANCES[xd]
+    err = ((y.double() - ref.y).abs() / (tol.atol + tol.rtol * ref.y.abs())).max().item()
+    exact = ro.dtype == ref.residual_out.dtype and torch.equal(ro, ref.residual_out)
+    return err, exact
+
+
+def bench_bandwidth(impl, N, H, xd, rd, roofline, eps=1e-6):
+    from addrmsnorm.bench.byte_model import forward_bytes
+    from addrmsnorm.bench.timing import sets_for_cold_l2, time_graph
+
+    w = (1 + 0.1 * torch.randn(H, device="cuda")).to(xd)
+    err, exact = check_impl(impl, N, H, xd, rd, w, eps)
+    nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
+    n_sets = sets_for_cold_l2(nbytes)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    sets = [_inputs(N, H, xd, rd, gen) for _ in range(n_sets)]
+    t = time_graph(lambda i: impl.fn(sets[i][0], sets[i][1], w, eps), n_sets)
+    gbs = nbytes / t.median_us / 1e3
+    del sets
+    return dict(us_median=t.median_us, us_min=t.min_us, us_max=t.max_us, gbs=gbs,
+                pct_roofline=100 * gbs / roofline, err_over_tol=err, residual_exact=exact,
+                note=f"{n_sets} buffer sets")
+
+
+def bench_decode(impl, N, H, xd=torch.bfloat16, eps=1e-6):
+    from addrmsnorm.bench.timing import time_graph
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    x, r = _inputs(N, H, xd, xd, gen)
+    w = (1 + 0.1 * torch.randn(H, device="cuda")).to(xd)
+    state = {"x": x, "r": r}
+
+    def chain(_):
+        for _ in range(CHAIN):  # each call's outputs feed the next
+            state["x"], state["r"] = impl.fn(state["x"], state["r"], w, eps)
+
+    t = time_graph(chain, 1)
+    return dict(us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN, us_max=t.max_us / CHAIN)
+
+
+def bench_cpu(impl, N=1, H=4096, xd=torch.bfloat16, eps=1e-6):
+    from addrmsnorm.bench.timing import time_eager_cpu
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x, r = _inputs(N, H, xd, xd, gen)
+    w = torch.ones(H, device="cuda", dtype=xd)
+    us = time_eager_cpu(lambda: impl.fn(x, r, w, eps))
+    return dict(us_median=us, us_min=us, us_max=us)
+
+
+def cpp_overhead():
+    """The C ABI called from C++ and a bare cuLaunchKernel, from addrmsnorm-bench --overhead."""
+    from addrmsnorm.bench.impls import REPO
+
+    exe = Path(os.environ.get("ADDRMSNORM_BENCH", REPO / "build" / "bench" / "cpp" / "addrmsnorm-bench"))
+    if not exe.exists():
+        return None, f"addrmsnorm-bench not built ({exe})"
+    try:
+        out = subprocess.run([str(exe), "--overhead"], capture_output=True, text=True, timeout=300).stdout
+    except Exception as e:  # noqa: BLE001
+        return None, f"addrmsnorm-bench failed: {e}"
+    m = re.search(r"overhead_us api=([\d.]+) bare=([\d.]+)", out)
+    if not m:
+        return None, "addrmsnorm-bench printed no overhead line"
+    return (float(m.group(1)), float(m.group(2))), ""
+
+
+def header_info(roof, command):
+    import triton
+
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        smi = "unknown"
+    return {"gpu": torch.cuda.get_device_name(), "driver": smi, "torch": torch.__version__,
+            "triton": triton.__version__, "date": dt.date.today().isoformat(), "command": command,
+            "roofline_gbs": roof.gbs, "roofline_methods": roof.methods,
+            "timing": "CUDA-graph replay, median (min, max in the CSV) of 15 replays; cold L2 by "
+                      "rotating through enough buffer sets that a replay moves > 4x the L2"}
+
+
+def run(args) -> int:
+    from addrmsnorm.bench import writers
+    from addrmsnorm.bench.impls import all_impls
+    from addrmsnorm.bench.timing import measure_roofline
+
+    command = "python -m addrmsnorm.bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    impls = all_impls()
+    if args.impls:
+        wanted = [s.strip().lower() for s in args.impls.split(",")]
+        impls = [i for i in impls if any(w in i.name.lower() for w in wanted)]
+    unavailable = {i.name: i.reason for i in impls if not i.available}
+    live = [i for i in impls if i.available]
+    for i in live:
+        if i.setup:
+            i.setup()
+    names = [i.name for i in live]
+    _log(f"implementations: {', '.join(names)}")
+    for n, why in unavailable.items():
+        _log(f"  not measured: {n}: {why}")
+
+    _log("measuring the copy roofline ...")
+    roof = measure_roofline()
+    _log(f"roofline {roof.gbs:.0f} GB/s ({', '.join(f'{k} {v:.0f}' for k, v in roof.methods.items())})")
+    header = header_info(roof, command)
+    rows = []
+    shapes = grid(args)
+    total = len(shapes) * len(live)
+    done = 0
+    for N, H, xd, rd in shapes:
+        for impl in live:
+            done += 1
+            base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
+            if not impl.supports(xd, rd):
+                rows.append(dict(base, note="n/a: needs residual in x's dtype"))
+                continue
+            try:
+                res = bench_bandwidth(impl, N, H, xd, rd, roof.gbs)
+                rows.append(dict(base, **res))
+                _log(f"[{done}/{total}] {N}x{H} {_short(xd)}/{_short(rd)} {impl.name}: "
+                     f"{res['us_median']:.2f} µs, {res['gbs']:.0f} GB/s ({res['pct_roofline']:.0f}%)")
+            except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+                msg = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+                rows.append(dict(base, note=f"failed: {type(e).__name__}: {msg}"))
+                _log(f"[{done}/{total}] {N}x{H} {impl.name}: FAILED {type(e).__name__}: {msg}")
+            torch.cuda.empty_cache()
+    if not args.no_decode:
+        for N, H in DECODE_SHAPES:
+            for impl in live:
+                base = dict(section="decode_chain", impl=impl.name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
+                try:
+                    rows.append(dict(base, **bench_decode(impl, N, H)))
+                except Exception as e:  # noqa: BLE001
+                    rows.append(dict(base, note=f"failed: {type(e).__name__}"))
+            _log(f"decode chain {N}x{H} done")
+    if not args.no_overhead:
+        for impl in live:
+            base = dict(section="cpu_overhead", impl=impl.name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16")
+            try:
+                rows.append(dict(base, **bench_cpu(impl)))
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(base, note=f"failed: {type(e).__name__}"))
+        (cpp, why) = cpp_overhead()
+        for name, val in (("addrmsnorm C ABI from C++", cpp[0] if cpp else None),
+                          ("bare cuLaunchKernel (C++)", cpp[1] if cpp else None)):
+            rows.append(dict(section="cpu_overhead", impl=name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16",
+                             us_median=val, us_min=val, us_max=val, note="" if cpp else why))
+        _log("CPU overhead done")
+
+    compiled = next((i.fn for i in live if i.name == "torch.compile (reference)"), None)
+    header["compile_fallbacks"] = [f"{k[0]} {k[1]}/{k[2]}" for k in getattr(compiled, "fallbacks", [])]
+    header["implementations"] = names
+    header["unavailable"] = unavailable
+
+    slug = re.sub(r"[^a-z0-9]+", "-", header["gpu"].lower()).strip("-")
+    out = Path(args.out) if args.out else Path("results") / f"{slug}-{header['date']}"
+    out.mkdir(parents=True, exist_ok=True)
+    writers.write_csv(rows, out / "results.csv")
+    writers.write_json(header, rows, out / "results.json")
+    return render(out, header, rows, args.update_readme)
+
+
+def render(out: Path, header: dict, rows: list[dict], update_readme: bool) -> int:
+    """report.md and the plot from the rows; optionally the README's results section."""
+    from addrmsnorm.bench import writers
+
+    names = header["implementations"]
+    has_plot = writers.plot(rows, names, header["roofline_gbs"], out / "gbs_vs_h.png",
+                            f"addrmsnorm vs peers, bf16, {header['gpu']}, {header['date']}")
+    md = writers.markdown_report(header, rows, names, header.get("unavailable", {}),
+                                 "gbs_vs_h.png" if has_plot else None)
+    (out / "report.md").write_text(md + "\n")
+    print(md)
+    _log(f"wrote {out}/results.csv, results.json, report.md" + (", gbs_vs_h.png" if has_plot else
+                                                                 " (no plot: matplotlib is not installed)"))
+    if update_readme:
+        section = md.replace("](gbs_vs_h.png)", f"]({(out / 'gbs_vs_h.png').as_posix()})")
+        section += f"\nRaw files: `{out.as_posix()}/` (results.csv, results.json, report.md).\n"
+        writers.update_readme(Path("README.md"), section)
+        _log("updated README.md")
+    return 0
+
+
+def render_saved(folder: str, update_readme: bool) -> int:
+    """Re-render a finished run from its results.json (no GPU needed)."""
+    import json
+
+    out = Path(folder)
+    data = json.loads((out / "results.json").read_text())
+    return render(out, data["header"], data["rows"], update_readme)
+
+
+def no_gpu() -> int:
+    print("No CUDA GPU here: the benchmark report needs one (it times kernels on the GPU). Running "
+          "the correctness demo on the CPU under the Triton interpreter instead.", flush=True)
+    return subprocess.call([sys.executable, "-m", "addrmsnorm.demo"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m addrmsnorm.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a subset of the standard grid")
+    ap.add_argument("--shapes", help="comma-separated NxH, e.g. 16384x4096,1x8192")
+    ap.add_argument("--dtypes", help="with --shapes: comma-separated x[/residual], e.g. bf16,bf16/fp32")
+    ap.add_argument("--impls", help="only implementations whose name contains one of these (comma-separated)")
+    ap.add_argument("--out", help="output folder (default results/<gpu>-<date>)")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode-chain latency")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
+    ap.add_argument("--update-readme", action="store_true", help="write the report into README.md")
+    ap.add_argument("--render", metavar="DIR", help="re-render report.md, the plot (and with --update-readme the "
+                                                    "README section) from DIR/results.json of an earlier run")
+    args = ap.parse_args(argv)
+    if args.render:
+        return render_saved(args.render, args.update_readme)
+    if not torch.cuda.is_available():
+        return no_gpu()
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # noqa: BLE001 - say what broke rather than crash without a word
+        traceback.print_exc()
+        print("the benchmark stopped on an unexpected error (above)", file=sys.stderr)
+        return 1

@@ -1,0 +1,207 @@
+"""Every implementation the report measures, behind one interface.
+
+Each is a function ``fn(x, residual, weight, eps) -> (y, residual_out)``; in-place ones (the
+vLLM/FlashInfer convention) write y into x and h into residual and return them. A peer that
+cannot be imported is kept, marked unavailable with the reason, and listed as such in the report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import addrmsnorm
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Impl:
+    name: str
+    fn: Callable | None
+    in_place: bool
+    reason: str = ""                       # why it is unavailable
+    ours: bool = False
+    supports: Callable = field(default=lambda xd, rd: True)  # (x dtype, residual dtype) -> bool
+    setup: Callable | None = None           # called once before its first use
+
+    @property
+    def available(self) -> bool:
+        return self.fn is not None
+
+
+def _same_dtype(xd, rd):
+    return xd == rd
+
+
+# ---- addrmsnorm ----------------------------------------------------------------------------
+
+def _ours_jit():
+    return Impl("addrmsnorm (Triton JIT)", lambda x, r, w, eps: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps),
+                in_place=True, ours=True)
+
+
+def c_library_path() -> Path | None:
+    env = os.environ.get("ADDRMSNORM_LIB")
+    for p in ([Path(env)] if env else []) + [REPO / "build" / "libaddrmsnorm.so"]:
+        if p.exists():
+            return p
+    return None
+
+
+_DTYPE_ENUM = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+
+
+def _ours_c():
+    path = c_library_path()
+    name = "addrmsnorm (C++ runtime)"
+    if path is None:
+        return Impl(name, None, True, reason="not built (cmake -S . -B build && cmake --build build)", ours=True)
+    lib = ctypes.CDLL(str(path))
+    f = lib.addrmsnorm_fused_add_rmsnorm
+    f.restype = ctypes.c_int
+    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [ctypes.c_int] * 3 +
+                  [ctypes.c_float, ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
+    lib.addrmsnorm_last_error.restype = ctypes.c_char_p
+
+    def fn(x, r, w, eps):
+        H = x.shape[-1]
+        n = x.numel() // H
+        st = f(x.data_ptr(), r.data_ptr(), w.data_ptr(), x.data_ptr(), r.data_ptr(), None, n, H, H, H, H, H,
+               _DTYPE_ENUM[x.dtype], _DTYPE_ENUM[r.dtype], _DTYPE_ENUM[w.dtype], eps, 0.0, 0,
+               torch.cuda.current_stream().cuda_stream)
+        if st != 0:
+            raise RuntimeError(lib.addrmsnorm_last_error().decode())
+        return x, r
+
+    def setup():
+        if lib.addrmsnorm_preload() != 0:
+            raise RuntimeError(lib.addrmsnorm_last_error().decode())
+
+    return Impl(name, fn, True, ours=True, setup=setup)
+
+
+def _ours_torch_op():
+    return Impl("addrmsnorm (torch op)", None, True, ours=True,
+                reason="the torch custom ops are not built yet (PyTorch integration issue)")
+
+
+# ---- PyTorch ---------------------------------------------------------------------------------
+
+def _hf_eager(x, r, w, eps):
+    h = x + r
+    hf = h.float()
+    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+    return y, h
+
+
+def _two_kernels(x, r, w, eps):
+    h = torch.add(x, r)
+    y = F.rms_norm(h, (h.shape[-1],), w if w.dtype == h.dtype else w.to(h.dtype), eps)
+    return y.to(x.dtype), h
+
+
+def contract_torch(x, r, w, eps):
+    """The contract in plain torch ops: what torch.compile is given."""
+    h = x.float() + r.float()
+    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * rstd * w.float()).to(x.dtype), h.to(r.dtype)
+
+
+class CompiledReference:
+    """torch.compile(dynamic=False) of the contract, compiled afresh per shape and dtype, with
+    the recompile limit raised; records shapes where Dynamo compiled nothing (fell back to eager)."""
+
+    def __init__(self):
+        import torch._dynamo
+
+        cfg = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(cfg, knob):
+                setattr(cfg, knob, 4096)
+        self._compiled = {}
+        self.fallbacks = []
+
+    def __call__(self, x, r, w, eps):
+        key = (tuple(x.shape), x.dtype, r.dtype, w.dtype, eps)
+        fn = self._compiled.get(key)
+        if fn is None:
+            from torch._dynamo.utils import counters
+
+            before = counters["stats"]["unique_graphs"]
+            fn = torch.compile(contract_torch, dynamic=False, fullgraph=False)
+            out = fn(x, r, w, eps)
+            if counters["stats"]["unique_graphs"] == before:
+                self.fallbacks.append(key)
+            self._compiled[key] = fn
+            return out
+        return fn(x, r, w, eps)
+
+
+# ---- peers -----------------------------------------------------------------------------------
+
+def _liger():
+    name = "Liger-Kernel"
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    except Exception as e:  # noqa: BLE001 - any import failure means "not installed"
+        return Impl(name, None, False, reason=f"not installed ({type(e).__name__})")
+
+    def fn(x, r, w, eps):
+        return LigerFusedAddRMSNormFunction.apply(x, r, w, eps, 0.0, "llama")
+
+    return Impl(name, fn, False, supports=_same_dtype)
+
+
+def _flashinfer(pdl: bool):
+    name = f"FlashInfer{' (PDL)' if pdl else ''}"
+    try:
+        from flashinfer.norm import fused_add_rmsnorm
+    except Exception as e:  # noqa: BLE001
+        return Impl(name, None, True, reason=f"not installed ({type(e).__name__})")
+
+    def fn(x, r, w, eps):
+        fused_add_rmsnorm(x, r, w, eps, enable_pdl=pdl)
+        return x, r
+
+    return Impl(name, fn, True, supports=_same_dtype)
+
+
+def _vllm():
+    name = "vLLM"
+    try:
+        from vllm import _custom_ops as ops
+    except Exception as e:  # noqa: BLE001
+        return Impl(name, None, True, reason=f"not installed ({type(e).__name__})")
+
+    def fn(x, r, w, eps):
+        ops.fused_add_rms_norm(x, r, w, eps)
+        return x, r
+
+    return Impl(name, fn, True, supports=_same_dtype)
+
+
+def _quack():
+    name = "Quack"
+    try:
+        from quack.rmsnorm import rmsnorm  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return Impl(name, None, False, reason=f"not installed ({type(e).__name__})")
+    return Impl(name, None, False, reason="installed, but its fused-add API is not wired into this report yet")
+
+
+def all_impls() -> list[Impl]:
+    return [
+        _ours_jit(), _ours_c(), _ours_torch_op(),
+        Impl("PyTorch eager, HF style", _hf_eager, False),
+        Impl("torch.add + F.rms_norm", _two_kernels, False),
+        Impl("torch.compile (reference)", CompiledReference(), False),
+        _liger(), _flashinfer(False), _flashinfer(True), _vllm(), _quack(),
+    ]

@@ -1,0 +1,169 @@
+"""Writers for the report: CSV, JSON, markdown and the PNG plot. Pure functions of the rows, so
+they are tested on the CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+FIELDS = ["section", "impl", "N", "H", "x_dtype", "residual_dtype", "us_median", "us_min", "us_max",
+          "gbs", "pct_roofline", "err_over_tol", "residual_exact", "note"]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in FIELDS})
+
+
+def write_json(header: dict, rows: list[dict], path: Path) -> None:
+    path.write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str))
+
+
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return "n/a"
+    if r.get("note", "").startswith("failed") or r.get("gbs") is None:
+        return r.get("note", "failed") or "failed"
+    return f"{r['gbs']:.0f} · {r['pct_roofline']:.0f}% · {r['us_median']:.1f}µs"
+
+
+def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
+    """One line per (shape, dtypes); one column per available implementation."""
+    bw = [r for r in rows if r["section"] == "bandwidth"]
+    keys = []
+    for r in bw:
+        k = (r["N"], r["H"], r["x_dtype"], r["residual_dtype"])
+        if k not in keys:
+            keys.append(k)
+    by = {(r["N"], r["H"], r["x_dtype"], r["residual_dtype"], r["impl"]): r for r in bw}
+    out = ["| N × H | x / residual | " + " | ".join(impl_names) + " |",
+           "|---|---|" + "---|" * len(impl_names)]
+    for k in keys:
+        cells = [_cell(by.get((*k, name))) for name in impl_names]
+        out.append(f"| {k[0]} × {k[1]} | {k[2]} / {k[3]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def latency_table(rows: list[dict], section: str, impl_names: list[str], unit_note: str) -> str:
+    sel = [r for r in rows if r["section"] == section]
+    if not sel:
+        return ""
+    keys = []
+    for r in sel:
+        k = (r["N"], r["H"])
+        if k not in keys:
+            keys.append(k)
+    by = {(r["N"], r["H"], r["impl"]): r for r in sel}
+    names = [n for n in impl_names if any(r["impl"] == n for r in sel)]
+    out = [f"| N × H ({unit_note}) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for k in keys:
+        cells = []
+        for n in names:
+            r = by.get((*k, n))
+            if r is None:
+                cells.append("n/a")
+            elif r.get("us_median") is None:
+                cells.append(r.get("note") or "failed")
+            else:
+                cells.append(f"{r['us_median']:.2f}")
+        out.append(f"| {k[0]} × {k[1]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def checks_table(rows: list[dict], impl_names: list[str]) -> str:
+    """Per implementation: the worst y error over all shapes as a fraction of the tolerance, and
+    whether residual_out was bit-exact everywhere."""
+    out = ["| implementation | worst y error / tolerance | residual_out bit-exact |", "|---|---|---|"]
+    for n in impl_names:
+        sel = [r for r in rows if r["impl"] == n and r["section"] == "bandwidth" and r.get("err_over_tol") is not None]
+        if not sel:
+            continue
+        worst = max(r["err_over_tol"] for r in sel)
+        exact = all(r.get("residual_exact") for r in sel)
+        out.append(f"| {n} | {worst:.2f} | {'yes' if exact else 'no'} |")
+    return "\n".join(out)
+
+
+def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unavailable: dict,
+                    plot_name: str | None) -> str:
+    lines = [f"### addrmsnorm benchmark: {header['gpu']}", "",
+             f"- Date: {header['date']}; driver {header['driver']}; torch {header['torch']}; "
+             f"triton {header['triton']}",
+             f"- Command: `{header['command']}`",
+             f"- Roofline, measured in this run: **{header['roofline_gbs']:.0f} GB/s** (the best of "
+             + ", ".join(f"{k} {v:.0f}" for k, v in header["roofline_methods"].items()) + ")",
+             f"- Timing: {header['timing']}",
+             "- Cells: GB/s by the fused byte model · % of the roofline · µs per call (median). "
+             "In-place implementations (vLLM convention) for addrmsnorm, FlashInfer and vLLM; "
+             "the others return new tensors.",
+             ""]
+    if unavailable:
+        lines.append("Not measured: " + "; ".join(f"{k}: {v}" for k, v in unavailable.items()) + ".")
+        lines.append("")
+    if header.get("compile_fallbacks"):
+        lines.append("torch.compile fell back to eager for: " + ", ".join(header["compile_fallbacks"]))
+        lines.append("")
+    lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names), ""]
+    if plot_name:
+        lines += [f"![GB/s against H]({plot_name})", ""]
+    dec = latency_table(rows, "decode_chain", impl_names, "µs per call, 64 dependent calls in one graph")
+    if dec:
+        lines += ["#### Decode chain", "", dec, ""]
+    cpu = latency_table(rows, "cpu_overhead", impl_names + ["addrmsnorm C ABI from C++", "bare cuLaunchKernel (C++)"],
+                        "wall µs per eager call")
+    if cpu:
+        lines += ["#### CPU cost per eager call (1,000 calls, one synchronize)", "", cpu, ""]
+    lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], impl_names: list[str], roofline_gbs: float, path: Path, title: str) -> bool:
+    """GB/s against H, bf16, the largest N measured at each H; the roofline across. False if
+    matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    bw = [r for r in rows if r["section"] == "bandwidth" and r["x_dtype"] == "bf16"
+          and r["residual_dtype"] == "bf16" and r.get("gbs")]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for name in impl_names:
+        best_n = {}
+        for r in bw:
+            if r["impl"] == name and r["N"] * r["H"] >= best_n.get(r["H"], (0, None))[0]:
+                best_n[r["H"]] = (r["N"] * r["H"], r)
+        if not best_n:
+            continue
+        hs = sorted(best_n)
+        ax.plot(hs, [best_n[h][1]["gbs"] for h in hs], marker="o", label=name)
+    ax.axhline(roofline_gbs, color="black", linestyle="--", label=f"roofline {roofline_gbs:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("H (hidden size)")
+    ax.set_ylabel("GB/s (fused byte model)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+README_BEGIN = "<!-- results:begin (written by python -m addrmsnorm.bench --update-readme) -->"
+README_END = "<!-- results:end -->"
+
+
+def update_readme(readme: Path, section: str) -> None:
+    text = readme.read_text()
+    if README_BEGIN in text and README_END in text:
+        pre = text[:text.index(README_BEGIN)]
+        post = text[text.index(README_END) + len(README_END):]
+    else:
+        pre, post = text.rstrip() + "\n\n## Results\n\n", "\n"
+    readme.write_text(pre + README_BEGIN + "\n" + section.strip() + "\n" + README_END + post)

@@ -1,0 +1,118 @@
+"""The benchmark harness logic that needs no GPU: the byte model, the writers, the grid, and the
+no-GPU path of the report command."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from addrmsnorm.bench import writers
+from addrmsnorm.bench.byte_model import forward_bytes, unfused_forward_bytes
+
+
+def test_byte_model():
+    # bf16 everywhere: 4 * N * H * 2 plus the weight once.
+    assert forward_bytes(16384, 4096, 2, 2, 2) == 4 * 16384 * 4096 * 2 + 4096 * 2
+    # An fp32 residual stream doubles the residual read and the residual_out write.
+    assert forward_bytes(8, 128, 2, 4, 2) == 8 * 128 * (2 + 2 + 4 + 4) + 128 * 2
+    assert forward_bytes(8, 128, 2, 2, 4, rstd=True) == 8 * 128 * 8 + 128 * 4 + 8 * 4
+    # The unfused add + RMSNorm moves about 5/4 of the fused bytes (BENCHMARKING.md).
+    ratio = unfused_forward_bytes(16384, 4096, 2, 2, 2) / forward_bytes(16384, 4096, 2, 2, 2)
+    assert abs(ratio - 1.25) < 1e-3
+
+
+ROWS = [
+    dict(section="bandwidth", impl="A", N=16384, H=4096, x_dtype="bf16", residual_dtype="bf16",
+         us_median=135.4, us_min=134.0, us_max=137.0, gbs=3965.0, pct_roofline=94.1, err_over_tol=0.4,
+         residual_exact=True, note="1 buffer sets"),
+    dict(section="bandwidth", impl="B", N=16384, H=4096, x_dtype="bf16", residual_dtype="bf16",
+         note="failed: RuntimeError: boom"),
+    dict(section="bandwidth", impl="A", N=64, H=8192, x_dtype="bf16", residual_dtype="bf16",
+         us_median=3.1, us_min=3.0, us_max=3.3, gbs=1353.0, pct_roofline=32.1, err_over_tol=0.9,
+         residual_exact=False, note="32 buffer sets"),
+    dict(section="decode_chain", impl="A", N=1, H=4096, x_dtype="bf16", residual_dtype="bf16",
+         us_median=1.61, us_min=1.6, us_max=1.7),
+    dict(section="cpu_overhead", impl="A", N=1, H=4096, x_dtype="bf16", residual_dtype="bf16",
+         us_median=21.5, us_min=21.5, us_max=21.5),
+]
+HEADER = dict(gpu="Test GPU", driver="1.0", torch="t", triton="tr", date="2026-11-29", command="python -m x",
+              roofline_gbs=4212.0, roofline_methods={"copy": 4212.0, "memcpy": 2700.0}, timing="graphs",
+              compile_fallbacks=["4096 bf16"])
+
+
+def test_bandwidth_table_cells():
+    table = writers.bandwidth_table(ROWS, ["A", "B", "C"])
+    lines = table.splitlines()
+    assert lines[0] == "| N × H | x / residual | A | B | C |"
+    assert "| 16384 × 4096 | bf16 / bf16 | 3965 · 94% · 135.4µs | failed: RuntimeError: boom | n/a |" in lines
+    assert len(lines) == 4  # header, rule, two shapes
+
+
+def test_markdown_report_has_every_section():
+    md = writers.markdown_report(HEADER, ROWS, ["A", "B"], {"C": "not installed (ImportError)"}, "p.png")
+    for needle in ("Test GPU", "4212 GB/s", "python -m x", "Not measured: C: not installed", "Decode chain",
+                   "CPU cost per eager call", "![GB/s against H](p.png)", "fell back to eager for: 4096 bf16",
+                   "| A | 0.90 | no |"):
+        assert needle in md, needle
+
+
+def test_csv_and_json(tmp_path):
+    writers.write_csv(ROWS, tmp_path / "r.csv")
+    with open(tmp_path / "r.csv") as f:
+        got = list(csv.DictReader(f))
+    assert len(got) == len(ROWS) and got[0]["gbs"] == "3965.0" and got[1]["note"].startswith("failed")
+    writers.write_json(HEADER, ROWS, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["header"]["gpu"] == "Test GPU" and len(data["rows"]) == len(ROWS)
+
+
+def test_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    assert writers.plot(ROWS, ["A", "B"], 4212.0, tmp_path / "p.png", "t")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_update_readme_replaces_only_its_section(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# T\n\nintro\n")
+    writers.update_readme(readme, "first")
+    writers.update_readme(readme, "second")
+    text = readme.read_text()
+    assert text.count(writers.README_BEGIN) == 1 and "second" in text and "first" not in text
+    assert text.startswith("# T\n\nintro\n")
+
+
+def test_grid_quick_and_standard():
+    from addrmsnorm.bench.cli import MAX_ELEMENTS, grid, main  # noqa: F401
+
+    class A:
+        shapes = dtypes = None
+        quick = True
+
+    q = grid(A())
+    assert (16384, 4096, *[__import__("torch").bfloat16] * 2) in q
+    assert all(n * h <= max(MAX_ELEMENTS, (1 << 20) * 128) for n, h, _, _ in q)
+    A.quick = False
+    s = grid(A())
+    hs = {h for _, h, _, _ in s}
+    assert {128, 3000, 4100, 11111, 131072} <= hs and len(s) > len(q)
+    A.shapes, A.dtypes = "8x128,1x4096", "bf16,bf16/fp32"
+    assert len(grid(A())) == 4
+
+
+def test_no_gpu_path_runs_the_demo():
+    """On a machine without a GPU the report says so and runs the interpreter demo, exit 0."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.run([sys.executable, "-m", "addrmsnorm.bench", "--quick"], capture_output=True, text=True,
+                       env=env, cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "No CUDA GPU here" in p.stdout and "all within tolerance" in p.stdout
