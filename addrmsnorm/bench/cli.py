@@ -181,10 +181,16 @@ def run(args) -> int:
         wanted = [s.strip().lower() for s in args.impls.split(",")]
         impls = [i for i in impls if any(w in i.name.lower() for w in wanted)]
     unavailable = {i.name: i.reason for i in impls if not i.available}
-    live = [i for i in impls if i.available]
-    for i in live:
-        if i.setup:
-            i.setup()
+    live = []
+    for i in impls:
+        if not i.available:
+            continue
+        try:
+            if i.setup:
+                i.setup()
+            live.append(i)
+        except Exception as e:  # noqa: BLE001 - a peer that fails to set up is reported, not fatal
+            unavailable[i.name] = f"setup failed: {e}"
     names = [i.name for i in live]
     _log(f"implementations: {', '.join(names)}")
     for n, why in unavailable.items():

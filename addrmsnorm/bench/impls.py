@@ -81,6 +81,8 @@ def _ours_c():
         return x, r
 
     def setup():
+        torch.cuda.init()  # the library launches in the current context: make torch create it
+        torch.zeros(1, device="cuda")
         if lib.addrmsnorm_preload() != 0:
             raise RuntimeError(lib.addrmsnorm_last_error().decode())
 
