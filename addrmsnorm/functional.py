@@ -95,12 +95,15 @@ def fused_add_rmsnorm(
     shape = x.shape
     xr = v.as_rows("x", x, shape)
     rr = v.as_rows("residual", residual, shape)
-    wr = v.Rows(tensor=weight.view(1, H), n_rows=1, row_stride=H)
+    wr = v.Rows(weight, 1, H)
     outputs = {}
-    if out is not None:
-        outputs["out"] = v.as_rows("out", out, shape)
-    if residual_out is not None:
-        outputs["residual_out"] = v.as_rows("residual_out", residual_out, shape)
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        if t is x:  # the in-place forms: reuse the input's checked view
+            outputs[name] = xr
+        elif t is residual:
+            outputs[name] = rr
+        elif t is not None:
+            outputs[name] = v.as_rows(name, t, shape)
     for name, rows in outputs.items():
         v.check_no_self_overlap(name, rows)
     v.check_aliasing(outputs, {"x": xr, "residual": rr, "weight": wr}, _MAY_ALIAS)

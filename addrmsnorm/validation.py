@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+import struct
 
 import torch
 
@@ -15,13 +15,21 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DTYPE_NAMES = "float16, bfloat16 or float32"
 
 
-@dataclass(frozen=True)
 class Rows:
-    """A tensor of shape (..., H) seen as n_rows rows of H elements with one row stride."""
+    """A tensor of shape (..., H) seen as n_rows rows of H elements with one row stride, and the
+    byte geometry the overlap checks need, computed once. (A slotted class: this is on the hot path.)"""
 
-    tensor: torch.Tensor  # the 2-D (n_rows, H) view, no copy
-    n_rows: int
-    row_stride: int       # in elements
+    __slots__ = ("tensor", "n_rows", "row_stride", "start", "stride_bytes", "row_bytes", "end")
+
+    def __init__(self, tensor: torch.Tensor, n_rows: int, row_stride: int):
+        self.tensor = tensor          # the 2-D (n_rows, H) view, no copy (a weight stays 1-D)
+        self.n_rows = n_rows
+        self.row_stride = row_stride  # in elements
+        item = tensor.element_size()
+        self.start = tensor.data_ptr()
+        self.stride_bytes = row_stride * item
+        self.row_bytes = tensor.shape[-1] * item
+        self.end = self.start + max(n_rows - 1, 0) * self.stride_bytes + self.row_bytes
 
 
 def check_scalar(name: str, value, *, positive: bool) -> float:
@@ -33,9 +41,14 @@ def check_scalar(name: str, value, *, positive: bool) -> float:
     if positive:
         if value <= 0.0:
             raise ValueError(f"{name} must be > 0, got {value}")
-        # The kernel adds eps in fp32: a value that rounds to 0 there would let rstd become inf.
-        if torch.tensor(value, dtype=torch.float32).item() == 0.0:
-            raise ValueError(f"{name}={value} rounds to 0 in float32; it must be > 0 there")
+    # The kernel takes these as fp32: eps rounding to 0 would let rstd become inf, and a value
+    # past the fp32 range would become inf.
+    try:
+        as_fp32 = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        raise ValueError(f"{name}={value} overflows float32") from None
+    if positive and as_fp32 == 0.0:
+        raise ValueError(f"{name}={value} rounds to 0 in float32; it must be > 0 there")
     return value
 
 
@@ -56,7 +69,7 @@ def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), "
                          f"got stride {t.stride(-1)}")
     try:
-        t2 = t.view(-1, H)
+        t2 = t if t.dim() == 2 else t.view(-1, H)
     except RuntimeError:
         raise ValueError(f"{name}: the leading dimensions of a tensor with strides {t.stride()} "
                          f"cannot be flattened into rows of one stride; pass a contiguous tensor "
@@ -80,30 +93,18 @@ def check_devices(tensors: dict[str, torch.Tensor]) -> torch.device:
 
 # ----- overlap of row-strided views -----------------------------------------------------------
 
-def _rows_bytes(r: Rows):
-    """(start byte, row stride in bytes, row length in bytes, rows) of a row-strided view."""
-    t = r.tensor
-    item = t.element_size()
-    return t.data_ptr(), r.row_stride * item, t.shape[1] * item, r.n_rows
-
-
 def _overlaps(a: Rows, b: Rows) -> bool:
     """Whether any byte of a is also a byte of b. Exact for equal row strides, else conservative."""
-    if a.n_rows == 0 or b.n_rows == 0:
-        return False
-    pa, sa, la, na = _rows_bytes(a)
-    pb, sb, lb, nb = _rows_bytes(b)
-    if pa + (na - 1) * sa + la <= pb or pb + (nb - 1) * sb + lb <= pa:
-        return False  # the byte extents do not even meet
+    if a.n_rows == 0 or b.n_rows == 0 or a.end <= b.start or b.end <= a.start:
+        return False  # the byte extents do not even meet: the common case, decided first
+    na, nb, la, lb = a.n_rows, b.n_rows, a.row_bytes, b.row_bytes
     # A single row has no stride of its own: give it the other view's.
-    if na == 1:
-        sa = sb if nb > 1 else 0
-    if nb == 1:
-        sb = sa
+    sa = a.stride_bytes if na > 1 else (b.stride_bytes if nb > 1 else 0)
+    sb = b.stride_bytes if nb > 1 else sa
     if sa != sb:
         return True  # different row strides and meeting extents: treat as overlap
     # Row j of b meets row i of a iff -lb < d + k*s < la, with k = j - i in [-(na-1), nb-1].
-    d, s = pb - pa, sa
+    d, s = b.start - a.start, sa
     if s == 0:
         return -lb < d < la
     k_lo = max(-(na - 1), (-lb - d) // s + 1)

@@ -257,7 +257,7 @@ def run(args) -> int:
     return render(out, header, rows, args.update_readme)
 
 
-def render(out: Path, header: dict, rows: list[dict], update_readme: bool) -> int:
+def render(out: Path, header: dict, rows: list[dict], update_readme: bool, rendered_by: str = "") -> int:
     """report.md and the plot from the rows; optionally the README's results section."""
     from addrmsnorm.bench import writers
 
@@ -273,6 +273,8 @@ def render(out: Path, header: dict, rows: list[dict], update_readme: bool) -> in
     if update_readme:
         section = md.replace("](gbs_vs_h.png)", f"]({(out / 'gbs_vs_h.png').as_posix()})")
         section += f"\nRaw files: `{out.as_posix()}/` (results.csv, results.json, report.md).\n"
+        if rendered_by:
+            section += f"This section was rendered from those files by `{rendered_by}`.\n"
         writers.update_readme(Path("README.md"), section)
         _log("updated README.md")
     return 0
@@ -284,7 +286,8 @@ def render_saved(folder: str, update_readme: bool) -> int:
 
     out = Path(folder)
     data = json.loads((out / "results.json").read_text())
-    return render(out, data["header"], data["rows"], update_readme)
+    return render(out, data["header"], data["rows"], update_readme,
+                  rendered_by=f"python -m addrmsnorm.bench --render {folder}" + (" --update-readme" if update_readme else ""))
 
 
 def no_gpu() -> int:

@@ -140,11 +140,16 @@ def plot(rows: list[dict], impl_names: list[str], roofline_gbs: float, path: Pat
                 best_n[r["H"]] = (r["N"] * r["H"], r)
         if not best_n:
             continue
-        hs = sorted(best_n)
-        ax.plot(hs, [best_n[h][1]["gbs"] for h in hs], marker="o", label=name)
+        # H that are multiples of 16 as a line; the others (3000, 4100, 11111: rows that cannot
+        # all start 16-byte aligned) as crosses of the same colour, so the line stays readable.
+        aligned = sorted(h for h in best_n if h % 16 == 0)
+        odd = sorted(h for h in best_n if h % 16)
+        line, = ax.plot(aligned, [best_n[h][1]["gbs"] for h in aligned], marker="o", label=name)
+        if odd:
+            ax.scatter(odd, [best_n[h][1]["gbs"] for h in odd], marker="x", s=60, color=line.get_color())
     ax.axhline(roofline_gbs, color="black", linestyle="--", label=f"roofline {roofline_gbs:.0f} GB/s")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("H (hidden size)")
+    ax.set_xlabel("H (hidden size); x: H not a multiple of 16")
     ax.set_ylabel("GB/s (fused byte model)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
