@@ -5,45 +5,29 @@ Where both paths compile the same specialization (every pointer 16-byte aligned,
 multiples of 16) they must give identical bits: one kernel source, one config table.
 """
 
-import ctypes
-import os
-
 import pytest
 import torch
 
 import addrmsnorm
+from addrmsnorm import c_library
 
 from conftest import ON_GPU
-from helpers import DTYPE_COMBOS, DTYPES, bits, check_forward, combo_id, make_inputs
+from helpers import DTYPE_COMBOS, bits, check_forward, combo_id, make_inputs
 
-LIB_PATH = os.environ.get("ADDRMSNORM_LIB", "build/libaddrmsnorm.so")
-DTYPE_ENUM = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+LIB_PATH = c_library.library_path()
 
 pytestmark = [
     pytest.mark.skipif(not ON_GPU, reason="needs a GPU (the C++ runtime launches compiled cubins)"),
-    pytest.mark.skipif(not os.path.exists(LIB_PATH), reason=f"no C++ library at {LIB_PATH} (build it first)"),
+    pytest.mark.skipif(LIB_PATH is None, reason="no C++ library (build it: cmake -S . -B build && cmake --build build)"),
 ]
 
 
 def _lib():
-    lib = ctypes.CDLL(LIB_PATH)
-    f = lib.addrmsnorm_fused_add_rmsnorm
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [ctypes.c_int] * 3 +
-                  [ctypes.c_float, ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
-    lib.addrmsnorm_last_error.restype = ctypes.c_char_p
-    return lib
+    return c_library.load(LIB_PATH)
 
 
 def c_forward(lib, x, r, w, out, rout, rstd, eps, off):
-    N, H = x.shape
-    st = lib.addrmsnorm_fused_add_rmsnorm(
-        x.data_ptr(), r.data_ptr(), w.data_ptr(), out.data_ptr(), rout.data_ptr(),
-        rstd.data_ptr() if rstd is not None else None, N, H,
-        x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
-        DTYPE_ENUM[x.dtype], DTYPE_ENUM[r.dtype], DTYPE_ENUM[w.dtype], eps, off, 0,
-        torch.cuda.current_stream().cuda_stream)
-    assert st == 0, lib.addrmsnorm_last_error().decode()
+    c_library.forward(lib, x, r, w, out, rout, rstd, eps, off)
 
 
 @pytest.mark.parametrize("combo", DTYPE_COMBOS, ids=combo_id)

@@ -7,10 +7,7 @@ cannot be imported is kept, marked unavailable with the reason, and listed as su
 
 from __future__ import annotations
 
-import ctypes
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -18,7 +15,6 @@ import torch.nn.functional as F
 
 import addrmsnorm
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -47,37 +43,19 @@ def _ours_jit():
                 in_place=True, ours=True)
 
 
-def c_library_path() -> Path | None:
-    env = os.environ.get("ADDRMSNORM_LIB")
-    for p in ([Path(env)] if env else []) + [REPO / "build" / "libaddrmsnorm.so"]:
-        if p.exists():
-            return p
-    return None
-
-
-_DTYPE_ENUM = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
-
-
 def _ours_c():
-    path = c_library_path()
+    from addrmsnorm import c_library
+
+    path = c_library.library_path()
     name = "addrmsnorm (C++ runtime)"
     if path is None:
         return Impl(name, None, True, reason="not built (cmake -S . -B build && cmake --build build)", ours=True)
-    lib = ctypes.CDLL(str(path))
-    f = lib.addrmsnorm_fused_add_rmsnorm
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [ctypes.c_int] * 3 +
-                  [ctypes.c_float, ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
-    lib.addrmsnorm_last_error.restype = ctypes.c_char_p
+    lib = c_library.load(path)
 
     def fn(x, r, w, eps):
         H = x.shape[-1]
-        n = x.numel() // H
-        st = f(x.data_ptr(), r.data_ptr(), w.data_ptr(), x.data_ptr(), r.data_ptr(), None, n, H, H, H, H, H,
-               _DTYPE_ENUM[x.dtype], _DTYPE_ENUM[r.dtype], _DTYPE_ENUM[w.dtype], eps, 0.0, 0,
-               torch.cuda.current_stream().cuda_stream)
-        if st != 0:
-            raise RuntimeError(lib.addrmsnorm_last_error().decode())
+        x2, r2 = x.view(-1, H), r.view(-1, H)
+        c_library.forward(lib, x2, r2, w, x2, r2, None, eps)
         return x, r
 
     def setup():
