@@ -86,14 +86,27 @@ ACTIVATION_PAIRS = {
 }
 WEIGHT_DTYPES = DTYPES
 
-# The JIT specializes on 16-byte alignment by itself. The AOT build compiles each kernel twice:
-# once with these arguments marked divisible by 16 (pointers in bytes, sizes and strides in
-# elements), which lets Triton emit 16-byte vector accesses, and once with no such promise.
-ALIGNED_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "H",
-                "stride_x_row", "stride_residual_row", "stride_out_row", "stride_residual_out_row")
-ALIGNMENT = 16
+# Alignment. Each kernel is compiled twice: aligned, promising that the five tensor pointers are
+# 16-byte aligned (Triton's tt.divisibility=16 on them) and, through the ALIGN constexpr, that H and
+# every row stride are multiples of the 16-byte vector (8 elements for 16-bit streams, 4 for fp32);
+# and unaligned (ALIGN = 1, no promise). The JIT launcher and the AOT runtime pick between them with
+# `align_elems`, so that both compile the same specialization for the same call.
+ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr")
+ALIGNMENT_BYTES = 16
 
 
+def vector_elems(x_itemsize: int, residual_itemsize: int) -> int:
+    """Elements in one 16-byte access of the narrower activation stream."""
+    return ALIGNMENT_BYTES // min(x_itemsize, residual_itemsize)
+
+
+def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
+    """ALIGN for a call: the vector width if every pointer is 16-byte aligned and H and every row
+    stride are multiples of it, else 1. Pass stride 0 for a single row (it has no stride)."""
+    v = vector_elems(x_itemsize, residual_itemsize)
+    if all(p % ALIGNMENT_BYTES == 0 for p in pointers) and H % v == 0 and all(s % v == 0 for s in strides):
+        return v
+    return 1
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
 

@@ -122,7 +122,11 @@ def _looped_row(
         tl.store(out_row + cols, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+# H and the strides are not specialized by value: their alignment reaches the kernel only through
+# the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
+# compile the same code (and give the same bits) for the same call.
+@triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
+                               "stride_residual_out_row"])
 def fused_add_rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
@@ -142,7 +146,16 @@ def fused_add_rmsnorm_fwd(
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
     HAS_RSTD: tl.constexpr,          # write rstd
+    ALIGN: tl.constexpr,             # H and every row stride are multiples of ALIGN elements
 ):
+    # (v // ALIGN) * ALIGN == v by the launcher's promise; written this way, it tells the compiler
+    # that rows start on ALIGN-element boundaries and that the mask is uniform over ALIGN columns,
+    # so it can use 16-byte accesses where H is a multiple of 8 (16-bit) or 4 (fp32), not only 16.
+    H = (H // ALIGN) * ALIGN
+    stride_x_row = (stride_x_row // ALIGN) * ALIGN
+    stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
+    stride_out_row = (stride_out_row // ALIGN) * ALIGN
+    stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,

@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from .configs import ForwardConfig, select_forward_config
+from .configs import ForwardConfig, align_elems, select_forward_config
 from .kernels import fused_add_rmsnorm_fwd
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
@@ -37,7 +37,13 @@ def launch_forward(
 
     ``config`` overrides the dispatch rule; it exists for tuning sweeps, not for normal calls.
     """
-    cfg = config or select_forward_config(H, x.element_size(), residual.element_size())
+    xs, rs = x.element_size(), residual.element_size()
+    cfg = config or select_forward_config(H, xs, rs)
+    if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
+        stride_x = stride_residual = stride_out = stride_residual_out = 0
+    align = align_elems((x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
+                         residual_out.data_ptr()), H,
+                        (stride_x, stride_residual, stride_out, stride_residual_out), xs, rs)
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
             x, residual, weight, out, residual_out, rstd,
@@ -48,5 +54,6 @@ def launch_forward(
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
             HAS_RSTD=rstd is not None,
+            ALIGN=align,
             num_warps=cfg.num_warps,
         )

@@ -24,7 +24,7 @@ ForwardCall make_call(const void* x, const void* residual, const void* weight, c
                        x_dtype, residual_dtype, weight_dtype, eps, weight_offset, flags};
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
 }  // namespace
 
@@ -57,9 +57,11 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     }
     const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype));
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
+    // The same rule as configs.align_elems on the JIT path, so both run the same specialization.
+    const int v = vector_elems(dtype_size(x_dtype), dtype_size(residual_dtype));
     const bool aligned = aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) &&
-                         aligned16(residual_out) && hidden % 16 == 0 && stride_x % 16 == 0 &&
-                         stride_residual % 16 == 0 && stride_out % 16 == 0 && stride_residual_out % 16 == 0;
+                         aligned16(residual_out) && hidden % v == 0 && stride_x % v == 0 &&
+                         stride_residual % v == 0 && stride_out % v == 0 && stride_residual_out % v == 0;
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, aligned);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 

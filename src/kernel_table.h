@@ -16,7 +16,8 @@ struct KernelVariant {
     int config;            // index into kConfigs
     int x_dtype, residual_dtype, weight_dtype;  // addrmsnorm_dtype values
     bool has_rstd;
-    bool aligned;          // compiled assuming 16-byte aligned pointers, H and strides % 16 == 0
+    bool aligned;          // compiled assuming 16-byte aligned pointers, and H and strides multiples
+                           // of vector_elems (the ALIGN constexpr)
 };
 
 struct CubinImage {
@@ -43,6 +44,10 @@ extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
 // invariance rests on it never seeing the row count.
 int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
+
+// Elements per 16-byte access of the narrower activation stream; the alignment bytes.
+int vector_elems(int x_itemsize, int residual_itemsize);
+extern const int kAlignmentBytes;
 
 inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, bool aligned) {
     const int n = kNumDtypes;

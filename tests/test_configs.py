@@ -52,3 +52,16 @@ def test_bad_dispatch_inputs(args):
 def test_grid():
     cfg = configs.ForwardConfig(block_h=128, rows_per_program=8, num_warps=4, looped=False)
     assert [cfg.grid(n) for n in (1, 8, 9, 16, 17)] == [1, 1, 2, 2, 3]
+
+
+def test_alignment_rule():
+    from addrmsnorm.configs import align_elems, vector_elems
+
+    assert vector_elems(2, 2) == 8 and vector_elems(2, 4) == 8 and vector_elems(4, 4) == 4
+    ptrs = (0x1000, 0x2000, 0x3000, 0x4000, 0x5000)
+    assert align_elems(ptrs, 3000, (3000,) * 4, 2, 2) == 8      # 6000-byte rows: 16-byte aligned
+    assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2) == 1      # 8200-byte rows: not
+    assert align_elems(ptrs, 4100, (4100,) * 4, 4, 4) == 4      # fp32: 16400-byte rows are
+    assert align_elems(ptrs, 4096, (0,) * 4, 2, 2) == 8         # one row: no stride to check
+    assert align_elems((0x1008,) + ptrs[1:], 4096, (4096,) * 4, 2, 2) == 1  # a misaligned pointer
+    assert align_elems(ptrs, 4096, (4096, 4096, 4100, 4096), 2, 2) == 1    # one odd stride

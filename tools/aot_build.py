@@ -52,6 +52,7 @@ def _load(name):
 configs = _load("configs")
 
 TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
 SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
@@ -95,7 +96,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN"):
         sig[name] = "constexpr"
     return sig
 
@@ -106,7 +107,7 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 1
+TOOL_VERSION = 2
 
 
 def compile_one(job):
@@ -123,12 +124,14 @@ def compile_one(job):
     kernel = _load("kernels").fused_add_rmsnorm_fwd
 
     names = kernel.arg_names
-    attrs = {}
-    if spec.aligned:
-        attrs = {(names.index(a),): [["tt.divisibility", configs.ALIGNMENT]] for a in configs.ALIGNED_ARGS}
+    attrs, align = {}, 1
+    if spec.aligned:  # the same promise the JIT launcher makes with configs.align_elems
+        attrs = {(names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
+                 for a in configs.ALIGNED_POINTER_ARGS}
+        align = configs.vector_elems(ITEMSIZE[spec.x], ITEMSIZE[spec.residual])
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs={
         "BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program,
-        "LOOPED": cfg.looped, "HAS_RSTD": spec.has_rstd})
+        "LOOPED": cfg.looped, "HAS_RSTD": spec.has_rstd, "ALIGN": align})
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": cfg.num_warps})
     md = compiled.metadata
@@ -242,6 +245,16 @@ addrmsnorm_cubin_blob:
         lines.append("    }")
     lines.append("    return -1;")
     lines.append("}")
+    lines.append("")
+    lines.append("// Elements per 16-byte access (configs.vector_elems): the aligned variants need H and")
+    lines.append("// every row stride to be multiples of it, and the five tensor pointers 16-byte aligned.")
+    lines.append("int vector_elems(int x_itemsize, int residual_itemsize) {")
+    for xs in (2, 4):
+        for rs in (2, 4):
+            lines.append(f"    if (x_itemsize == {xs} && residual_itemsize == {rs}) return {configs.vector_elems(xs, rs)};")
+    lines.append("    return 1;")
+    lines.append("}")
+    lines.append(f"const int kAlignmentBytes = {configs.ALIGNMENT_BYTES};")
     lines += ["", "}  // namespace detail", "}  // namespace addrmsnorm", ""]
     _write_if_changed(out / "kernel_table.cpp", "\n".join(lines))
 
