@@ -32,6 +32,9 @@ Points the contract insists on, and how this source honours them:
   residual_out dtype (exact for an fp32 residual stream). This costs at most half an ulp of that
   dtype in y, and saves keeping a whole row in registers.
 * Row offsets are computed in int64, so tensors of more than 2**31 elements do not overflow.
+* Alignment reaches the kernel as the ALIGN constexpr (H and every row stride are multiples of it),
+  chosen by configs.align_elems for the JIT and the AOT build alike; H and the strides are not
+  specialized by value, so the two paths compile the same code for the same call.
 * Batch invariance: a row's reduction order depends only on the constexpr configuration, which the
   dispatch rule picks from H and the dtypes, never from the row count.
 
