@@ -75,7 +75,7 @@ def main() -> int:
         device = "cuda"
         print(f"GPU: {torch.cuda.get_device_name()}")
     print("max |dy| / tol: the worst error of y against the float64 reference, as a fraction of "
-          "the tolerance in addrmsnorm/reference.py (<= 1 passes).\n")
+          "the tolerance in addrmsnorm/tolerances.py (<= 1 passes).\n")
     ok = run(device)
     print("\nall within tolerance" if ok else "\nSOME CASES FAILED")
     return 0 if ok else 1

@@ -293,7 +293,8 @@ def render_saved(folder: str, update_readme: bool) -> int:
 def no_gpu() -> int:
     print("No CUDA GPU here: the benchmark report needs one (it times kernels on the GPU). Running "
           "the correctness demo on the CPU under the Triton interpreter instead.", flush=True)
-    return subprocess.call([sys.executable, "-m", "addrmsnorm.demo"])
+    # Chosen here, so the demo starts under the interpreter and does not announce it a second time.
+    return subprocess.call([sys.executable, "-m", "addrmsnorm.demo"], env={**os.environ, "TRITON_INTERPRET": "1"})
 
 
 def main(argv=None) -> int:
