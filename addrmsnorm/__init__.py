@@ -4,10 +4,16 @@
     residual_out = cast(h, residual dtype)
     rstd         = 1 / sqrt(sum(h*h over the last dim) / H + eps)
     y            = cast(h * rstd * (float32(weight) + weight_offset), x dtype)
+
+The functions below call the ``torch.ops.addrmsnorm`` operators; ``backend()`` says whether CUDA
+tensors go to the C++ extension ("cpp") or the Triton JIT launcher ("triton").
 """
 
 from .functional import fused_add_rmsnorm, fused_add_rmsnorm_
+from .module import FusedAddRMSNorm
+from .ops import backend, backend_reason
 from .reference import fused_add_rmsnorm_ref
 
-__all__ = ["fused_add_rmsnorm", "fused_add_rmsnorm_", "fused_add_rmsnorm_ref"]
+__all__ = ["fused_add_rmsnorm", "fused_add_rmsnorm_", "FusedAddRMSNorm", "backend", "backend_reason",
+           "fused_add_rmsnorm_ref"]
 __version__ = "0.1.0"

@@ -85,6 +85,11 @@ ACTIVATION_PAIRS = {
     4: (("fp32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32")),
 }
 WEIGHT_DTYPES = DTYPES
+# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py). HF
+# models carry the residual in the model dtype, so "hf" takes residual of x's dtype only, which
+# also keeps the AOT build from compiling variants nobody calls.
+NUMERICS = ("contract", "hf")
+HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
 # Alignment. Each kernel is compiled twice: aligned, promising that the five tensor pointers are
 # 16-byte aligned (Triton's tt.divisibility=16 on them) and, through the ALIGN constexpr, that H and

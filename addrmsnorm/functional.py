@@ -5,6 +5,10 @@
     rstd         = 1 / sqrt(sum(h*h over the last dim) / H + eps)
     y            = cast(h * rstd * (float32(weight) + weight_offset), x dtype)
 
+These functions check their Python-level arguments and call the ``torch.ops.addrmsnorm`` operators
+(``ops.py``), so eager code, torch.compile and CUDA graphs all take the one path. The operators'
+backends check the tensors.
+
 Forward only: these functions have no backward yet, and refuse inputs that require grad while
 grad mode is on rather than silently cutting the graph.
 """
@@ -13,11 +17,24 @@ from __future__ import annotations
 
 import torch
 
+from . import ops
 from . import validation as v
-from .launcher import INTERPRETED, launch_forward
 
-# Which input each output may alias exactly (same pointer, shape, dtype and strides).
-_MAY_ALIAS = {"out": ("x", "residual"), "residual_out": ("residual", "x")}
+NUMERICS = ("contract", "hf")
+
+
+def _hf(numerics) -> bool:
+    if numerics == "contract":
+        return False
+    if numerics == "hf":
+        return True
+    raise ValueError(f"numerics must be 'contract' or 'hf', got {numerics!r}")
+
+
+def _refuse_grad(x, residual, weight):
+    if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad):
+        raise RuntimeError("addrmsnorm.fused_add_rmsnorm has no backward yet; call it under "
+                           "torch.no_grad() or torch.inference_mode(), or pass detached tensors")
 
 
 def fused_add_rmsnorm(
@@ -30,6 +47,7 @@ def fused_add_rmsnorm(
     out: torch.Tensor | None = None,
     residual_out: torch.Tensor | None = None,
     return_rstd: bool = False,
+    numerics: str = "contract",
 ):
     """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset)``.
 
@@ -44,6 +62,9 @@ def fused_add_rmsnorm(
         out: optional (..., H) tensor of x's dtype for y. May be ``x`` or ``residual`` itself.
         residual_out: optional (..., H) tensor of residual's dtype for h. May be ``residual`` or ``x``.
         return_rstd: also return rstd, float32 of shape x.shape[:-1].
+        numerics: "contract" (the formula above, y rounded once) or "hf", HF LlamaRMSNorm's
+            roundings: normalize h rounded to residual's dtype, round h * rstd to x's dtype, then
+            multiply by the weight (see kernels.py). "hf" needs residual of x's dtype.
 
     Returns:
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``.
@@ -51,85 +72,33 @@ def fused_add_rmsnorm(
     Raises:
         TypeError / ValueError naming the argument, before anything is allocated or launched.
     """
+    hf = _hf(numerics)
     x = v.check_tensor("x", x)
     residual = v.check_tensor("residual", residual)
     weight = v.check_tensor("weight", weight)
-    if out is not None:
-        out = v.check_tensor("out", out)
-    if residual_out is not None:
-        residual_out = v.check_tensor("residual_out", residual_out)
     eps = v.check_scalar("eps", eps, positive=True)
     weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
     if not isinstance(return_rstd, bool):
         raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
+    _refuse_grad(x, residual, weight)
+    if out is None and residual_out is None:
+        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf)
+        return (y, h, rstd) if return_rstd else (y, h)
 
+    # Caller-given outputs: allocate the missing ones (the operator checks them all before it launches).
+    if out is not None:
+        out = v.check_tensor("out", out)
+    if residual_out is not None:
+        residual_out = v.check_tensor("residual_out", residual_out)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (..., H)")
-    H = x.shape[-1]
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    if residual.dtype not in (x.dtype, torch.float32):
-        raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype}) "
-                        f"or float32")
-    if out is not None and out.dtype != x.dtype:
-        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
-    if residual_out is not None and residual_out.dtype != residual.dtype:
-        raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
-                        f"({residual.dtype})")
-    if weight.shape != (H,):
-        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
-    if H > 1 and weight.stride(0) != 1:
-        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
-
-    tensors = {"x": x, "residual": residual, "weight": weight}
-    if out is not None:
-        tensors["out"] = out
-    if residual_out is not None:
-        tensors["residual_out"] = residual_out
-    device = v.check_devices(tensors)
-    _check_runnable(device)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, residual, weight)):
-        raise RuntimeError("addrmsnorm.fused_add_rmsnorm has no backward yet; call it under "
-                           "torch.no_grad() or torch.inference_mode(), or pass detached tensors")
-
-    shape = x.shape
-    xr = v.as_rows("x", x, shape)
-    rr = v.as_rows("residual", residual, shape)
-    wr = v.Rows(weight, 1, H)
-    outputs = {}
-    for name, t in (("out", out), ("residual_out", residual_out)):
-        if t is x:  # the in-place forms: reuse the input's checked view
-            outputs[name] = xr
-        elif t is residual:
-            outputs[name] = rr
-        elif t is not None:
-            outputs[name] = v.as_rows(name, t, shape)
-    for name, rows in outputs.items():
-        v.check_no_self_overlap(name, rows)
-    v.check_aliasing(outputs, {"x": xr, "residual": rr, "weight": wr}, _MAY_ALIAS)
-
-    # Validation is complete: from here on, allocate what the caller did not pass, and launch.
     if out is None:
-        out = torch.empty(shape, dtype=x.dtype, device=device)
-        outputs["out"] = v.as_rows("out", out, shape)
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if residual_out is None:
-        residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
-        outputs["residual_out"] = v.as_rows("residual_out", residual_out, shape)
-    rstd = torch.empty(shape[:-1], dtype=torch.float32, device=device) if return_rstd else None
-
-    n_rows = xr.n_rows
-    if n_rows > 0:
-        o, ro = outputs["out"], outputs["residual_out"]
-        launch_forward(
-            xr.tensor, rr.tensor, weight, o.tensor, ro.tensor, rstd,
-            n_rows=n_rows, H=H,
-            stride_x=xr.row_stride, stride_residual=rr.row_stride,
-            stride_out=o.row_stride, stride_residual_out=ro.row_stride,
-            eps=eps, weight_offset=weight_offset,
-        )
-    if return_rstd:
-        return out, residual_out, rstd
-    return out, residual_out
+        residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
+    ops.fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, hf)
+    return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
 def fused_add_rmsnorm_(
@@ -139,21 +108,19 @@ def fused_add_rmsnorm_(
     eps: float = 1e-6,
     *,
     weight_offset: float = 0.0,
+    numerics: str = "contract",
 ):
     """In place, vLLM/FlashInfer convention: ``residual <- x + residual``, then ``x <- y``.
 
     Takes the same arguments and obeys the same rules as ``fused_add_rmsnorm``; residual must be
     x's dtype or float32. Returns ``(x, residual)``, now holding ``(y, h)``.
     """
-    fused_add_rmsnorm(x, residual, weight, eps, weight_offset=weight_offset,
-                      out=x, residual_out=residual)
+    hf = _hf(numerics)
+    x = v.check_tensor("x", x)
+    residual = v.check_tensor("residual", residual)
+    weight = v.check_tensor("weight", weight)
+    eps = v.check_scalar("eps", eps, positive=True)
+    weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
+    _refuse_grad(x, residual, weight)
+    ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf)
     return x, residual
-
-
-def _check_runnable(device: torch.device) -> None:
-    if device.type == "cuda":
-        return
-    if device.type == "cpu" and INTERPRETED:
-        return
-    raise ValueError(f"x is on {device}; addrmsnorm runs on CUDA tensors, or on CPU tensors under "
-                     f"the Triton interpreter (TRITON_INTERPRET=1)")

@@ -35,6 +35,12 @@ Points the contract insists on, and how this source honours them:
 * Alignment reaches the kernel as the ALIGN constexpr (H and every row stride are multiples of it),
   chosen by configs.align_elems for the JIT and the AOT build alike; H and the strides are not
   specialized by value, so the two paths compile the same code for the same call.
+* HF numerics (the HF_NUMERICS constexpr, `numerics="hf"` in Python, ADDRMSNORM_FLAG_HF_NUMERICS in
+  C) reproduces HF's LlamaRMSNorm applied after a residual add in the model dtype: it normalizes
+  h rounded to the residual dtype, computes rstd as torch does (mean as sum * fp32(1/H), rsqrtf),
+  and rounds h * rstd to the activation dtype before the weight multiply. It exists for bit
+  compatibility with HF checkpoints' reference outputs; the contract's single rounding is the
+  more accurate of the two.
 * Batch invariance: a row's reduction order depends only on the constexpr configuration, which the
   dispatch rule picks from H and the dtypes, never from the row count.
 
@@ -46,10 +52,25 @@ import triton.language as tl
 
 
 @triton.jit
-def _rstd_from_sum_sq(sum_sq, H, eps):
+def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
+    if HF_NUMERICS:
+        # What torch does for HF's `torch.rsqrt(h.pow(2).mean(-1) + eps)`: the mean multiplies by
+        # the fp32 reciprocal of the count, and rsqrt is CUDA's rsqrtf (libdevice, 2 ulp).
+        inv_h = tl.math.div_rn(1.0, H + 0.0)
+        return tl.math.rsqrt(sum_sq * inv_h + eps)
     # Correctly rounded divide and sqrt: rstd should not depend on fast-math approximations.
     mean_sq = tl.math.div_rn(sum_sq, H + 0.0)  # H may arrive as the constexpr 1: no .to()
     return tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_sq + eps))
+
+
+@triton.jit
+def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
+    # y before its store. The contract: h * rstd * w in fp32, rounded once. HF's LlamaRMSNorm
+    # instead rounds the normalized value to the activation dtype and then multiplies by the
+    # weight: `weight * (h * rstd).to(input_dtype)`.
+    if HF_NUMERICS:
+        return (h * rstd).to(out_dtype).to(tl.float32) * w
+    return h * rstd * w
 
 
 @triton.jit
@@ -59,6 +80,7 @@ def _single_pass_rows(
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, HAS_RSTD: tl.constexpr,
+    HF_NUMERICS: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -72,15 +94,17 @@ def _single_pass_rows(
     x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0)
     r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0)
     h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
-    tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d,
-             h.to(residual_out_ptr.dtype.element_ty), mask=mask)
+    h_stored = h.to(residual_out_ptr.dtype.element_ty)
+    tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
+    if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
+        h = h_stored.to(tl.float32)
 
-    rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps)
+    rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
     if HAS_RSTD:
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
     w = tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
-    y = h * rstd[:, None] * w[None, :]
+    y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -90,7 +114,7 @@ def _looped_row(
     H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset,
-    BLOCK_H: tl.constexpr, HAS_RSTD: tl.constexpr,
+    BLOCK_H: tl.constexpr, HAS_RSTD: tl.constexpr, HF_NUMERICS: tl.constexpr,
 ):
     # One row per program, walked in BLOCK_H chunks twice.
     row = tl.program_id(0).to(tl.int64)
@@ -107,9 +131,12 @@ def _looped_row(
         x = tl.load(x_row + cols, mask=mask, other=0.0)
         r = tl.load(residual_row + cols, mask=mask, other=0.0)
         h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
-        tl.store(residual_out_row + cols, h.to(residual_out_ptr.dtype.element_ty), mask=mask)
+        h_stored = h.to(residual_out_ptr.dtype.element_ty)
+        tl.store(residual_out_row + cols, h_stored, mask=mask)
+        if HF_NUMERICS:
+            h = h_stored.to(tl.float32)
         acc += h * h
-    rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps)
+    rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
     if HAS_RSTD:
         tl.store(rstd_ptr + row, rstd)
 
@@ -122,7 +149,8 @@ def _looped_row(
         mask = cols < H
         h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset
-        tl.store(out_row + cols, (h * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+        y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
+        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 # H and the strides are not specialized by value: their alignment reaches the kernel only through
@@ -150,6 +178,7 @@ def fused_add_rmsnorm_fwd(
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
     HAS_RSTD: tl.constexpr,          # write rstd
     ALIGN: tl.constexpr,             # H and every row stride are multiples of ALIGN elements
+    HF_NUMERICS: tl.constexpr,       # HF LlamaRMSNorm's roundings instead of the contract's
 ):
     # (v // ALIGN) * ALIGN == v by the launcher's promise; written this way, it tells the compiler
     # that rows start on ALIGN-element boundaries and that the mask is uniform over ALIGN columns,
@@ -162,9 +191,9 @@ def fused_add_rmsnorm_fwd(
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, BLOCK_H, HAS_RSTD)
+                    eps, weight_offset, BLOCK_H, HAS_RSTD, HF_NUMERICS)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                          eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD)
+                          eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD, HF_NUMERICS)

@@ -30,7 +30,7 @@ def launch_forward(
     out: torch.Tensor, residual_out: torch.Tensor, rstd: torch.Tensor | None,
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
-    eps: float, weight_offset: float,
+    eps: float, weight_offset: float, hf: bool = False,
     config: ForwardConfig | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -55,5 +55,6 @@ def launch_forward(
             LOOPED=cfg.looped,
             HAS_RSTD=rstd is not None,
             ALIGN=align,
+            HF_NUMERICS=hf,
             num_warps=cfg.num_warps,
         )

@@ -91,6 +91,92 @@ def check_devices(tensors: dict[str, torch.Tensor]) -> torch.device:
     return first
 
 
+# Which input each output may alias exactly (same pointer, shape, dtype and strides).
+MAY_ALIAS = {"out": ("x", "residual"), "residual_out": ("residual", "x")}
+
+
+class ForwardCall:
+    """A checked forward call: row views of every tensor, ready for a launch."""
+
+    __slots__ = ("shape", "H", "device", "x", "residual", "weight", "out", "residual_out")
+
+    def __init__(self, shape, H, device, x, residual, weight, out, residual_out):
+        self.shape, self.H, self.device = shape, H, device
+        self.x, self.residual, self.weight = x, residual, weight
+        self.out, self.residual_out = out, residual_out  # Rows, or None: to be allocated
+
+
+def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False) -> ForwardCall:
+    """Every check of a forward call on tensors (the scalars are checked by ``check_scalar``).
+
+    ``out`` and ``residual_out`` may be None (the caller allocates them after this returns);
+    ``rstd`` is checked only when given.
+    """
+    x = check_tensor("x", x)
+    residual = check_tensor("residual", residual)
+    weight = check_tensor("weight", weight)
+    if out is not None:
+        out = check_tensor("out", out)
+    if residual_out is not None:
+        residual_out = check_tensor("residual_out", residual_out)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (..., H)")
+    H = x.shape[-1]
+    if H == 0:
+        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    if residual.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype}) "
+                        f"or float32")
+    if hf and residual.dtype != x.dtype:
+        raise TypeError(f"numerics='hf' needs residual of x's dtype ({x.dtype}), got {residual.dtype}: "
+                        f"HF models carry the residual stream in the model dtype")
+    if out is not None and out.dtype != x.dtype:
+        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
+    if residual_out is not None and residual_out.dtype != residual.dtype:
+        raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
+                        f"({residual.dtype})")
+    if weight.shape != (H,):
+        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
+    if H > 1 and weight.stride(0) != 1:
+        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+
+    tensors = {"x": x, "residual": residual, "weight": weight}
+    if out is not None:
+        tensors["out"] = out
+    if residual_out is not None:
+        tensors["residual_out"] = residual_out
+    if rstd is not None:
+        tensors["rstd"] = rstd
+    device = check_devices(tensors)
+
+    shape = x.shape
+    xr = as_rows("x", x, shape)
+    rr = as_rows("residual", residual, shape)
+    wr = Rows(weight, 1, H)
+    outputs = {}
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        if t is x:  # the in-place forms: reuse the input's checked view
+            outputs[name] = xr
+        elif t is residual:
+            outputs[name] = rr
+        elif t is not None:
+            outputs[name] = as_rows(name, t, shape)
+    for name, rows in outputs.items():
+        check_no_self_overlap(name, rows)
+    inputs = {"x": xr, "residual": rr, "weight": wr}
+    check_aliasing(outputs, inputs, MAY_ALIAS)
+    if rstd is not None:
+        if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
+            raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+                             f"{rstd.dtype} {tuple(rstd.shape)}")
+        rs = Rows(rstd.view(1, -1), 1, 0) if rstd.numel() else None
+        if rs is not None:
+            for name, r in {**inputs, **outputs}.items():
+                if _overlaps(rs, r):
+                    raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
+    return ForwardCall(shape, H, device, xr, rr, wr, outputs.get("out"), outputs.get("residual_out"))
+
+
 # ----- overlap of row-strided views -----------------------------------------------------------
 
 def _overlaps(a: Rows, b: Rows) -> bool:

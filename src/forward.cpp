@@ -62,7 +62,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     const bool aligned = aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) &&
                          aligned16(residual_out) && hidden % v == 0 && stride_x % v == 0 &&
                          stride_residual % v == 0 && stride_out % v == 0 && stride_residual_out % v == 0;
-    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, aligned);
+    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, aligned,
+                                        (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 
     LoadedKernel k;

@@ -18,6 +18,7 @@ struct KernelVariant {
     bool has_rstd;
     bool aligned;          // compiled assuming 16-byte aligned pointers, and H and strides multiples
                            // of vector_elems (the ALIGN constexpr)
+    bool hf;               // HF_NUMERICS
 };
 
 struct CubinImage {
@@ -39,7 +40,7 @@ extern const int kNumVariants;
 extern const KernelVariant kVariants[];
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
-extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][aligned] -> variant | -1
+extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][aligned][hf] -> variant | -1
 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
 // invariance rests on it never seeing the row count.
@@ -49,10 +50,10 @@ int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
 int vector_elems(int x_itemsize, int residual_itemsize);
 extern const int kAlignmentBytes;
 
-inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, bool aligned) {
+inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, bool aligned, bool hf) {
     const int n = kNumDtypes;
-    return kVariantIndex[((((config * n + x) * n + residual) * n + weight) * 2 + (has_rstd ? 1 : 0)) * 2 +
-                         (aligned ? 1 : 0)];
+    return kVariantIndex[(((((config * n + x) * n + residual) * n + weight) * 2 + (has_rstd ? 1 : 0)) * 2 +
+                          (aligned ? 1 : 0)) * 2 + (hf ? 1 : 0)];
 }
 
 }  // namespace detail

@@ -68,9 +68,10 @@ bool exact_alias(const Rows& a, const Rows& b) {
 }  // namespace
 
 addrmsnorm_status validate_forward(const ForwardCall& c) {
-    if (c.flags != 0)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0 (no flags are defined yet), got %u",
-                    c.flags);
+    if (c.flags & ~static_cast<uint32_t>(ADDRMSNORM_FLAG_HF_NUMERICS))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS)",
+                    c.flags & ~static_cast<uint32_t>(ADDRMSNORM_FLAG_HF_NUMERICS));
     if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
     if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
     if (!std::isfinite(c.weight_offset))
@@ -87,6 +88,10 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "residual_dtype is %s; it must be x_dtype (%s) or float32", dtype_name(c.residual_dtype),
                     dtype_name(c.x_dtype));
+    if ((c.flags & ADDRMSNORM_FLAG_HF_NUMERICS) && c.residual_dtype != c.x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype equal to x_dtype (%s), got %s",
+                    dtype_name(c.x_dtype), dtype_name(c.residual_dtype));
     if (c.hidden <= 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
     if (c.hidden > INT32_MAX)

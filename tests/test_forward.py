@@ -125,12 +125,16 @@ def test_strided_3d_view_is_not_copied():
 
 
 def test_empty_rows_launch_nothing(monkeypatch):
-    import addrmsnorm.functional as F
+    import addrmsnorm.jit_backend as J
 
     def boom(*a, **k):
         raise AssertionError("launched a kernel for N = 0")
-    monkeypatch.setattr(F, "launch_forward", boom)
+    monkeypatch.setattr(J, "launch_forward", boom)
     x, r, w = make_inputs(0, 64, DTYPE_COMBOS[0], DEVICE)
+    y, ro, rstd = J.fused_add_rmsnorm(x, r, w, 1e-6, 0.0, True)
+    assert y.shape == (0, 64) and ro.shape == (0, 64) and rstd.shape == (0,)
+    J.fused_add_rmsnorm_(x, r, w, 1e-6)
+    # And through the operators, on whichever backend serves this device.
     y, ro, rstd = addrmsnorm.fused_add_rmsnorm(x, r, w, return_rstd=True)
     assert y.shape == (0, 64) and ro.shape == (0, 64) and rstd.shape == (0,)
     y, ro = addrmsnorm.fused_add_rmsnorm_(x, r, w)

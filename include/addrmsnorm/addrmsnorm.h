@@ -57,6 +57,16 @@ typedef enum addrmsnorm_dtype {
     ADDRMSNORM_FLOAT32 = 2
 } addrmsnorm_dtype;
 
+/*
+ * Flags of addrmsnorm_fused_add_rmsnorm.
+ *
+ * ADDRMSNORM_FLAG_HF_NUMERICS: reproduce HF LlamaRMSNorm after a residual add in the model dtype,
+ * instead of the contract above: normalize h rounded to residual_dtype, compute rstd as torch does
+ * (mean = sum * fp32(1/hidden), then rsqrtf), and round h * rstd to x_dtype before multiplying by
+ * (weight + weight_offset). Needs residual_dtype == x_dtype.
+ */
+#define ADDRMSNORM_FLAG_HF_NUMERICS 0x1u
+
 /* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
 typedef struct CUstream_st *addrmsnorm_stream;
 
@@ -81,7 +91,7 @@ typedef struct CUstream_st *addrmsnorm_stream;
  *                 rows > 1 (its rows must not overlap). Ignored when rows == 1.
  *   eps           finite and > 0, added inside the square root, once.
  *   weight_offset finite; added to the weight in fp32 (1.0f for Gemma's 1 + w).
- *   flags         reserved; must be 0.
+ *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS; other bits are rejected.
  *
  * Outputs must not overlap each other, the weight, or an input other than by the exact aliasing
  * above. The call does no allocation, no synchronization and no host-device copy, and can be

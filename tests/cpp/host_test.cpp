@@ -182,7 +182,11 @@ TEST(Validation, DisjointHalvesOfOneBuffer) {
 TEST(Validation, Flags) {
     Call c;
     c.flags = 4;
-    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0");
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x4");
+    c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.rd = ADDRMSNORM_FLOAT32;  // HF numerics need the residual in x's dtype
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype");
 }
 
 TEST(Validation, LaunchValidatesBeforeTheDriver) {
@@ -244,11 +248,14 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
         for (const auto& p : pairs)
             for (int w = 0; w < 3; ++w)
                 for (bool rstd : {false, true})
-                    for (bool aligned : {false, true}) {
+                    for (bool aligned : {false, true})
+                    for (bool hf : {false, true}) {
+                        if (hf && p[0] != p[1]) continue;  // HF numerics take residual of x's dtype only
                         const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
                         const int cfg = select_forward_config(H, xs, rs);
-                        const int v = variant_index(cfg, p[0], p[1], w, rstd, aligned);
+                        const int v = variant_index(cfg, p[0], p[1], w, rstd, aligned, hf);
                         ASSERT_GE(v, 0) << "H=" << H;
+                        EXPECT_EQ(kVariants[v].hf, hf);
                         for (int a = 0; a < kNumArchs; ++a) {
                             const CubinImage& img = kImages[v * kNumArchs + a];
                             EXPECT_GT(img.size, 0u);

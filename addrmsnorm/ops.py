@@ -1,0 +1,157 @@
+"""The ``torch.ops.addrmsnorm`` operators: schemas, fake (meta) implementations, and the backend.
+
+Three operators, one kernel:
+
+    fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0., return_rstd=False, hf=False)
+        -> (y, residual_out, rstd)      functional; rstd has 0 elements unless return_rstd
+    fused_add_rmsnorm_(x!, residual!, weight, eps, weight_offset=0., hf=False) -> ()
+        in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
+    fused_add_rmsnorm_into(x, residual, weight, out!, residual_out!, rstd!?, eps, weight_offset=0., hf=False) -> ()
+        into caller-given outputs, which may alias x or residual exactly
+
+Backends. CUDA tensors go to one of:
+
+* "cpp": the C++ extension (``torch_ext/ops.cpp``, built by CMake as libaddrmsnorm_torch.so next to
+  libaddrmsnorm.so), which checks its arguments in C++ and calls the C ABI of the AOT-compiled
+  runtime on torch's current stream. A few microseconds per call.
+* "triton": ``jit_backend.py``, Python checks and the Triton JIT launcher. Works wherever Triton
+  does, at the cost of Python per call.
+
+``ADDRMSNORM_BACKEND`` = ``auto`` (default: "cpp" when the extension is built and torch has CUDA),
+``cpp`` (fail at import if it cannot load) or ``triton``. ``backend()`` says which was chosen and
+``backend_reason()`` why. CPU tensors (under the Triton interpreter) always take the JIT backend.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from . import jit_backend
+from .launcher import INTERPRETED
+
+NAMESPACE = "addrmsnorm"
+SCHEMAS = {
+    "fused_add_rmsnorm": "(Tensor x, Tensor residual, Tensor weight, float eps, float weight_offset=0., "
+                         "bool return_rstd=False, bool hf=False) -> (Tensor, Tensor, Tensor)",
+    "fused_add_rmsnorm_": "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, "
+                          "float weight_offset=0., bool hf=False) -> ()",
+    "fused_add_rmsnorm_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
+                              "Tensor(b!) residual_out, Tensor(c!)? rstd, float eps, "
+                              "float weight_offset=0., bool hf=False) -> ()",
+}
+BACKEND_ENV = "ADDRMSNORM_BACKEND"
+EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
+EXTENSION_NAME = "libaddrmsnorm_torch.so"
+REPO = Path(__file__).resolve().parents[1]
+
+_lib = torch.library.Library(NAMESPACE, "DEF")
+for _name, _schema in SCHEMAS.items():
+    _lib.define(_name + _schema)
+
+_JIT_IMPLS = {
+    "fused_add_rmsnorm": jit_backend.fused_add_rmsnorm,
+    "fused_add_rmsnorm_": jit_backend.fused_add_rmsnorm_,
+    "fused_add_rmsnorm_into": jit_backend.fused_add_rmsnorm_into,
+}
+for _name, _fn in _JIT_IMPLS.items():
+    _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
+
+
+# ----- fake implementations: shapes and dtypes for torch.compile and meta tensors -------------------
+
+def _fake_check(x, residual, weight, hf):
+    # The checks that need no data pointer; the real implementations make all of them again.
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (..., H)")
+    for name, t in (("residual", residual), ("weight", weight)):
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}; all tensors must be on one device")
+    for name, t in (("x", x), ("residual", residual), ("weight", weight)):
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes are float16, bfloat16 or float32")
+    if residual.dtype not in (x.dtype, torch.float32) or (hf and residual.dtype != x.dtype):
+        raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype})"
+                        + ("" if hf else " or float32"))
+    if residual.shape != x.shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {tuple(x.shape)}")
+    if weight.shape != x.shape[-1:]:
+        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},)")
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm")
+def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False):
+    _fake_check(x, residual, weight, hf)
+    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), \
+        torch.empty_like(residual, memory_format=torch.contiguous_format), rstd
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_")
+def _(x, residual, weight, eps, weight_offset=0.0, hf=False):
+    _fake_check(x, residual, weight, hf)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_into")
+def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False):
+    _fake_check(x, residual, weight, hf)
+
+
+# ----- backend selection ----------------------------------------------------------------------------
+
+def extension_path() -> Path | None:
+    """Where the C++ extension is: $ADDRMSNORM_TORCH_EXT, else build/ in the source tree."""
+    env = os.environ.get(EXTENSION_ENV)
+    for p in ([Path(env)] if env else []) + [REPO / "build" / EXTENSION_NAME]:
+        if p.exists():
+            return p
+    return None
+
+
+def _select_backend() -> tuple[str, str]:
+    want = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
+    if want not in ("auto", "cpp", "triton"):
+        raise ValueError(f"{BACKEND_ENV}={want!r}: expected auto, cpp or triton")
+    if want == "triton":
+        return "triton", f"{BACKEND_ENV}=triton"
+    path = extension_path()
+    if want == "auto":
+        if INTERPRETED:
+            return "triton", "TRITON_INTERPRET=1: the kernels run on the CPU"
+        if torch.version.cuda is None:
+            return "triton", "this torch has no CUDA, so the C++ extension is not used"
+        if path is None:
+            return "triton", (f"the C++ extension is not built ({EXTENSION_NAME} not found in build/ "
+                              f"or ${EXTENSION_ENV}); cmake builds it where torch is importable")
+    elif path is None:
+        raise ImportError(f"{BACKEND_ENV}=cpp but {EXTENSION_NAME} was not found in build/ or ${EXTENSION_ENV}")
+    try:
+        torch.ops.load_library(str(path))
+    except OSError as e:
+        if want == "cpp":
+            raise ImportError(f"{BACKEND_ENV}=cpp but {path} failed to load: {e}") from e
+        return "triton", f"{path} failed to load ({e})"
+    return "cpp", f"C++ extension {path}"
+
+
+_BACKEND, _REASON = _select_backend()
+if _BACKEND == "triton":
+    for _name, _fn in _JIT_IMPLS.items():
+        _lib.impl(_name, _fn, "CUDA")
+
+
+def backend() -> str:
+    """The backend serving CUDA tensors in this process: "cpp" or "triton"."""
+    return _BACKEND
+
+
+def backend_reason() -> str:
+    """Why ``backend()`` is what it is."""
+    return _REASON
+
+
+fused_add_rmsnorm = torch.ops.addrmsnorm.fused_add_rmsnorm
+fused_add_rmsnorm_ = torch.ops.addrmsnorm.fused_add_rmsnorm_
+fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into
