@@ -31,6 +31,16 @@ def _hf(numerics) -> bool:
     raise ValueError(f"numerics must be 'contract' or 'hf', got {numerics!r}")
 
 
+def _check_call(x, residual, weight, eps, weight_offset):
+    # What the operators' schemas cannot say as clearly: the types of the arguments, and scalars
+    # that fp32 cannot hold. The operators check the tensors.
+    v.check_tensor("x", x)
+    v.check_tensor("residual", residual)
+    v.check_tensor("weight", weight)
+    v.check_scalar("eps", eps, positive=True)
+    v.check_scalar("weight_offset", weight_offset, positive=False)
+
+
 def _refuse_grad(x, residual, weight):
     if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad):
         raise RuntimeError("addrmsnorm.fused_add_rmsnorm has no backward yet; call it under "
@@ -73,13 +83,10 @@ def fused_add_rmsnorm(
         TypeError / ValueError naming the argument, before anything is allocated or launched.
     """
     hf = _hf(numerics)
-    x = v.check_tensor("x", x)
-    residual = v.check_tensor("residual", residual)
-    weight = v.check_tensor("weight", weight)
-    eps = v.check_scalar("eps", eps, positive=True)
-    weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
-    if not isinstance(return_rstd, bool):
-        raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
+    if not torch.compiler.is_compiling():  # traced code is checked by the fake impls and at run time
+        _check_call(x, residual, weight, eps, weight_offset)
+        if not isinstance(return_rstd, bool):
+            raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
     _refuse_grad(x, residual, weight)
     if out is None and residual_out is None:
         y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf)
@@ -87,9 +94,9 @@ def fused_add_rmsnorm(
 
     # Caller-given outputs: allocate the missing ones (the operator checks them all before it launches).
     if out is not None:
-        out = v.check_tensor("out", out)
+        v.check_tensor("out", out)
     if residual_out is not None:
-        residual_out = v.check_tensor("residual_out", residual_out)
+        v.check_tensor("residual_out", residual_out)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (..., H)")
     if out is None:
@@ -116,11 +123,8 @@ def fused_add_rmsnorm_(
     x's dtype or float32. Returns ``(x, residual)``, now holding ``(y, h)``.
     """
     hf = _hf(numerics)
-    x = v.check_tensor("x", x)
-    residual = v.check_tensor("residual", residual)
-    weight = v.check_tensor("weight", weight)
-    eps = v.check_scalar("eps", eps, positive=True)
-    weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
+    if not torch.compiler.is_compiling():
+        _check_call(x, residual, weight, eps, weight_offset)
     _refuse_grad(x, residual, weight)
     ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf)
     return x, residual

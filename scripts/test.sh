@@ -24,6 +24,10 @@ cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DPython3_EXECUTABLE="$(command -v 
   ${ADDRMSNORM_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR"
 export ADDRMSNORM_LIB="$BUILD_DIR/libaddrmsnorm.so"
+# The torch extension (the "cpp" backend of torch.ops.addrmsnorm), where torch could build it.
+if [ -f "$BUILD_DIR/libaddrmsnorm_torch.so" ]; then
+  export ADDRMSNORM_TORCH_EXT="$BUILD_DIR/libaddrmsnorm_torch.so"
+fi
 
 echo "== Python, CPU: kernels under the Triton interpreter (TRITON_INTERPRET=1) =="
 TRITON_INTERPRET=1 "$PY" -m pytest -q tests "$@"

@@ -103,4 +103,24 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void) {
     return preload_all(*d);
 }
 
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_use_primary_context(int device) {
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
+    int count = 0;
+    CUresult r = d->cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuDeviceGetCount");
+    if (device < 0 || device >= count)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "device %d does not exist (%d CUDA devices)", device, count);
+    CUdevice dev;
+    r = d->cuDeviceGet(&dev, device);
+    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuDeviceGet");
+    CUcontext ctx;
+    r = d->cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuDevicePrimaryCtxRetain");
+    r = d->cuCtxSetCurrent(ctx);
+    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuCtxSetCurrent");
+    return ADDRMSNORM_SUCCESS;
+}
+
 extern "C" ADDRMSNORM_API const char* addrmsnorm_built_archs(void) { return kArchList; }

@@ -202,10 +202,11 @@ def run(args) -> int:
     header = header_info(roof, command)
     rows = []
     shapes = grid(args)
-    total = len(shapes) * len(live)
+    kernels = [i for i in live if not i.overhead_only]
+    total = len(shapes) * len(kernels)
     done = 0
     for N, H, xd, rd in shapes:
-        for impl in live:
+        for impl in kernels:
             done += 1
             base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
             if not impl.supports(xd, rd):
@@ -223,7 +224,7 @@ def run(args) -> int:
             torch.cuda.empty_cache()
     if not args.no_decode:
         for N, H in DECODE_SHAPES:
-            for impl in live:
+            for impl in kernels:
                 base = dict(section="decode_chain", impl=impl.name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
                 try:
                     rows.append(dict(base, **bench_decode(impl, N, H)))

@@ -31,6 +31,12 @@ def _cell(r: dict | None) -> str:
     return f"{r['gbs']:.0f} · {r['pct_roofline']:.0f}% · {r['us_median']:.1f}µs"
 
 
+def _overhead_only(rows: list[dict], name: str) -> bool:
+    """An implementation measured for its CPU cost per call only (it shares another row's kernel)."""
+    mine = [r for r in rows if r["impl"] == name]
+    return bool(mine) and all(r["section"] == "cpu_overhead" for r in mine)
+
+
 def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
     """One line per (shape, dtypes); one column per available implementation."""
     bw = [r for r in rows if r["section"] == "bandwidth"]
@@ -40,6 +46,7 @@ def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
         if k not in keys:
             keys.append(k)
     by = {(r["N"], r["H"], r["x_dtype"], r["residual_dtype"], r["impl"]): r for r in bw}
+    impl_names = [n for n in impl_names if not _overhead_only(rows, n)]
     out = ["| N × H | x / residual | " + " | ".join(impl_names) + " |",
            "|---|---|" + "---|" * len(impl_names)]
     for k in keys:

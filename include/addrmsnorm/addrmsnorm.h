@@ -126,6 +126,13 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
  */
 ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void);
 
+/*
+ * Makes the primary context of CUDA device `device` (an ordinal) current on the calling thread,
+ * retaining it, as cudaSetDevice does. For callers whose thread has no current context yet (a
+ * fresh worker thread) and who share the CUDA runtime's context, as PyTorch does.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_use_primary_context(int device);
+
 /* A static description of a status ("invalid argument", ...). Never NULL. */
 ADDRMSNORM_API const char *addrmsnorm_status_string(addrmsnorm_status status);
 

@@ -314,7 +314,7 @@ TEST_F(Gpu, EightThreadsOnTheirOwnStreams) {
 }
 
 TEST_F(Gpu, NoContextOnAFreshThread) {
-    addrmsnorm_status st = ADDRMSNORM_SUCCESS;
+    addrmsnorm_status st = ADDRMSNORM_SUCCESS, st2 = ADDRMSNORM_ERROR_CUDA, bad_device = ADDRMSNORM_SUCCESS;
     std::string msg;
     DeviceBuffer b(4096);
     std::thread th([&] {
@@ -324,9 +324,19 @@ TEST_F(Gpu, NoContextOnAFreshThread) {
                                           128, 128, ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16,
                                           1e-6f, 0.f, 0, nullptr);
         msg = addrmsnorm_last_error();
+        // What the torch extension does then: adopt the device's primary context, and retry.
+        if (addrmsnorm_use_primary_context(0) == ADDRMSNORM_SUCCESS) {
+            st2 = addrmsnorm_fused_add_rmsnorm(b.p(), b.p(1024), b.p(2048), b.p(2560), b.p(3072), nullptr, 1, 128,
+                                               128, 128, 128, 128, ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16,
+                                               ADDRMSNORM_BFLOAT16, 1e-6f, 0.f, 0, nullptr);
+            g_driver->cuCtxSynchronize();
+        }
+        bad_device = addrmsnorm_use_primary_context(1 << 20);
     });
     th.join();
     EXPECT_EQ(st, ADDRMSNORM_ERROR_NO_CONTEXT) << msg;
+    EXPECT_EQ(st2, ADDRMSNORM_SUCCESS);
+    EXPECT_EQ(bad_device, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_F(Gpu, GraphCaptureAndReplay) {

@@ -1,0 +1,241 @@
+// The C++ backend of the torch.ops.addrmsnorm operators (their schemas are in addrmsnorm/ops.py).
+//
+// Each operator checks its tensors here, with the messages of addrmsnorm/validation.py, and calls
+// the C ABI of the AOT-compiled runtime (include/addrmsnorm/addrmsnorm.h) on torch's current stream
+// for the tensors' device. The C ABI then makes the pointer-level checks (overlap, alignment, eps)
+// before it launches. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
+// device-guard interface, and the library is linked in statically.
+//
+// Errors reach Python as ValueError (bad values, shapes, layouts, devices) or TypeError (dtypes),
+// as the Python API raises them; driver failures as RuntimeError.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include "addrmsnorm/addrmsnorm.h"
+
+namespace {
+
+// Python's spelling of a dtype, so that messages match the JIT backend's.
+const char* torch_name(c10::ScalarType t) {
+    switch (t) {
+        case c10::kHalf: return "torch.float16";
+        case c10::kBFloat16: return "torch.bfloat16";
+        case c10::kFloat: return "torch.float32";
+        case c10::kDouble: return "torch.float64";
+        case c10::kByte: return "torch.uint8";
+        case c10::kChar: return "torch.int8";
+        case c10::kShort: return "torch.int16";
+        case c10::kInt: return "torch.int32";
+        case c10::kLong: return "torch.int64";
+        case c10::kBool: return "torch.bool";
+        default: return c10::toString(t);
+    }
+}
+
+// Python's spelling of a shape: (5, 96), (96,), ().
+std::string shape_str(c10::IntArrayRef s) {
+    std::ostringstream o;
+    o << "(";
+    for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+    if (s.size() == 1) o << ",";
+    o << ")";
+    return o.str();
+}
+
+addrmsnorm_dtype to_dtype(const char* name, const at::Tensor& t) {
+    switch (t.scalar_type()) {
+        case c10::kHalf: return ADDRMSNORM_FLOAT16;
+        case c10::kBFloat16: return ADDRMSNORM_BFLOAT16;
+        case c10::kFloat: return ADDRMSNORM_FLOAT32;
+        default:
+            TORCH_CHECK_TYPE(false, name, " has dtype ", torch_name(t.scalar_type()),
+                             "; supported dtypes are float16, bfloat16 or float32");
+    }
+}
+
+struct RowView {
+    int64_t rows;
+    int64_t stride;  // elements between rows; H when there is at most one row
+};
+
+// The tensor as rows of H with one stride, as t.view(-1, H) would see it, without making the view.
+RowView as_rows(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
+    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ",
+                      shape_str(shape));
+    const int64_t d = t.dim(), H = shape[d - 1];
+    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
+                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
+    int64_t rows = 1, stride = -1, expected = 0;
+    for (int64_t i = d - 2; i >= 0; --i) {
+        const int64_t n = t.size(i);
+        rows *= n;
+        if (n == 1) continue;
+        if (stride < 0) {
+            stride = t.stride(i);
+        } else if (t.stride(i) != expected && t.numel() != 0) {
+            TORCH_CHECK_VALUE(false, name, ": the leading dimensions of a tensor with strides ", shape_str(t.strides()),
+                              " cannot be flattened into rows of one stride; pass a contiguous tensor or a "
+                              "row-strided view");
+        }
+        expected = t.stride(i) * n;
+    }
+    if (rows <= 1 || stride < 0) stride = H;
+    return {rows, stride};
+}
+
+void check_device(const char* name, const at::Tensor& t, const at::Tensor& x) {
+    TORCH_CHECK_VALUE(t.device() == x.device(), name, " is on ", t.device(), " but x is on ", x.device(),
+                      "; all tensors must be on one device");
+}
+
+struct Checked {
+    addrmsnorm_dtype xd, rd, wd;
+    RowView x, residual;
+};
+
+// The checks of validation.check_forward that need no pointer arithmetic, in its order.
+Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, bool hf) {
+    Checked c;
+    c.xd = to_dtype("x", x);
+    c.rd = to_dtype("residual", residual);
+    c.wd = to_dtype("weight", weight);
+    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
+    const int64_t H = x.size(-1);
+    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
+    TORCH_CHECK_TYPE(c.rd == c.xd || c.rd == ADDRMSNORM_FLOAT32, "residual has dtype ",
+                     torch_name(residual.scalar_type()), "; it must be x's dtype (", torch_name(x.scalar_type()),
+                     ") or float32");
+    TORCH_CHECK_TYPE(!hf || c.rd == c.xd, "numerics='hf' needs residual of x's dtype (", torch_name(x.scalar_type()),
+                     "), got ", torch_name(residual.scalar_type()),
+                     ": HF models carry the residual stream in the model dtype");
+    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
+                      ", expected (", H, ",)");
+    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
+    check_device("residual", residual, x);
+    check_device("weight", weight, x);
+    c.x = as_rows("x", x, x.sizes());
+    c.residual = as_rows("residual", residual, x.sizes());
+    return c;
+}
+
+void check_output_dtypes(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& out,
+                         const at::Tensor& residual_out) {
+    to_dtype("out", out);
+    to_dtype("residual_out", residual_out);
+    TORCH_CHECK_TYPE(out.scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out.scalar_type()),
+                     "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
+    TORCH_CHECK_TYPE(residual_out.scalar_type() == residual.scalar_type(), "residual_out has dtype ",
+                     torch_name(residual_out.scalar_type()), "; it must be residual's dtype (",
+                     torch_name(residual.scalar_type()), ")");
+}
+
+[[noreturn]] void raise(addrmsnorm_status st) {
+    const std::string msg = addrmsnorm_last_error();
+    if (st == ADDRMSNORM_ERROR_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
+    if (st == ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE) TORCH_CHECK_TYPE(false, msg);
+    TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
+}
+
+void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+            const at::Tensor& out, const RowView& o, const at::Tensor& residual_out, const RowView& ro,
+            float* rstd, double eps, double weight_offset, bool hf) {
+    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
+    const int64_t H = x.size(-1);
+    const c10::Device device = x.device();
+    const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
+    const auto stream = reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    auto call = [&] {
+        return addrmsnorm_fused_add_rmsnorm(
+            x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), rstd,
+            c.x.rows, H, c.x.stride, c.residual.stride, o.stride, ro.stride, c.xd, c.rd, c.wd,
+            static_cast<float>(eps), static_cast<float>(weight_offset), hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u,
+            stream);
+    };
+    addrmsnorm_status st = call();
+    if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
+        // A thread on which the CUDA runtime has not yet made its context current: adopt the
+        // device's primary context, the one torch uses, and try once more.
+        const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
+        if (adopted != ADDRMSNORM_SUCCESS) raise(adopted);
+        st = call();
+    }
+    if (st != ADDRMSNORM_SUCCESS) raise(st);
+}
+
+// The C ABI takes eps and weight_offset as fp32: reject values that would not survive the cast,
+// as validation.check_scalar does.
+void check_scalars(double eps, double weight_offset) {
+    TORCH_CHECK_VALUE(std::isfinite(eps), "eps must be finite, got ", eps);
+    TORCH_CHECK_VALUE(eps > 0.0, "eps must be > 0, got ", eps);
+    TORCH_CHECK_VALUE(static_cast<float>(eps) > 0.0f, "eps=", eps, " rounds to 0 in float32; it must be > 0 there");
+    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(eps)), "eps=", eps, " overflows float32");
+    TORCH_CHECK_VALUE(std::isfinite(weight_offset), "weight_offset must be finite, got ", weight_offset);
+    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(weight_offset)), "weight_offset=", weight_offset,
+                      " overflows float32");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm(const at::Tensor& x, const at::Tensor& residual,
+                                                                 const at::Tensor& weight, double eps,
+                                                                 double weight_offset, bool return_rstd, bool hf) {
+    check_scalars(eps, weight_offset);
+    const Checked c = check_inputs(x, residual, weight, hf);
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
+    at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(c10::MemoryFormat::Contiguous));
+    at::Tensor rstd = return_rstd ? at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(c10::kFloat))
+                                  : at::empty({0}, x.options().dtype(c10::kFloat));
+    const int64_t H = x.size(-1);
+    if (c.x.rows > 0) {
+        const RowView dense{c.x.rows, H};
+        launch(c, x, residual, weight, out, dense, residual_out, dense,
+               return_rstd ? rstd.data_ptr<float>() : nullptr, eps, weight_offset, hf);
+    }
+    return {out, residual_out, rstd};
+}
+
+void fused_add_rmsnorm_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                            const at::Tensor& out, const at::Tensor& residual_out, const std::optional<at::Tensor>& rstd,
+                            double eps, double weight_offset, bool hf) {
+    check_scalars(eps, weight_offset);
+    const Checked c = check_inputs(x, residual, weight, hf);
+    check_output_dtypes(x, residual, out, residual_out);
+    check_device("out", out, x);
+    check_device("residual_out", residual_out, x);
+    const RowView o = as_rows("out", out, x.sizes());
+    const RowView ro = as_rows("residual_out", residual_out, x.sizes());
+    float* rstd_ptr = nullptr;
+    if (rstd.has_value()) {
+        const at::Tensor& r = *rstd;
+        check_device("rstd", r, x);
+        TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == x.sizes().slice(0, x.dim() - 1) &&
+                              r.is_contiguous(),
+                          "rstd must be a contiguous float32 tensor of shape ",
+                          shape_str(x.sizes().slice(0, x.dim() - 1)), ", got ", torch_name(r.scalar_type()), " ",
+                          shape_str(r.sizes()));
+        if (r.numel() > 0) rstd_ptr = r.data_ptr<float>();
+    }
+    if (c.x.rows > 0) launch(c, x, residual, weight, out, o, residual_out, ro, rstd_ptr, eps, weight_offset, hf);
+}
+
+void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
+                        double weight_offset, bool hf) {
+    check_scalars(eps, weight_offset);
+    const Checked c = check_inputs(x, residual, weight, hf);
+    if (c.x.rows > 0) launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
+    m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
+    m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm_);
+    m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into);
+}
