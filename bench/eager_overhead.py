@@ -27,6 +27,13 @@ def main():
             impl.setup()
         us = time_eager_cpu(lambda: impl.fn(x, r, w, 1e-6), n=2000)
         print(f"| {impl.name} | {us:.2f} |")
+    for name, op in (("torch.ops.addrmsnorm.fused_add_rmsnorm_.default", torch.ops.addrmsnorm.fused_add_rmsnorm_.default),
+                     ("torch.ops.addrmsnorm.fused_add_rmsnorm (functional)", torch.ops.addrmsnorm.fused_add_rmsnorm)):
+        us = time_eager_cpu(lambda: op(x, r, w, 1e-6), n=2000)
+        print(f"| {name} | {us:.2f} |")
+    with torch.inference_mode():
+        us = time_eager_cpu(lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6), n=2000)
+    print(f"| torch op, in place, under inference_mode | {us:.2f} |")
     cpp, why = cpp_overhead()
     if cpp:
         print(f"| addrmsnorm C ABI from C++ | {cpp[0]:.2f} |\n| bare cuLaunchKernel (C++) | {cpp[1]:.2f} |")

@@ -9,7 +9,9 @@
 // Errors reach Python as ValueError (bad values, shapes, layouts, devices) or TypeError (dtypes),
 // as the Python API raises them; driver failures as RuntimeError.
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -232,7 +234,57 @@ void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const a
     if (c.x.rows > 0) launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf);
 }
 
+// ----- Autograd-key kernels of the mutating operators --------------------------------------------
+// They have no backward: refuse inputs that require grad while grad mode is on, then redispatch
+// below autograd and bump the version counters of what was written, as ADInplaceOrView would. In C++
+// so that the in-place call does not pay for the boxed fallbacks torch uses for ops without them.
+
+bool wants_grad(std::initializer_list<const at::Tensor*> ts) {
+    if (!c10::GradMode::is_enabled()) return false;
+    for (const at::Tensor* t : ts)
+        if (t->defined() && t->requires_grad()) return true;
+    return false;
+}
+
+void bump(const at::Tensor& t) { t.unsafeGetTensorImpl()->bump_version(); }
+
+void fused_add_rmsnorm__autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
+                                 const at::Tensor& weight, double eps, double weight_offset, bool hf) {
+    TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
+                "addrmsnorm::fused_add_rmsnorm_ (in place) has no backward; use the functional "
+                "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_", "")
+                               .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, bool)>();
+    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf);
+    bump(x);
+    bump(residual);
+}
+
+void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
+                                     const at::Tensor& weight, const at::Tensor& out, const at::Tensor& residual_out,
+                                     const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf) {
+    TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
+                "addrmsnorm::fused_add_rmsnorm_into has no backward; use the functional "
+                "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_into", "")
+            .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                        const std::optional<at::Tensor>&, double, double, bool)>();
+    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
+                  weight_offset, hf);
+    bump(out);
+    bump(residual_out);
+    if (rstd.has_value()) bump(*rstd);
+}
+
 }  // namespace
+
+TORCH_LIBRARY_IMPL(addrmsnorm, Autograd, m) {
+    m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm__autograd);
+    m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into_autograd);
+}
 
 TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
