@@ -48,3 +48,38 @@ def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, we
         torch.cuda.current_stream().cuda_stream)
     if st != 0:
         raise RuntimeError(lib.addrmsnorm_last_error().decode())
+
+
+def declare_backward(lib) -> None:
+    f = lib.addrmsnorm_fused_add_rmsnorm_backward
+    f.restype = ctypes.c_int
+    f.argtypes = ([ctypes.c_void_p] * 9 + [ctypes.c_uint64] + [ctypes.c_int64] * 7 + [ctypes.c_int] * 3 +
+                  [ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
+    g = lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size
+    g.restype = ctypes.c_int
+    g.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+
+
+def backward(lib, dy, dresidual_out, h, rstd, weight, weight_offset=0.0):
+    """The C ABI backward on 2-D row-strided tensors, on torch's current stream:
+    returns (dresidual, dx or None, dweight); raises with the library's message on failure."""
+    declare_backward(lib)
+    N, H = dy.shape
+    dres = torch.empty(N, H, dtype=h.dtype, device=dy.device)
+    dx = torch.empty(N, H, dtype=dy.dtype, device=dy.device) if dy.dtype != h.dtype else None
+    dweight = torch.empty_like(weight)
+    size = ctypes.c_uint64()
+    if lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size(N, H, DTYPE_ENUM[dy.dtype], DTYPE_ENUM[h.dtype],
+                                                                 ctypes.byref(size)) != 0:
+        raise RuntimeError(lib.addrmsnorm_last_error().decode())
+    ws = torch.empty(max(1, (size.value + 3) // 4), dtype=torch.float32, device=dy.device)
+    st = lib.addrmsnorm_fused_add_rmsnorm_backward(
+        dy.data_ptr(), dresidual_out.data_ptr() if dresidual_out is not None else None, h.data_ptr(),
+        rstd.data_ptr(), weight.data_ptr(), dres.data_ptr(), dx.data_ptr() if dx is not None else None,
+        dweight.data_ptr(), ws.data_ptr(), size.value, N, H,
+        dy.stride(0), dresidual_out.stride(0) if dresidual_out is not None else H, h.stride(0), H, H,
+        DTYPE_ENUM[dy.dtype], DTYPE_ENUM[h.dtype], DTYPE_ENUM[weight.dtype], weight_offset, 0,
+        torch.cuda.current_stream().cuda_stream)
+    if st != 0:
+        raise RuntimeError(lib.addrmsnorm_last_error().decode())
+    return dres, dx, dweight

@@ -112,17 +112,71 @@ def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: i
     if all(p % ALIGNMENT_BYTES == 0 for p in pointers) and H % v == 0 and all(s % v == 0 for s in strides):
         return v
     return 1
+# ----- backward --------------------------------------------------------------------------------
+# The backward kernel takes the same ForwardConfig fields (a config is a tile shape), from its own
+# rows: it holds dy, h, n and g for a tile where the forward holds h, so it leaves the single pass
+# at a narrower H to stay out of register spills.
+BACKWARD_SINGLE_PASS_MAX_H = 8192
+
+
+def _backward_rules_for(act_bytes: int) -> list[ForwardRule]:
+    scale = 2 if act_bytes == 2 else 1
+    rows = [
+        (64, _single(64, 16 * scale, 4)),
+        (128, _single(128, 8 * scale, 4)),
+        (256, _single(256, 4 * scale, 4)),
+        (512, _single(512, 2 * scale, 4)),
+        (1024, _single(1024, 1 * scale, 4)),
+        (2048, _single(2048, 1, 4)),
+        (4096, _single(4096, 1, 8)),
+        (BACKWARD_SINGLE_PASS_MAX_H, _single(BACKWARD_SINGLE_PASS_MAX_H, 1, 16)),
+        (None, _looped(4096, 8)),
+    ]
+    return [ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg) for h_max, cfg in rows]
+
+
+BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(_backward_rules_for(2) + _backward_rules_for(4))
+
+# Persistent grid: resident warps per SM the backward aims for (single pass), and programs per SM
+# on the looped path, where every program's dweight partial is a whole fp32 row of H.
+BACKWARD_WARPS_PER_SM = 32
+BACKWARD_LOOPED_PROGRAMS_PER_SM = 2
+# The dweight reduction: tile of partials x columns, and its warps.
+DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 32, 64, 4
+
+
+def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
+    """The backward's dispatch rule: as ``select_forward_config``, over ``BACKWARD_TABLE``."""
+    return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
+
+
+def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int) -> int:
+    """Programs of the persistent backward grid (also the number of dweight partials)."""
+    blocks = -(-n_rows // cfg.rows_per_program)
+    per_sm = BACKWARD_LOOPED_PROGRAMS_PER_SM if cfg.looped else max(1, BACKWARD_WARPS_PER_SM // cfg.num_warps)
+    return max(1, min(blocks, n_sms * per_sm))
+
+
+def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: int) -> int:
+    """fp32 elements of backward workspace: the dweight partials, then (looped) a mean per row."""
+    return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
+
+
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
 
     The weight's dtype does not change the choice: it is read once per column and stays in cache.
     """
+    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize)
+
+
+def _select(table, H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
     if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
-    for rule in FORWARD_TABLE:
+    for rule in table:
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config
-    raise AssertionError("FORWARD_TABLE has no unbounded row")  # the table always ends with one
+    raise AssertionError("the table has no unbounded row")  # a table always ends with one

@@ -9,8 +9,9 @@ These functions check their Python-level arguments and call the ``torch.ops.addr
 (``ops.py``), so eager code, torch.compile and CUDA graphs all take the one path. The operators'
 backends check the tensors.
 
-Forward only: these functions have no backward yet, and refuse inputs that require grad while
-grad mode is on rather than silently cutting the graph.
+Training: ``fused_add_rmsnorm`` without ``out``/``residual_out`` has autograd (a Triton backward, see
+``kernels.py``). The in-place forms have none, and refuse inputs that require grad while grad mode
+is on rather than silently cutting the graph.
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ def _check_call(x, residual, weight, eps, weight_offset):
     v.check_scalar("weight_offset", weight_offset, positive=False)
 
 
+def _may_need_grad(x, residual, weight) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad)
+
+
 def _refuse_grad(x, residual, weight):
-    if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad):
-        raise RuntimeError("addrmsnorm.fused_add_rmsnorm has no backward yet; call it under "
-                           "torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+    if _may_need_grad(x, residual, weight):
+        raise RuntimeError("addrmsnorm: the in-place forms (fused_add_rmsnorm_, and out=/residual_out=) "
+                           "have no backward; for training call fused_add_rmsnorm(x, residual, weight) "
+                           "without outputs, or call this under torch.no_grad()")
 
 
 def fused_add_rmsnorm(
@@ -87,10 +93,12 @@ def fused_add_rmsnorm(
         _check_call(x, residual, weight, eps, weight_offset)
         if not isinstance(return_rstd, bool):
             raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
-    _refuse_grad(x, residual, weight)
     if out is None and residual_out is None:
-        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf)
+        # The autograd of the functional operator needs rstd: ask for it whenever a gradient may be.
+        need_rstd = return_rstd or _may_need_grad(x, residual, weight)
+        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, need_rstd, hf)
         return (y, h, rstd) if return_rstd else (y, h)
+    _refuse_grad(x, residual, weight)
 
     # Caller-given outputs: allocate the missing ones (the operator checks them all before it launches).
     if out is not None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from . import configs
 from . import validation as v
-from .launcher import INTERPRETED, launch_forward
+from .launcher import INTERPRETED, launch_backward, launch_forward, sm_count
 
 
 def _check_runnable(device: torch.device) -> None:
@@ -68,3 +69,69 @@ def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, we
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, hf=hf)
     _check_runnable(call.device)
     _launch(call, rstd, eps, weight_offset, hf)
+
+
+def check_backward(dy, dresidual_out, h, rstd, weight):
+    """The backward's checks: dy has x's dtype, h (the saved residual_out) and dresidual_out the
+    residual's; rstd is the forward's."""
+    dy = v.check_tensor("dy", dy)
+    h = v.check_tensor("h", h)
+    weight = v.check_tensor("weight", weight)
+    if dy.dim() == 0 or dy.shape[-1] == 0:
+        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
+    shape, H = dy.shape, dy.shape[-1]
+    if h.dtype not in (dy.dtype, torch.float32):
+        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
+    if dresidual_out is not None:
+        v.check_tensor("dresidual_out", dresidual_out)
+        if dresidual_out.dtype != h.dtype:
+            raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
+    if weight.shape != (H,) or (H > 1 and weight.stride(0) != 1):
+        raise ValueError(f"weight must be a contiguous ({H},) tensor, got shape {tuple(weight.shape)}")
+    if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
+        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+                         f"{rstd.dtype} {tuple(rstd.shape)}")
+    tensors = {"dy": dy, "h": h, "rstd": rstd, "weight": weight}
+    if dresidual_out is not None:
+        tensors["dresidual_out"] = dresidual_out
+    device = v.check_devices(tensors)
+    _check_runnable(device)
+    rows = {"dy": v.as_rows("dy", dy, shape), "h": v.as_rows("h", h, shape)}
+    if dresidual_out is not None:
+        rows["dresidual_out"] = v.as_rows("dresidual_out", dresidual_out, shape)
+    return device, rows
+
+
+def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
+    """addrmsnorm::fused_add_rmsnorm_backward: (dresidual, dx, dweight).
+
+    dx has 0 elements when dy's dtype is h's (dresidual is then the gradient of x too); dweight has
+    0 elements unless weight_grad.
+    """
+    weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
+    device, rows = check_backward(dy, dresidual_out, h, rstd, weight)
+    shape, H = dy.shape, dy.shape[-1]
+    dres = torch.empty(shape, dtype=h.dtype, device=device)
+    separate = dy.dtype != h.dtype
+    dx = torch.empty(shape if separate else (0,), dtype=dy.dtype, device=device)
+    dweight = torch.empty(weight.shape if weight_grad else (0,), dtype=weight.dtype, device=device)
+    n_rows = rows["dy"].n_rows
+    if n_rows == 0:
+        if weight_grad:
+            dweight.zero_()
+        return dres, dx, dweight
+    n_sms = sm_count(device)
+    cfg = configs.select_backward_config(H, dy.element_size(), h.element_size())
+    workspace = torch.empty(configs.backward_workspace_floats(n_rows, H, cfg, n_sms), dtype=torch.float32,
+                            device=device)
+    dres_rows = v.as_rows("dresidual", dres, shape)
+    dx_rows = v.as_rows("dx", dx, shape) if separate else None
+    dro = rows.get("dresidual_out")
+    launch_backward(
+        rows["dy"].tensor, dro.tensor if dro else None, rows["h"].tensor, rstd, weight,
+        dres_rows.tensor, dx_rows.tensor if separate else None, dweight if weight_grad else None, workspace,
+        n_rows=n_rows, H=H, stride_dy=rows["dy"].row_stride, stride_dres_out=dro.row_stride if dro else H,
+        stride_h=rows["h"].row_stride, stride_dres=dres_rows.row_stride,
+        stride_dx=dx_rows.row_stride if separate else H, weight_offset=weight_offset, n_sms=n_sms,
+    )
+    return dres, dx, dweight

@@ -197,3 +197,164 @@ def fused_add_rmsnorm_fwd(
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                           eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD, HF_NUMERICS)
+
+
+# ----- backward ------------------------------------------------------------------------------------
+#
+# With n = h * rstd (h read back from residual_out, as saved by the forward) and g = dy * (w + offset):
+#
+#     dh        = rstd * (g - n * mean(g * n))        mean over the row's H elements
+#     dresidual = dh + d(residual_out)                the gradient that reached residual_out, if any
+#     dx        = dresidual                           the same values (one tensor if dtypes agree)
+#     dweight   = sum over rows of dy * n             the offset does not change it
+#
+# dweight is reduced without atomics, so the same inputs always give the same bits: each program
+# owns a contiguous block of rows and writes its partial column sums, in fp32, to its own row of a
+# workspace; `fused_add_rmsnorm_dweight` then sums the partials column by column in a fixed order.
+# The grid is persistent (a few programs per SM, see configs.backward_programs) so that the
+# partials stay few. On the looped path (wide rows) pass 1 stores each row's mean(g * n) in the
+# workspace, and pass 2 walks the program's rows chunk by chunk, so that a chunk's dweight partial
+# is summed in registers and written once.
+
+
+@triton.jit
+def _bwd_single_pass(
+    dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
+    n_rows, H,
+    stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+    weight_offset,
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, HAS_DRES_OUT: tl.constexpr,
+    SEPARATE_DX: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, ROWS_PER_PROGRAM)
+    blocks_per_program = tl.cdiv(n_blocks, n_programs)
+    cols = tl.arange(0, BLOCK_H)
+    col_mask = cols < H
+    cols_2d = cols[None, :]
+    w = tl.load(weight_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
+    dw = tl.zeros([BLOCK_H], dtype=tl.float32)
+    first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
+    for block in range(first, tl.minimum(first + blocks_per_program, n_blocks)):
+        rows = block * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+        row_mask = rows < n_rows
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows_2d = rows[:, None]
+        dy = tl.load(dy_ptr + rows_2d * stride_dy_row + cols_2d, mask=mask, other=0.0).to(tl.float32)
+        h = tl.load(h_ptr + rows_2d * stride_h_row + cols_2d, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        n = h * rstd[:, None]
+        g = dy * w[None, :]
+        c = tl.sum(g * n, axis=1) / H
+        dh = rstd[:, None] * (g - n * c[:, None])
+        if HAS_DRES_OUT:
+            dh += tl.load(dres_out_ptr + rows_2d * stride_dres_out_row + cols_2d, mask=mask,
+                          other=0.0).to(tl.float32)
+        tl.store(dres_ptr + rows_2d * stride_dres_row + cols_2d, dh.to(dres_ptr.dtype.element_ty), mask=mask)
+        if SEPARATE_DX:
+            tl.store(dx_ptr + rows_2d * stride_dx_row + cols_2d, dh.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += tl.sum(dy * n, axis=0)
+    tl.store(partial_ptr + pid.to(tl.int64) * H + cols, dw, mask=col_mask)
+
+
+@triton.jit
+def _bwd_looped(
+    dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
+    n_rows, H,
+    stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+    weight_offset,
+    BLOCK_H: tl.constexpr, HAS_DRES_OUT: tl.constexpr, SEPARATE_DX: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows_per_program = tl.cdiv(n_rows, tl.num_programs(0))
+    first = pid.to(tl.int64) * rows_per_program  # int64 bounds: row offsets are int64
+    last = tl.minimum(first + rows_per_program, n_rows)
+    # Pass 1: mean(g * n) of each of this program's rows, kept in the workspace.
+    for r64 in range(first, last):
+        rstd = tl.load(rstd_ptr + r64)
+        acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for start in range(0, H, BLOCK_H):
+            cols = start + tl.arange(0, BLOCK_H)
+            mask = cols < H
+            dy = tl.load(dy_ptr + r64 * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(h_ptr + r64 * stride_h_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset
+            acc += dy * w * (h * rstd)
+        tl.store(mean_ptr + r64, tl.sum(acc, axis=0) / H)
+    tl.debug_barrier()  # pass 2 reads the means that other threads of this program stored
+    # Pass 2: chunk by chunk over the program's rows; the chunk's dweight partial stays in registers.
+    for start in range(0, H, BLOCK_H):
+        cols = start + tl.arange(0, BLOCK_H)
+        mask = cols < H
+        w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset
+        dw = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for r64 in range(first, last):
+            rstd = tl.load(rstd_ptr + r64)
+            c = tl.load(mean_ptr + r64)
+            dy = tl.load(dy_ptr + r64 * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(h_ptr + r64 * stride_h_row + cols, mask=mask, other=0.0).to(tl.float32)
+            n = h * rstd
+            dh = rstd * (dy * w - n * c)
+            if HAS_DRES_OUT:
+                dh += tl.load(dres_out_ptr + r64 * stride_dres_out_row + cols, mask=mask,
+                              other=0.0).to(tl.float32)
+            tl.store(dres_ptr + r64 * stride_dres_row + cols, dh.to(dres_ptr.dtype.element_ty), mask=mask)
+            if SEPARATE_DX:
+                tl.store(dx_ptr + r64 * stride_dx_row + cols, dh.to(dx_ptr.dtype.element_ty), mask=mask)
+            dw += dy * n
+        tl.store(partial_ptr + pid.to(tl.int64) * H + cols, dw, mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows", "H", "stride_dy_row", "stride_dres_out_row", "stride_h_row",
+                               "stride_dres_row", "stride_dx_row"])
+def fused_add_rmsnorm_bwd(
+    dy_ptr,               # [n_rows, H] gradient of y (x's dtype)
+    dres_out_ptr,         # [n_rows, H] gradient of residual_out (residual's dtype); read if HAS_DRES_OUT
+    h_ptr,                # [n_rows, H] residual_out as the forward wrote it (residual's dtype)
+    rstd_ptr,             # [n_rows] fp32, from the forward
+    weight_ptr,           # [H]
+    dres_ptr,             # [n_rows, H] out: gradient of residual (residual's dtype), and of x unless SEPARATE_DX
+    dx_ptr,               # [n_rows, H] out: gradient of x (x's dtype); written if SEPARATE_DX
+    partial_ptr,          # [n_programs, H] fp32 workspace: each program's dweight partial
+    mean_ptr,             # [n_rows] fp32 workspace (looped path): each row's mean(g * n)
+    n_rows, H,
+    stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+    weight_offset,        # fp32
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
+    HAS_DRES_OUT: tl.constexpr,
+    SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)
+    ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements
+):
+    H = (H // ALIGN) * ALIGN
+    stride_dy_row = (stride_dy_row // ALIGN) * ALIGN
+    stride_dres_out_row = (stride_dres_out_row // ALIGN) * ALIGN
+    stride_h_row = (stride_h_row // ALIGN) * ALIGN
+    stride_dres_row = (stride_dres_row // ALIGN) * ALIGN
+    stride_dx_row = (stride_dx_row // ALIGN) * ALIGN
+    if LOOPED:
+        _bwd_looped(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
+                    n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+                    weight_offset, BLOCK_H, HAS_DRES_OUT, SEPARATE_DX)
+    else:
+        _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
+                         n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
+                         stride_dx_row, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_DRES_OUT, SEPARATE_DX)
+
+
+@triton.jit(do_not_specialize=["n_partials", "H"])
+def fused_add_rmsnorm_dweight(
+    partial_ptr,          # [n_partials, H] fp32, from fused_add_rmsnorm_bwd
+    dweight_ptr,          # [H] out, the weight's dtype
+    n_partials, H,
+    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    # Column sums of the partials, in a fixed order: the same partials always give the same bits.
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_mask = cols < H
+    acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+    for start in range(0, n_partials, BLOCK_P):
+        p = start + tl.arange(0, BLOCK_P)
+        mask = (p < n_partials)[:, None] & col_mask[None, :]
+        acc += tl.load(partial_ptr + p.to(tl.int64)[:, None] * H + cols[None, :], mask=mask, other=0.0)
+    tl.store(dweight_ptr + cols, tl.sum(acc, axis=0).to(dweight_ptr.dtype.element_ty), mask=col_mask)

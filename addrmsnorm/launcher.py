@@ -11,8 +11,9 @@ import contextlib
 
 import torch
 
+from . import configs
 from .configs import ForwardConfig, align_elems, select_forward_config
-from .kernels import fused_add_rmsnorm_fwd
+from .kernels import fused_add_rmsnorm_bwd, fused_add_rmsnorm_dweight, fused_add_rmsnorm_fwd
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
 INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
@@ -58,3 +59,62 @@ def launch_forward(
             HF_NUMERICS=hf,
             num_warps=cfg.num_warps,
         )
+
+
+_SM_COUNTS: dict[int, int] = {}
+INTERPRETER_SMS = 3  # the interpreter has no SMs; a few programs exercise the partial reduction
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of the tensors' device (sizes the persistent backward grid)."""
+    if device.type != "cuda":
+        return INTERPRETER_SMS
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    n = _SM_COUNTS.get(index)
+    if n is None:
+        n = _SM_COUNTS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return n
+
+
+def launch_backward(
+    dy: torch.Tensor, dres_out: torch.Tensor | None, h: torch.Tensor, rstd: torch.Tensor,
+    weight: torch.Tensor, dres: torch.Tensor, dx: torch.Tensor | None, dweight: torch.Tensor | None,
+    workspace: torch.Tensor,
+    *, n_rows: int, H: int, stride_dy: int, stride_dres_out: int, stride_h: int, stride_dres: int,
+    stride_dx: int, weight_offset: float, n_sms: int,
+) -> None:
+    """Launch the backward over ``n_rows`` > 0 rows, then (if ``dweight``) the dweight reduction.
+
+    ``workspace`` holds at least ``configs.backward_workspace_floats`` fp32 elements. dx is None
+    when x's dtype is residual's: dres is then the gradient of both.
+    """
+    xs, rs = dy.element_size(), h.element_size()
+    cfg = configs.select_backward_config(H, xs, rs)
+    programs = configs.backward_programs(n_rows, cfg, n_sms)
+    separate_dx = dx is not None
+    has_dres_out = dres_out is not None
+    # Absent tensors are passed as present ones the kernel will not touch, so that the JIT
+    # compiles the same specialization as the AOT build (which has no None pointers).
+    dres_out_t = dres_out if has_dres_out else dy
+    dx_t = dx if separate_dx else dres
+    if n_rows == 1:
+        stride_dy = stride_dres_out = stride_h = stride_dres = stride_dx = 0
+    strides = (stride_dy, stride_dres_out, stride_h, stride_dres, stride_dx)
+    align = align_elems((dy.data_ptr(), dres_out_t.data_ptr(), h.data_ptr(), weight.data_ptr(), dres.data_ptr(),
+                         dx_t.data_ptr()), H, strides, xs, rs)
+    partial = workspace[: programs * H]
+    means = workspace[programs * H:] if cfg.looped else workspace
+    with _device_guard(dy.device):
+        fused_add_rmsnorm_bwd[(programs,)](
+            dy, dres_out_t, h, rstd, weight, dres, dx_t, partial, means,
+            n_rows, H, *strides, weight_offset,
+            BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
+            HAS_DRES_OUT=has_dres_out, SEPARATE_DX=separate_dx, ALIGN=align,
+            num_warps=cfg.num_warps,
+        )
+        if dweight is not None:
+            bc = configs.DWEIGHT_BLOCK_C
+            fused_add_rmsnorm_dweight[(-(-H // bc),)](
+                partial, dweight, programs, H,
+                BLOCK_P=configs.DWEIGHT_BLOCK_P, BLOCK_C=bc, num_warps=configs.DWEIGHT_WARPS,
+            )

@@ -25,7 +25,10 @@ class FusedAddRMSNorm(torch.nn.Module):
         device, dtype: of the weight.
 
     The parameter is named ``weight``, so the state dict of an HF ``LlamaRMSNorm`` (or Mistral's,
-    Qwen's) loads as is. It starts so that ``weight + weight_offset`` is 1.
+    Qwen's) loads as is. It starts so that ``weight + weight_offset`` is 1. It trains: gradients
+    reach x, residual and weight through the Triton backward. (With numerics="hf" the backward is
+    the contract's: the gradient of HF's extra roundings is taken as the identity, as autograd of
+    HF's own module does.)
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, weight_offset: float = 0.0,
@@ -42,8 +45,10 @@ class FusedAddRMSNorm(torch.nn.Module):
             torch.full((hidden_size,), 1.0 - self.weight_offset, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
-        y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, self.weight, self.eps, self.weight_offset,
-                                                   False, self._hf)
+        w = self.weight
+        need_rstd = torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or w.requires_grad)
+        y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, w, self.eps, self.weight_offset,
+                                                   need_rstd, self._hf)  # autograd saves rstd
         return y, residual_out
 
     def extra_repr(self) -> str:

@@ -8,6 +8,10 @@ Three operators, one kernel:
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
     fused_add_rmsnorm_into(x, residual, weight, out!, residual_out!, rstd!?, eps, weight_offset=0., hf=False) -> ()
         into caller-given outputs, which may alias x or residual exactly
+    fused_add_rmsnorm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
+        -> (dresidual, dx, dweight)     dx has 0 elements when x's dtype is residual's
+
+The functional operator has autograd (registered below); the mutating ones refuse gradients.
 
 Backends. CUDA tensors go to one of:
 
@@ -41,6 +45,8 @@ SCHEMAS = {
     "fused_add_rmsnorm_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
                               "Tensor(b!) residual_out, Tensor(c!)? rstd, float eps, "
                               "float weight_offset=0., bool hf=False) -> ()",
+    "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
+                                  "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
 }
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
@@ -55,6 +61,7 @@ _JIT_IMPLS = {
     "fused_add_rmsnorm": jit_backend.fused_add_rmsnorm,
     "fused_add_rmsnorm_": jit_backend.fused_add_rmsnorm_,
     "fused_add_rmsnorm_into": jit_backend.fused_add_rmsnorm_into,
+    "fused_add_rmsnorm_backward": jit_backend.fused_add_rmsnorm_backward,
 }
 for _name, _fn in _JIT_IMPLS.items():
     _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
@@ -97,6 +104,50 @@ def _(x, residual, weight, eps, weight_offset=0.0, hf=False):
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_into")
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False):
     _fake_check(x, residual, weight, hf)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_backward")
+def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
+    if h.shape != dy.shape:
+        raise ValueError(f"h has shape {tuple(h.shape)}, expected {tuple(dy.shape)}")
+    dres = torch.empty_like(h, memory_format=torch.contiguous_format)
+    dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
+    return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
+
+
+# ----- autograd of the functional operator -----------------------------------------------------------
+# Saves h (residual_out, an output) and rstd, never x or residual, and takes no copy of them. The
+# mutating operators have no backward: they refuse inputs that require grad while grad mode is on.
+
+def _setup_context(ctx, inputs, output):
+    x, residual, weight, eps, weight_offset, return_rstd, hf = inputs
+    _, residual_out, rstd = output
+    ctx.mark_non_differentiable(rstd)
+    ctx.save_for_backward(residual_out, rstd, weight)
+    ctx.eps, ctx.weight_offset, ctx.x_dtype = eps, weight_offset, x.dtype
+
+
+def _backward(ctx, dy, dresidual_out, _drstd):
+    h, rstd, weight = ctx.saved_tensors
+    if rstd.numel() != h.numel() // h.shape[-1]:
+        # The forward was called with return_rstd=False: recompute rstd from the rounded h. (The
+        # Python API and FusedAddRMSNorm ask for rstd whenever a gradient may be needed.)
+        rstd = torch.rsqrt(h.float().pow(2).mean(-1) + ctx.eps)
+    if dy is None:
+        dy = torch.zeros(h.shape, dtype=ctx.x_dtype, device=h.device)
+    elif not dy.is_contiguous():
+        dy = dy.contiguous()  # e.g. the expanded gradient of a sum()
+    if dresidual_out is not None and not dresidual_out.is_contiguous():
+        dresidual_out = dresidual_out.contiguous()
+    need_x, need_res, need_w = ctx.needs_input_grad[:3]
+    dres, dx, dweight = fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
+    if dx.numel() == 0:
+        dx = dres  # one tensor, handed back for both x and residual
+    return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
+            None, None, None, None)
+
+
+torch.library.register_autograd(f"{NAMESPACE}::fused_add_rmsnorm", _backward, setup_context=_setup_context)
 
 
 # ----- backend selection ----------------------------------------------------------------------------
@@ -152,6 +203,8 @@ def backend_reason() -> str:
     return _REASON
 
 
-fused_add_rmsnorm = torch.ops.addrmsnorm.fused_add_rmsnorm
-fused_add_rmsnorm_ = torch.ops.addrmsnorm.fused_add_rmsnorm_
-fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into
+# The default overloads: calling them skips the overload resolution of the packets.
+fused_add_rmsnorm = torch.ops.addrmsnorm.fused_add_rmsnorm.default
+fused_add_rmsnorm_ = torch.ops.addrmsnorm.fused_add_rmsnorm_.default
+fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
+fused_add_rmsnorm_backward = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default

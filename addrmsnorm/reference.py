@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .tolerances import (INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE, Tolerance,  # noqa: F401
-                         Y_TOLERANCES)
+from .tolerances import (GRAD_TOLERANCES, INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE,  # noqa: F401
+                         Tolerance, Y_TOLERANCES)
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,32 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
+def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dresidual_out=None):
+    """Gradients (dx, dresidual, dweight) of the contract, by float64 autograd of the reference."""
+    xs, rs, ws = (t.detach().double().requires_grad_() for t in (x, residual, weight))
+    h = xs + rs
+    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (ws + weight_offset)
+    outs, grads = [y], [dy.double()]
+    if dresidual_out is not None:
+        outs.append(h)
+        grads.append(dresidual_out.double())
+    torch.autograd.backward(outs, grads)
+    return xs.grad, rs.grad, ws.grad
+
+
+def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance, what: str,
+                      scale: float = 0.0) -> None:
+    """Max-normalized: max |actual - expected| <= rtol * max(max |expected|, scale) (GRAD_TOLERANCES).
+
+    ``scale`` is the size of the terms the gradient is a difference of, where it can be larger
+    than the gradient itself (dx when the rows are nearly constant: H = 1 gives dx ~ 0)."""
+    scale = max(expected.abs().max().item(), scale)
+    err = (actual.double() - expected).abs().max().item()
+    if not err <= tol.rtol * scale + tol.atol:
+        raise AssertionError(f"{what}: max error {err:.3e} > {tol.rtol:.3e} * max |grad| {scale:.3e} "
+                             f"({tol.reason})")
+
+
 def hf_style_ref(x, residual, weight, eps=1e-6):
     """The common eager PyTorch idiom (as in HF LlamaRMSNorm fed x + residual): add in x's dtype."""
     h = x + residual
@@ -60,6 +86,12 @@ def hf_style_ref(x, residual, weight, eps=1e-6):
 
 
 # Tolerances are data with their reasons, in tolerances.py; here keyed by torch dtype.
+GRAD_TOLERANCES_BY_DTYPE: dict[torch.dtype, Tolerance] = {
+    torch.bfloat16: GRAD_TOLERANCES["bf16"],
+    torch.float16: GRAD_TOLERANCES["fp16"],
+    torch.float32: GRAD_TOLERANCES["fp32"],
+}
+
 TOLERANCES: dict[torch.dtype, Tolerance] = {
     torch.bfloat16: Y_TOLERANCES["bf16"],
     torch.float16: Y_TOLERANCES["fp16"],

@@ -47,3 +47,26 @@ INTERPRETER_BF16_TOLERANCE = Tolerance(
     reason="the interpreter truncates fp32 -> bf16 (a whole ulp, 2**-7) at both the residual_out "
            "store that the looped path reloads and the final cast",
 )
+
+# Gradients (dx, dresidual, dweight) against float64 autograd of the reference, as a fraction of the
+# largest |gradient| of that tensor, or of max |dy * w * rstd| for dx and dresidual where that is
+# larger (max-normalized: dx is a difference of terms of that size, so an elementwise relative bound
+# would not hold for any implementation). A gradient takes the loosest tolerance among its own dtype
+# and those of x and residual, which dy and h are read in.
+GRAD_TOLERANCES: dict[str, Tolerance] = {
+    "bf16": Tolerance(
+        rtol=2.0**-6, atol=0.0,
+        reason="the backward reads h as the forward stored it (rounded to bf16, 2**-9 relative) and "
+               "dy in bf16, and rounds its result to bf16 (2**-9); twice that for the interpreter's "
+               "truncating stores",
+    ),
+    "fp16": Tolerance(
+        rtol=2.0**-9, atol=0.0,
+        reason="h and dy in fp16 (2**-12 each) and the final rounding (2**-12), with margin",
+    ),
+    "fp32": Tolerance(
+        rtol=2e-5, atol=0.0,
+        reason="fp32 reductions over a row (mean(g*n)) and over up to 16384 rows (dweight, in "
+               "per-program partials then a fixed-order sum): a few 1e-6 relative",
+    ),
+}

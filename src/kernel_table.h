@@ -13,9 +13,10 @@ struct ForwardConfig {
 };
 
 struct KernelVariant {
-    int config;            // index into kConfigs
+    int kind;              // 0: forward, 1: backward, 2: dweight reduction
+    int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype, weight_dtype;  // addrmsnorm_dtype values
-    bool has_rstd;
+    bool has_rstd;         // backward: has a dresidual_out
     bool aligned;          // compiled assuming 16-byte aligned pointers, and H and strides multiples
                            // of vector_elems (the ALIGN constexpr)
     bool hf;               // HF_NUMERICS
@@ -41,6 +42,24 @@ extern const KernelVariant kVariants[];
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
 extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][aligned][hf] -> variant | -1
+
+// The backward: its configs and dispatch rule, [config][x][residual][weight][has_dres_out][aligned]
+// -> variant, the dweight reduction's variant per weight dtype, and the persistent grid's constants
+// (configs.backward_programs).
+extern const int kNumBackwardConfigs;
+extern const ForwardConfig kBackwardConfigs[];
+extern const short kBackwardIndex[];
+extern const short kDweightIndex[];
+extern const int kBackwardWarpsPerSm;
+extern const int kBackwardLoopedProgramsPerSm;
+extern const int kDweightBlockC;
+int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
+
+inline int backward_variant_index(int config, int x, int residual, int weight, bool has_dres_out, bool aligned) {
+    const int n = kNumDtypes;
+    return kBackwardIndex[((((config * n + x) * n + residual) * n + weight) * 2 + (has_dres_out ? 1 : 0)) * 2 +
+                          (aligned ? 1 : 0)];
+}
 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
 // invariance rests on it never seeing the row count.

@@ -14,6 +14,7 @@ namespace {
 struct ContextState {
     unsigned long long key = 0;  // cuCtxGetId where the driver has it, else the context's address
     int arch_index = -1;         // into kArchs
+    int sm_count = 0;            // the device's streaming multiprocessors
     std::unique_ptr<std::atomic<CUfunction>[]> functions;
     std::mutex load_mutex;
 };
@@ -40,10 +41,12 @@ addrmsnorm_status context_key(const Driver& d, unsigned long long* key) {
 }
 
 // The newest built arch the device can run: same major version, minor <= the device's.
-addrmsnorm_status pick_arch(const Driver& d, int* arch_index) {
+addrmsnorm_status pick_arch(const Driver& d, int* arch_index, int* sm_count) {
     CUdevice dev;
     CUresult r = d.cuCtxGetDevice(&dev);
     if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuCtxGetDevice");
+    r = d.cuDeviceGetAttribute(sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
     int major = 0, minor = 0;
     if ((r = d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) != CUDA_SUCCESS ||
         (r = d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)) != CUDA_SUCCESS)
@@ -75,12 +78,13 @@ addrmsnorm_status current_state(const Driver& d, ContextState** out) {
             *out = t_last_state = s.get();
             return ADDRMSNORM_SUCCESS;
         }
-    int arch_index = -1;
-    st = pick_arch(d, &arch_index);
+    int arch_index = -1, sm_count = 0;
+    st = pick_arch(d, &arch_index, &sm_count);
     if (st != ADDRMSNORM_SUCCESS) return st;
     auto s = std::make_unique<ContextState>();
     s->key = key;
     s->arch_index = arch_index;
+    s->sm_count = sm_count;
     s->functions.reset(new std::atomic<CUfunction>[kNumVariants]);
     for (int i = 0; i < kNumVariants; ++i) s->functions[i].store(nullptr, std::memory_order_relaxed);
     *out = t_last_state = s.get();
@@ -126,6 +130,14 @@ addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out) {
     }
     out->function = f;
     out->image = &kImages[variant * kNumArchs + s->arch_index];
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status current_sm_count(const Driver& d, int* sm_count) {
+    ContextState* s = nullptr;
+    addrmsnorm_status st = current_state(d, &s);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    *sm_count = s->sm_count;
     return ADDRMSNORM_SUCCESS;
 }
 

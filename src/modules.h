@@ -19,6 +19,9 @@ struct LoadedKernel {
 // The kernel `variant` in the calling thread's current context, loading it if needed.
 addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out);
 
+// The streaming multiprocessors of the current context's device (sizes the backward's grid).
+addrmsnorm_status current_sm_count(const Driver& d, int* sm_count);
+
 // Load every kernel into the current context.
 addrmsnorm_status preload_all(const Driver& d);
 

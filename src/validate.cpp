@@ -1,6 +1,7 @@
 #include "validate.h"
 
 #include <cmath>
+#include <string_view>
 #include <cstdint>
 
 #include "errors.h"
@@ -164,6 +165,89 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
             if (overlaps(rs_rows, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps %s; it must not share memory with it",
                             t->name);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status validate_backward(const BackwardCall& c) {
+    if (c.flags != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0 (no backward flags are defined), got %u",
+                    c.flags);
+    if (!std::isfinite(c.weight_offset))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
+    const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
+    if (xs == 0 || rs == 0 || ws == 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype, residual_dtype and weight_dtype must be addrmsnorm_dtype values");
+    if (c.residual_dtype != c.x_dtype && c.residual_dtype != ADDRMSNORM_FLOAT32)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is %s; it must be x_dtype (%s) or float32",
+                    dtype_name(c.residual_dtype), dtype_name(c.x_dtype));
+    if (c.hidden <= 0 || c.hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be in [1, 2^31), got %lld", (long long)c.hidden);
+    if (c.rows < 0 || c.rows > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31), got %lld", (long long)c.rows);
+    const bool separate = c.x_dtype != c.residual_dtype;
+    if (!separate && c.dx != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "dx must be NULL when x_dtype == residual_dtype: dresidual is then the gradient of x too");
+    if (c.dweight != nullptr && reinterpret_cast<uintptr_t>(c.dweight) % ws != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dweight is not aligned to its %d-byte elements", ws);
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // only dweight (zeroed) is touched
+
+    struct Named { const char* name; const void* p; int64_t stride; int elem; bool output; bool required; };
+    const Named views[] = {{"dy", c.dy, c.stride_dy, xs, false, true},
+                           {"dresidual_out", c.dresidual_out, c.stride_dresidual_out, rs, false, false},
+                           {"h", c.h, c.stride_h, rs, false, true},
+                           {"dresidual", c.dresidual, c.stride_dresidual, rs, true, true},
+                           {"dx", c.dx, c.stride_dx, xs, true, separate}};
+    Rows r[9];
+    int n = 0;
+    for (const Named& v : views) {
+        if (v.p == nullptr) {
+            if (v.required) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
+            continue;
+        }
+        if (reinterpret_cast<uintptr_t>(v.p) % v.elem != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to its %d-byte elements", v.name, v.elem);
+        int64_t stride = v.stride;
+        if (c.rows > 1 && stride < 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name, (long long)stride);
+        if (c.rows > 1 && v.output && stride < c.hidden)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s: row stride %lld < hidden=%lld, so its rows overlap; an output must not overlap itself",
+                        v.name, (long long)stride, (long long)c.hidden);
+        if (c.rows <= 1) stride = c.hidden;
+        if (stride > INT64_MAX / 4)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
+        r[n++] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, c.rows, v.elem, stride};
+    }
+    if (c.rstd == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is NULL");
+    if (reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
+    if (c.weight == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is NULL");
+    if (reinterpret_cast<uintptr_t>(c.weight) % ws != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is not aligned to its %d-byte elements", ws);
+    if (c.workspace == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is NULL");
+    if (reinterpret_cast<uintptr_t>(c.workspace) % 4 != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is not aligned to 4 bytes");
+    r[n++] = Rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4 * c.rows, 4 * c.rows, 1, 4, c.rows};
+    r[n++] = Rows{"weight", reinterpret_cast<uintptr_t>(c.weight), c.hidden * ws, c.hidden * ws, 1, ws, c.hidden};
+    const int64_t ws_len = static_cast<int64_t>(c.workspace_bytes);
+    r[n++] = Rows{"workspace", reinterpret_cast<uintptr_t>(c.workspace), ws_len, ws_len, 1, 1, ws_len};
+    if (c.dweight != nullptr)
+        r[n++] = Rows{"dweight", reinterpret_cast<uintptr_t>(c.dweight), c.hidden * ws, c.hidden * ws, 1, ws, c.hidden};
+    // Outputs (dresidual, dx, workspace, dweight) must not share a byte with anything else.
+    auto is_output = [](const Rows& x) {
+        const std::string_view nm = x.name;
+        return nm == "dresidual" || nm == "dx" || nm == "workspace" || nm == "dweight";
+    };
+    for (int i = 0; i < n; ++i) {
+        if (!is_output(r[i])) continue;
+        for (int j = 0; j < n; ++j) {
+            if (j == i || (is_output(r[j]) && j < i)) continue;
+            if (overlaps(r[i], r[j]))
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with anything",
+                            r[i].name, r[j].name, r[i].name);
+        }
     }
     return ADDRMSNORM_SUCCESS;
 }

@@ -23,7 +23,28 @@ struct ForwardCall {
     uint32_t flags;
 };
 
+struct BackwardCall {
+    const void* dy;
+    const void* dresidual_out;  // may be NULL
+    const void* h;
+    const float* rstd;
+    const void* weight;
+    const void* dresidual;
+    const void* dx;             // NULL unless x_dtype != residual_dtype
+    const void* dweight;        // may be NULL
+    const void* workspace;
+    uint64_t workspace_bytes;
+    int64_t rows, hidden;
+    int64_t stride_dy, stride_dresidual_out, stride_h, stride_dresidual, stride_dx;
+    addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
+    float weight_offset;
+    uint32_t flags;
+};
+
 int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype
+
+// The backward's checks that need no device (the workspace size needs one: see backward.cpp).
+addrmsnorm_status validate_backward(const BackwardCall& c);
 
 // ADDRMSNORM_SUCCESS, or an error status with the last error naming the argument.
 addrmsnorm_status validate_forward(const ForwardCall& c);

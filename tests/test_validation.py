@@ -189,12 +189,19 @@ def test_disjoint_column_slices_of_one_buffer_are_fine(inputs):
     assert not torch.isnan(buf).any()
 
 
-def test_requires_grad_is_refused(inputs):
+def test_in_place_forms_refuse_grad(inputs):
+    """The in-place forms have no backward: refused under grad mode, fine under no_grad."""
     x, r, w = inputs
     w = w.clone().requires_grad_()
-    _rejects(RuntimeError, "no backward yet", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w), x, r, w)
+    _rejects(RuntimeError, "have no backward", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
+    _rejects(RuntimeError, "have no backward",
+             lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x)), x, r, w)
+    # The operators themselves refuse too (C++ Autograd kernel on the cpp backend).
+    if addrmsnorm.backend() == "cpp" and DEVICE == "cuda":
+        _rejects(RuntimeError, "has no backward", lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6),
+                 x, r, w)
     with torch.no_grad():
-        addrmsnorm.fused_add_rmsnorm(x, r, w)
+        addrmsnorm.fused_add_rmsnorm_(x, r, w)
 
 
 def test_bad_return_rstd(inputs):

@@ -62,25 +62,36 @@ SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_
 
 @dataclass(frozen=True)
 class Spec:
-    config: int       # index into the deduplicated config list
+    kind: str         # "fwd", "bwd" (fused_add_rmsnorm_bwd) or "dw" (fused_add_rmsnorm_dweight)
+    config: int       # index into the deduplicated config list of its kind (0 for "dw")
     x: str
     residual: str
     weight: str
     has_rstd: bool
     aligned: bool
-    hf: bool          # HF_NUMERICS
+    hf: bool          # HF_NUMERICS (fwd); HAS_DRES_OUT (bwd) is kept in has_rstd's place
 
 
-def unique_configs():
+def unique_configs(table=None):
     out = []
-    for rule in configs.FORWARD_TABLE:
+    for rule in (table or configs.FORWARD_TABLE):
         if rule.config not in out:
             out.append(rule.config)
     return out
 
 
-def all_specs(cfgs):
+def all_specs(cfgs, bcfgs):
     specs = []
+    for ci, cfg in enumerate(bcfgs):  # backward: has_rstd stands for HAS_DRES_OUT
+        widths = sorted({r.act_bytes for r in configs.BACKWARD_TABLE if r.config == cfg})
+        for act_bytes in widths:
+            for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
+                for w in configs.WEIGHT_DTYPES:
+                    for has_dres_out in (False, True):
+                        for aligned in (False, True):
+                            specs.append(Spec("bwd", ci, x, res, w, has_dres_out, aligned, False))
+    for w in configs.WEIGHT_DTYPES:
+        specs.append(Spec("dw", 0, "fp32", "fp32", w, False, False, False))
     for ci, cfg in enumerate(cfgs):
         widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
@@ -91,12 +102,29 @@ def all_specs(cfgs):
                     for w in configs.WEIGHT_DTYPES:
                         for has_rstd in (False, True):
                             for aligned in (False, True):
-                                specs.append(Spec(ci, x, res, w, has_rstd, aligned, hf))
+                                specs.append(Spec("fwd", ci, x, res, w, has_rstd, aligned, hf))
     return specs
+
+
+BACKWARD_SCALARS = {"n_rows": "i32", "H": "i32", "stride_dy_row": "i64", "stride_dres_out_row": "i64",
+                    "stride_h_row": "i64", "stride_dres_row": "i64", "stride_dx_row": "i64",
+                    "weight_offset": "fp32"}
+BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
 
 
 def signature(spec: Spec):
     ptr = lambda d: "*" + TRITON_TYPES[d]  # noqa: E731
+    if spec.kind == "bwd":
+        sig = {"dy_ptr": ptr(spec.x), "dres_out_ptr": ptr(spec.residual), "h_ptr": ptr(spec.residual),
+               "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
+               "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
+        sig.update(BACKWARD_SCALARS)
+        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_DRES_OUT", "SEPARATE_DX", "ALIGN"):
+            sig[name] = "constexpr"
+        return sig
+    if spec.kind == "dw":
+        return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight), "n_partials": "i32", "H": "i32",
+                "BLOCK_P": "constexpr", "BLOCK_C": "constexpr"}
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
@@ -106,12 +134,12 @@ def signature(spec: Spec):
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg), "arch": arch, "kernel": kernel_key,
+    blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 3
+TOOL_VERSION = 4
 
 
 def compile_one(job):
@@ -125,23 +153,33 @@ def compile_one(job):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernel = _load("kernels").fused_add_rmsnorm_fwd
-
-    names = kernel.arg_names
+    kernels = _load("kernels")
     attrs, align = {}, 1
-    if spec.aligned:  # the same promise the JIT launcher makes with configs.align_elems
-        attrs = {(names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
-                 for a in configs.ALIGNED_POINTER_ARGS}
-        align = configs.vector_elems(ITEMSIZE[spec.x], ITEMSIZE[spec.residual])
-    src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs={
-        "BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program,
-        "LOOPED": cfg.looped, "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf})
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": cfg.num_warps})
+    if spec.kind == "dw":
+        kernel = kernels.fused_add_rmsnorm_dweight
+        constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
+        num_warps, n_args = configs.DWEIGHT_WARPS, 4
+    else:
+        kernel = kernels.fused_add_rmsnorm_bwd if spec.kind == "bwd" else kernels.fused_add_rmsnorm_fwd
+        aligned_args = BACKWARD_ALIGNED_POINTER_ARGS if spec.kind == "bwd" else configs.ALIGNED_POINTER_ARGS
+        if spec.aligned:  # the same promise the JIT launcher makes with configs.align_elems
+            attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
+                     for a in aligned_args}
+            align = configs.vector_elems(ITEMSIZE[spec.x], ITEMSIZE[spec.residual])
+        if spec.kind == "bwd":
+            constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
+                          "HAS_DRES_OUT": spec.has_rstd, "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
+            n_args = len(BACKWARD_SCALARS) + 9
+        else:
+            constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
+                          "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf}
+            n_args = len(SCALAR_SIGNATURE) + 6
+        num_warps = cfg.num_warps
+    src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
     md = compiled.metadata
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
     n_params = len([p for p in entry.group(2).split(",") if p.strip()])
-    n_args = len(SCALAR_SIGNATURE) + 6
     if n_params != n_args + 2:
         raise RuntimeError(f"expected {n_args} arguments plus Triton's two hidden scratch pointers, "
                            f"the kernel has {n_params} parameters: this Triton version is not supported")
@@ -166,9 +204,10 @@ def _write_if_changed(path: Path, text: str | bytes):
 
 
 DTYPE_INDEX = {d: i for i, d in enumerate(configs.DTYPES)}
+KINDS = {"fwd": 0, "bwd": 1, "dw": 2}  # KernelVariant::kind
 
 
-def generate(out: Path, archs, cfgs, specs, keys, cache_dir: Path):
+def generate(out: Path, archs, cfgs, bcfgs, specs, keys, cache_dir: Path):
     blob = bytearray()
     images = []  # [spec][arch] -> dict
     for si, spec in enumerate(specs):
@@ -199,6 +238,8 @@ addrmsnorm_cubin_blob:
     n_d = len(configs.DTYPES)
     dense = [-1] * (len(cfgs) * n_d * n_d * n_d * 2 * 2 * 2)
     for si, s in enumerate(specs):
+        if s.kind != "fwd":
+            continue
         idx = ((((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
                   + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + int(s.aligned)) * 2 + int(s.hf))
         dense[idx] = si
@@ -216,7 +257,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumVariants = {len(specs)};")
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
-        lines.append(f"    {{{s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, {DTYPE_INDEX[s.weight]}, "
+        lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, {DTYPE_INDEX[s.weight]}, "
                      f"{str(s.has_rstd).lower()}, {str(s.aligned).lower()}, {str(s.hf).lower()}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
@@ -232,23 +273,49 @@ addrmsnorm_cubin_blob:
     for i in range(0, len(dense), 24):
         lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
     lines.append("};")
+    # Backward: configs, [config][x][residual][weight][has_dres_out][aligned] -> variant, dweight per weight.
+    bdense = [-1] * (len(bcfgs) * n_d * n_d * n_d * 2 * 2)
+    dw_index = [-1] * n_d
+    for si, s in enumerate(specs):
+        if s.kind == "bwd":
+            bdense[(((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
+                      + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + int(s.aligned))] = si
+        elif s.kind == "dw":
+            dw_index[DTYPE_INDEX[s.weight]] = si
+    lines.append(f"const int kNumBackwardConfigs = {len(bcfgs)};")
+    lines.append("const ForwardConfig kBackwardConfigs[] = {")
+    for c in bcfgs:
+        lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
+    lines.append("};")
+    lines.append("// [config][x][residual][weight][has_dres_out][aligned] -> variant, or -1")
+    lines.append("const short kBackwardIndex[] = {")
+    for i in range(0, len(bdense), 24):
+        lines.append("    " + ", ".join(str(v) for v in bdense[i:i + 24]) + ",")
+    lines.append("};")
+    lines.append(f"const short kDweightIndex[] = {{{', '.join(str(v) for v in dw_index)}}};  // [weight dtype]")
+    lines.append(f"const int kBackwardWarpsPerSm = {configs.BACKWARD_WARPS_PER_SM};")
+    lines.append(f"const int kBackwardLoopedProgramsPerSm = {configs.BACKWARD_LOOPED_PROGRAMS_PER_SM};")
+    lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
-    lines.append("// The dispatch rule, generated from configs.FORWARD_TABLE (see select_forward_config).")
-    lines.append("int select_forward_config(long long H, int x_itemsize, int residual_itemsize) {")
-    lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
-    for act in sorted({r.act_bytes for r in configs.FORWARD_TABLE}):
-        lines.append(f"    if (act_bytes == {act}) {{")
-        for r in configs.FORWARD_TABLE:
-            if r.act_bytes != act:
-                continue
-            ci = cfgs.index(r.config)
-            if r.h_max is None:
-                lines.append(f"        return {ci};")
-            else:
-                lines.append(f"        if (H <= {r.h_max}) return {ci};")
-        lines.append("    }")
-    lines.append("    return -1;")
-    lines.append("}")
+    for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
+                             ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
+        lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
+        lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize) {{")
+        lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
+        for act in sorted({r.act_bytes for r in table}):
+            lines.append(f"    if (act_bytes == {act}) {{")
+            for r in table:
+                if r.act_bytes != act:
+                    continue
+                ci = cl.index(r.config)
+                if r.h_max is None:
+                    lines.append(f"        return {ci};")
+                else:
+                    lines.append(f"        if (H <= {r.h_max}) return {ci};")
+            lines.append("    }")
+        lines.append("    return -1;")
+        lines.append("}")
+        lines.append("")
     lines.append("")
     lines.append("// Elements per 16-byte access (configs.vector_elems): the aligned variants need H and")
     lines.append("// every row stride to be multiples of it, and the five tensor pointers 16-byte aligned.")
@@ -295,20 +362,24 @@ def main():
         ap.error("no archs")
     import triton
 
-    fused_add_rmsnorm_fwd = _load("kernels").fused_add_rmsnorm_fwd
+    kernels = _load("kernels")
 
     out: Path = args.out.resolve()
     cache_dir = out / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
     cfgs = unique_configs()
-    specs = all_specs(cfgs)
-    kernel_key = fused_add_rmsnorm_fwd.cache_key
+    bcfgs = unique_configs(configs.BACKWARD_TABLE)
+    specs = all_specs(cfgs, bcfgs)
+    kernel_key = "/".join(k.cache_key for k in (kernels.fused_add_rmsnorm_fwd, kernels.fused_add_rmsnorm_bwd,
+                                                 kernels.fused_add_rmsnorm_dweight))
+    kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
+        cfg = {"fwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
         for arch in archs:
-            key = cache_key(spec, cfgs[spec.config], arch, kernel_key, triton.__version__)
+            key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key
-            jobs.append((spec, cfgs[spec.config], arch, str(cache_dir), key))
+            jobs.append((spec, cfg, arch, str(cache_dir), key))
     todo = [j for j in jobs if not ((cache_dir / f"{j[4]}.cubin").exists() and (cache_dir / f"{j[4]}.json").exists())]
     print(f"addrmsnorm AOT: {len(specs)} specializations x {len(archs)} archs "
           f"({', '.join(f'sm_{a}' for a in archs)}) = {len(jobs)} kernels; "
@@ -330,7 +401,7 @@ def main():
                 done += 1
                 if done % step == 0 or done == len(todo):
                     print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
-    size = generate(out, archs, cfgs, specs, keys, cache_dir)
+    size = generate(out, archs, cfgs, bcfgs, specs, keys, cache_dir)
     print(f"addrmsnorm AOT: {len(jobs)} cubins, {size / 2**20:.1f} MiB embedded, "
           f"{time.time() - t0:.0f}s", flush=True)
 

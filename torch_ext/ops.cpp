@@ -234,6 +234,76 @@ void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const a
     if (c.x.rows > 0) launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf);
 }
 
+// ----- backward ----------------------------------------------------------------------------------
+
+// Runs `call` with the device's context current, adopting the primary context on a thread that
+// has none yet (as launch() does), and raises on failure.
+template <typename F>
+void with_context(const c10::Device& device, F call) {
+    addrmsnorm_status st = call();
+    if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
+        const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
+        if (adopted != ADDRMSNORM_SUCCESS) raise(adopted);
+        st = call();
+    }
+    if (st != ADDRMSNORM_SUCCESS) raise(st);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
+    const at::Tensor& dy, const std::optional<at::Tensor>& dresidual_out, const at::Tensor& h,
+    const at::Tensor& rstd, const at::Tensor& weight, double weight_offset, bool weight_grad) {
+    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(weight_offset)), "weight_offset must be finite, got ",
+                      weight_offset);
+    const addrmsnorm_dtype xd = to_dtype("dy", dy), rd = to_dtype("h", h), wd = to_dtype("weight", weight);
+    TORCH_CHECK_VALUE(dy.dim() > 0 && dy.size(-1) > 0, "dy has shape ", shape_str(dy.sizes()),
+                      "; it must be (..., H) with H > 0");
+    const int64_t H = dy.size(-1);
+    TORCH_CHECK_TYPE(rd == xd || rd == ADDRMSNORM_FLOAT32, "h has dtype ", torch_name(h.scalar_type()),
+                     "; it must be dy's dtype (", torch_name(dy.scalar_type()), ") or float32");
+    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H && (H <= 1 || weight.stride(0) == 1),
+                      "weight must be a contiguous (", H, ",) tensor, got shape ", shape_str(weight.sizes()));
+    const auto lead = dy.sizes().slice(0, dy.dim() - 1);
+    TORCH_CHECK_VALUE(rstd.scalar_type() == c10::kFloat && rstd.sizes() == lead && rstd.is_contiguous(),
+                      "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
+                      torch_name(rstd.scalar_type()), " ", shape_str(rstd.sizes()));
+    check_device("h", h, dy);
+    check_device("rstd", rstd, dy);
+    check_device("weight", weight, dy);
+    const RowView vdy = as_rows("dy", dy, dy.sizes()), vh = as_rows("h", h, dy.sizes());
+    RowView vdro{vdy.rows, H};
+    const void* dro_ptr = nullptr;
+    if (dresidual_out.has_value()) {
+        const at::Tensor& g = *dresidual_out;
+        to_dtype("dresidual_out", g);
+        TORCH_CHECK_TYPE(g.scalar_type() == h.scalar_type(), "dresidual_out has dtype ", torch_name(g.scalar_type()),
+                         "; it must be h's dtype (", torch_name(h.scalar_type()), ")");
+        check_device("dresidual_out", g, dy);
+        vdro = as_rows("dresidual_out", g, dy.sizes());
+        dro_ptr = g.data_ptr();
+    }
+    TORCH_CHECK_VALUE(dy.is_cuda(), "dy is on ", dy.device(), "; this is the CUDA backend");
+    const bool separate = xd != rd;
+    at::Tensor dres = at::empty(dy.sizes(), h.options().memory_format(c10::MemoryFormat::Contiguous));
+    at::Tensor dx = at::empty(separate ? dy.sizes() : c10::IntArrayRef{0},
+                              dy.options().memory_format(c10::MemoryFormat::Contiguous));
+    at::Tensor dweight = at::empty(weight_grad ? weight.sizes() : c10::IntArrayRef{0}, weight.options());
+    const c10::Device device = dy.device();
+    const c10::DeviceGuard guard(device);
+    const auto stream = reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    uint64_t bytes = 0;
+    with_context(device, [&] { return addrmsnorm_fused_add_rmsnorm_backward_workspace_size(vdy.rows, H, xd, rd, &bytes); });
+    at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
+    with_context(device, [&] {
+        return addrmsnorm_fused_add_rmsnorm_backward(
+            dy.data_ptr(), dro_ptr, h.data_ptr(), rstd.data_ptr<float>(), weight.data_ptr(), dres.data_ptr(),
+            separate ? dx.data_ptr() : nullptr, weight_grad ? dweight.data_ptr() : nullptr, workspace.data_ptr(), bytes,
+            vdy.rows, H, vdy.stride, vdro.stride, vh.stride, H, H, xd, rd, wd, static_cast<float>(weight_offset), 0u,
+            stream);
+    });
+    return {dres, dx, dweight};
+}
+
 // ----- Autograd-key kernels of the mutating operators --------------------------------------------
 // They have no backward: refuse inputs that require grad while grad mode is on, then redispatch
 // below autograd and bump the version counters of what was written, as ADInplaceOrView would. In C++
@@ -290,4 +360,5 @@ TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
     m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm_);
     m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into);
+    m.impl("fused_add_rmsnorm_backward", &fused_add_rmsnorm_backward);
 }

@@ -231,6 +231,11 @@ def run(args) -> int:
                 except Exception as e:  # noqa: BLE001
                     rows.append(dict(base, note=f"failed: {type(e).__name__}"))
             _log(f"decode chain {N}x{H} done")
+    if not args.no_backward:
+        from addrmsnorm.bench import backward
+
+        rows += backward.run(roof.gbs, log=_log)
+        _log("training rows done")
     if not args.no_overhead:
         for impl in live:
             base = dict(section="cpu_overhead", impl=impl.name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16")
@@ -307,6 +312,7 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", help="only implementations whose name contains one of these (comma-separated)")
     ap.add_argument("--out", help="output folder (default results/<gpu>-<date>)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode-chain latency")
+    ap.add_argument("--no-backward", action="store_true", help="skip the training (backward) rows")
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
     ap.add_argument("--update-readme", action="store_true", help="write the report into README.md")
     ap.add_argument("--render", metavar="DIR", help="re-render report.md, the plot (and with --update-readme the "

@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-FIELDS = ["section", "impl", "N", "H", "x_dtype", "residual_dtype", "us_median", "us_min", "us_max",
+FIELDS = ["section", "impl", "N", "H", "x_dtype", "residual_dtype", "mode", "us_median", "us_min", "us_max",
           "gbs", "pct_roofline", "err_over_tol", "residual_exact", "note"]
 
 
@@ -127,6 +127,13 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
                         "wall µs per eager call")
     if cpu:
         lines += ["#### CPU cost per eager call (1,000 calls, one synchronize)", "", cpu, ""]
+    from .backward import __doc__ as backward_doc, table as backward_table
+
+    bwd = backward_table(rows)
+    if bwd:
+        model = backward_doc.split("Byte model of the backward")[1].split("Timing:")[0].strip()
+        lines += ["#### Training: backward, and forward + backward (GB/s · % of roofline · µs per call)", "",
+                  "Byte model of the backward " + model, "", bwd, ""]
     lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
 

@@ -120,6 +120,59 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
     float eps, float weight_offset, uint32_t flags);
 
 /*
+ * Backward of addrmsnorm_fused_add_rmsnorm (contract numerics), for training. With
+ * n = h * rstd and g = dy * (weight + weight_offset), per row:
+ *
+ *     dresidual = rstd * (g - n * mean(g * n)) + dresidual_out
+ *     dx        = dresidual (in x_dtype)
+ *     dweight   = sum over rows of dy * n
+ *
+ *   dy             [rows, hidden] of x_dtype: the gradient of out (y)
+ *   dresidual_out  [rows, hidden] of residual_dtype: the gradient of residual_out, or NULL if none
+ *   h              [rows, hidden] of residual_dtype: residual_out as the forward wrote it
+ *   rstd           [rows] fp32, as the forward wrote it
+ *   weight         [hidden] of weight_dtype
+ *   dresidual      [rows, hidden] of residual_dtype, out: the gradient of residual, and of x when
+ *                  x_dtype == residual_dtype (dx must then be NULL)
+ *   dx             [rows, hidden] of x_dtype, out, when x_dtype != residual_dtype (fp32 residual)
+ *   dweight        [hidden] of weight_dtype, out; NULL not to compute it. Deterministic: no atomics,
+ *                  the same inputs give the same bits on the same device.
+ *   workspace      fp32 scratch of addrmsnorm_fused_add_rmsnorm_backward_workspace_size() bytes
+ *                  (it depends on the device's SM count), 4-byte aligned, owned by the caller
+ *   flags          must be 0.
+ *
+ * Outputs (dresidual, dx, dweight, workspace) must not overlap each other or any input. Strides
+ * and the rest follow addrmsnorm_fused_add_rmsnorm. Two kernels are launched on `stream`; no
+ * allocation, no synchronization.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward(
+    const void *dy, const void *dresidual_out, const void *h, const float *rstd, const void *weight,
+    void *dresidual, void *dx, void *dweight, void *workspace, uint64_t workspace_bytes,
+    int64_t rows, int64_t hidden,
+    int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h, int64_t stride_dresidual,
+    int64_t stride_dx,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
+    float weight_offset, uint32_t flags, addrmsnorm_stream stream);
+
+/* The backward's argument checks, without the driver (the workspace's size is checked at launch). */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_check(
+    const void *dy, const void *dresidual_out, const void *h, const float *rstd, const void *weight,
+    const void *dresidual, const void *dx, const void *dweight, const void *workspace,
+    uint64_t workspace_bytes, int64_t rows, int64_t hidden,
+    int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h, int64_t stride_dresidual,
+    int64_t stride_dx,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
+    float weight_offset, uint32_t flags);
+
+/*
+ * Bytes of workspace addrmsnorm_fused_add_rmsnorm_backward needs for `rows` x `hidden` on the
+ * device of the calling thread's current context (0 when rows == 0).
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace_size(
+    int64_t rows, int64_t hidden, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
+    uint64_t *bytes);
+
+/*
  * Loads every kernel into the calling thread's current CUDA context, so that later calls do no
  * module loading (do this before capturing a CUDA graph). Thread-safe; loading happens once per
  * context. Kernels are otherwise loaded on first use.

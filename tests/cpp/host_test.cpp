@@ -272,3 +272,68 @@ TEST(Dispatch, BuiltArchsAreListed) {
 }
 
 }  // namespace
+
+// ----- backward validation ---------------------------------------------------------------------
+
+struct BwdCall {
+    uintptr_t dy = base(0), dro = 0, h = base(1), rstd = base(2), weight = base(3), dres = base(4), dx = 0,
+              dweight = base(5), workspace = base(6);
+    uint64_t workspace_bytes = 1 << 20;
+    int64_t rows = 5, hidden = 96, sdy = 96, sdro = 96, sh = 96, sdres = 96, sdx = 96;
+    addrmsnorm_dtype xd = ADDRMSNORM_BFLOAT16, rd = ADDRMSNORM_BFLOAT16, wd = ADDRMSNORM_BFLOAT16;
+    float offset = 0.0f;
+    uint32_t flags = 0;
+
+    addrmsnorm_status check() const {
+        return addrmsnorm_fused_add_rmsnorm_backward_check(
+            (const void*)dy, (const void*)dro, (const void*)h, (const float*)rstd, (const void*)weight,
+            (const void*)dres, (const void*)dx, (const void*)dweight, (const void*)workspace, workspace_bytes, rows,
+            hidden, sdy, sdro, sh, sdres, sdx, xd, rd, wd, offset, flags);
+    }
+};
+
+void expect_bwd_error(const BwdCall& c, addrmsnorm_status want, const std::string& needle) {
+    EXPECT_EQ(c.check(), want) << addrmsnorm_last_error();
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos) << addrmsnorm_last_error();
+}
+
+TEST(BackwardValidation, GoodCallsPass) {
+    BwdCall c;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.dro = base(7);
+    c.dweight = 0;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.rd = ADDRMSNORM_FLOAT32;  // an fp32 residual stream: dx is a separate output
+    c.dx = base(8);
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(BackwardValidation, BadCalls) {
+    BwdCall c;
+    c.dx = base(8);
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dx must be NULL when x_dtype == residual_dtype");
+    c = BwdCall();
+    c.rd = ADDRMSNORM_FLOAT32;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dx is NULL");
+    c = BwdCall();
+    c.rd = ADDRMSNORM_FLOAT16;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is float16");
+    c = BwdCall();
+    c.h = 0;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "h is NULL");
+    c = BwdCall();
+    c.dres = c.dy + 64;  // dresidual partly over dy
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dresidual overlaps dy");
+    c = BwdCall();
+    c.workspace = c.dweight + 8;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "overlaps");
+    c = BwdCall();
+    c.sdres = 48;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dresidual: row stride 48 < hidden=96");
+    c = BwdCall();
+    c.flags = 1;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0");
+    c = BwdCall();
+    c.hidden = 0;
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be in [1, 2^31)");
+}

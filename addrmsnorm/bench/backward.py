@@ -1,0 +1,123 @@
+"""Training rows of the report: backward alone, and forward + backward, in GB/s against the
+same-run roofline, beside torch eager, torch.compile and Liger-Kernel.
+
+Byte model of the backward (bytes the kernel must move at the least, per call):
+
+    read   dy (x's dtype) + h (residual's) + dresidual_out (residual's)     per element
+    write  dresidual (residual's), and dx (x's) when the dtypes differ     per element
+    plus   rstd (4 bytes per row) and the weight (once); dweight is H elements.
+
+The dweight partials (programs x H fp32, written once and read once) are not counted: they are the
+price of a deterministic reduction, and show up as a lower share of the roofline. Forward + backward
+adds the forward's model (read x and residual, write y and residual_out).
+
+Timing: CUDA events around 20 calls after 3 warm-up calls (autograd's graph building is part of
+what fwd+bwd measures); every tensor is far larger than the L2, so the caches stay cold by size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import addrmsnorm
+from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, fused_add_rmsnorm_grads_ref
+
+from .impls import CompiledReference, contract_torch
+
+SHAPES = [(16384, 4096), (4096, 14336), (16384, 1024)]
+EPS = 1e-6
+
+
+def backward_bytes(N: int, H: int, xs: int, rs: int, ws: int) -> int:
+    separate = xs != rs
+    return N * H * (xs + 2 * rs + rs + (xs if separate else 0)) + 4 * N + 2 * H * ws
+
+
+def forward_bytes(N: int, H: int, xs: int, rs: int, ws: int) -> int:
+    return N * H * 2 * (xs + rs) + H * ws
+
+
+def _impls():
+    out = {"addrmsnorm": lambda x, r, w: addrmsnorm.fused_add_rmsnorm(x, r, w, EPS),
+           "PyTorch eager (contract)": lambda x, r, w: contract_torch(x, r, w, EPS)}
+    compiled = CompiledReference()
+    out["torch.compile (reference)"] = lambda x, r, w: compiled(x, r, w, EPS)
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+        out["Liger-Kernel"] = lambda x, r, w: LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama")
+    except Exception:  # noqa: BLE001 - not installed
+        pass
+    return out
+
+
+def _time(fn, iters: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / iters
+
+
+def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
+    rows = []
+    for N, H in shapes:
+        gen = torch.Generator().manual_seed(N + H)
+        x = torch.randn(N, H, generator=gen).to(torch.bfloat16).cuda().requires_grad_()
+        r = (4 * torch.randn(N, H, generator=gen)).to(torch.bfloat16).cuda().requires_grad_()
+        w = (1 + 0.1 * torch.randn(H, generator=gen)).to(torch.bfloat16).cuda().requires_grad_()
+        dy = torch.randn(N, H, generator=gen).to(torch.bfloat16).cuda()
+        dro = torch.randn(N, H, generator=gen).to(torch.bfloat16).cuda()
+        ref = fused_add_rmsnorm_grads_ref(x, r, w, EPS, 0.0, dy, dro)
+        tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16].rtol
+        b_bwd = backward_bytes(N, H, 2, 2, 2)
+        b_fwd = forward_bytes(N, H, 2, 2, 2)
+        for name, f in _impls().items():
+            base = dict(section="backward", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
+            try:
+                y, h = f(x, r, w)
+                grads = torch.autograd.grad([y, h], [x, r, w], [dy, dro], retain_graph=True)
+                err = max(((g.double() - e).abs().max() / e.abs().max()).item() for g, e in zip(grads, ref))
+                us_bwd = _time(lambda: torch.autograd.grad([y, h], [x, r, w], [dy, dro], retain_graph=True))
+
+                def step():
+                    yy, hh = f(x, r, w)
+                    torch.autograd.grad([yy, hh], [x, r, w], [dy, dro])
+                us_both = _time(step)
+            except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+                rows.append(dict(base, mode="bwd", note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
+                continue
+            for mode, us, nbytes in (("bwd", us_bwd, b_bwd), ("fwd+bwd", us_both, b_bwd + b_fwd)):
+                gbs = nbytes / us / 1e3
+                rows.append(dict(base, mode=mode, us_median=us, gbs=gbs, pct_roofline=100 * gbs / roofline_gbs,
+                                 err_over_tol=err / tol))
+            log(f"backward {N}x{H} {name}: bwd {us_bwd:.1f} us, fwd+bwd {us_both:.1f} us")
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    sel = [r for r in rows if r["section"] == "backward"]
+    if not sel:
+        return ""
+    names = list(dict.fromkeys(r["impl"] for r in sel))
+    keys = list(dict.fromkeys((r["N"], r["H"], r.get("mode", "bwd")) for r in sel))
+    by = {(r["N"], r["H"], r.get("mode", "bwd"), r["impl"]): r for r in sel}
+    out = ["| N × H (bf16) | pass | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for k in keys:
+        cells = []
+        for n in names:
+            r = by.get((*k, n))
+            if r is None:
+                cells.append("n/a")
+            elif r.get("gbs") is None:
+                cells.append(r.get("note", "n/a"))
+            else:
+                cells.append(f"{r['gbs']:.0f} · {r['pct_roofline']:.0f}% · {r['us_median']:.1f}µs"
+                             + (" ✗" if r["err_over_tol"] > 1 else ""))
+        out.append(f"| {k[0]} × {k[1]} | {k[2]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)

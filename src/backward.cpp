@@ -1,0 +1,154 @@
+// The C ABI's backward entry points: validate, size the persistent grid, launch the backward and
+// the deterministic dweight reduction.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "addrmsnorm/addrmsnorm.h"
+#include "driver.h"
+#include "errors.h"
+#include "kernel_table.h"
+#include "modules.h"
+#include "validate.h"
+
+using namespace addrmsnorm::detail;
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
+
+// configs.backward_programs
+int64_t backward_programs(int64_t rows, const ForwardConfig& cfg, int sm_count) {
+    const int64_t blocks = (rows + cfg.rows_per_program - 1) / cfg.rows_per_program;
+    const int per_sm = cfg.looped ? kBackwardLoopedProgramsPerSm
+                                  : (kBackwardWarpsPerSm / cfg.num_warps > 0 ? kBackwardWarpsPerSm / cfg.num_warps : 1);
+    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
+    const int64_t p = blocks < cap ? blocks : cap;
+    return p > 0 ? p : 1;
+}
+
+// configs.backward_workspace_floats, in bytes
+uint64_t workspace_bytes(int64_t rows, int64_t hidden, const ForwardConfig& cfg, int sm_count) {
+    return 4ull * static_cast<uint64_t>(backward_programs(rows, cfg, sm_count) * hidden + (cfg.looped ? rows : 0));
+}
+
+addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream) {
+    CUlaunchConfig lc = {};
+    lc.gridDimX = grid;
+    lc.gridDimY = lc.gridDimZ = 1;
+    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
+    lc.blockDimY = lc.blockDimZ = 1;
+    lc.sharedMemBytes = k.image->shared;
+    lc.hStream = reinterpret_cast<CUstream>(stream);
+    CUresult r = d.cuLaunchKernelEx(&lc, k.function, params, nullptr);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuLaunchKernelEx");
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace_size(
+    int64_t rows, int64_t hidden, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, uint64_t* bytes) {
+    if (bytes == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "bytes is NULL");
+    const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
+    if (xs == 0 || rs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype and residual_dtype must be addrmsnorm_dtype values");
+    if (rows < 0 || rows > INT32_MAX || hidden <= 0 || hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31) and hidden in [1, 2^31)");
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
+    int sms = 0;
+    st = current_sm_count(*d, &sms);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    const int config = select_backward_config(hidden, xs, rs);
+    *bytes = rows == 0 ? 0 : workspace_bytes(rows, hidden, kBackwardConfigs[config], sms);
+    return ADDRMSNORM_SUCCESS;
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_check(
+    const void* dy, const void* dresidual_out, const void* h, const float* rstd, const void* weight,
+    const void* dresidual, const void* dx, const void* dweight, const void* workspace, uint64_t workspace_bytes,
+    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h,
+    int64_t stride_dresidual, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
+    addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags) {
+    return validate_backward(BackwardCall{dy, dresidual_out, h, rstd, weight, dresidual, dx, dweight, workspace,
+                                          workspace_bytes, rows, hidden, stride_dy, stride_dresidual_out, stride_h,
+                                          stride_dresidual, stride_dx, x_dtype, residual_dtype, weight_dtype,
+                                          weight_offset, flags});
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward(
+    const void* dy, const void* dresidual_out, const void* h, const float* rstd, const void* weight,
+    void* dresidual, void* dx, void* dweight, void* workspace, uint64_t workspace_size,
+    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h,
+    int64_t stride_dresidual, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
+    addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
+    addrmsnorm_status st = validate_backward(BackwardCall{
+        dy, dresidual_out, h, rstd, weight, dresidual, dx, dweight, workspace, workspace_size, rows, hidden,
+        stride_dy, stride_dresidual_out, stride_h, stride_dresidual, stride_dx, x_dtype, residual_dtype,
+        weight_dtype, weight_offset, flags});
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    if (rows == 0 && dweight == nullptr) return ADDRMSNORM_SUCCESS;
+
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
+    int sms = 0;
+    st = current_sm_count(*d, &sms);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
+    const int config = select_backward_config(hidden, xs, rs);
+    const ForwardConfig& cfg = kBackwardConfigs[config];
+    int32_t programs = 0;
+    if (rows > 0) {
+        const uint64_t need = workspace_bytes(rows, hidden, cfg, sms);
+        if (workspace_size < need)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "workspace has %llu bytes; this call needs %llu "
+                        "(addrmsnorm_fused_add_rmsnorm_backward_workspace_size)",
+                        (unsigned long long)workspace_size, (unsigned long long)need);
+        programs = static_cast<int32_t>(backward_programs(rows, cfg, sms));
+        if (rows == 1) stride_dy = stride_dresidual_out = stride_h = stride_dresidual = stride_dx = 0;
+        const bool has_dro = dresidual_out != nullptr;
+        const bool separate = x_dtype != residual_dtype;
+        // Absent tensors: pointers the kernel does not touch (as the JIT launcher passes them).
+        const void* dro = has_dro ? dresidual_out : dy;
+        void* dxp = separate ? dx : dresidual;
+        if (!has_dro) stride_dresidual_out = stride_dy;
+        if (!separate) stride_dx = stride_dresidual;
+        const int v = vector_elems(xs, rs);
+        const bool aligned = aligned16(dy) && aligned16(dro) && aligned16(h) && aligned16(weight) &&
+                             aligned16(dresidual) && aligned16(dxp) && hidden % v == 0 && stride_dy % v == 0 &&
+                             stride_dresidual_out % v == 0 && stride_h % v == 0 && stride_dresidual % v == 0 &&
+                             stride_dx % v == 0;
+        const int variant = backward_variant_index(config, x_dtype, residual_dtype, weight_dtype, has_dro, aligned);
+        if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no backward kernel was built for these dtypes");
+        LoadedKernel k;
+        st = get_kernel(*d, variant, &k);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+        CUdeviceptr p_dy = reinterpret_cast<CUdeviceptr>(dy), p_dro = reinterpret_cast<CUdeviceptr>(dro),
+                    p_h = reinterpret_cast<CUdeviceptr>(h), p_rstd = reinterpret_cast<CUdeviceptr>(rstd),
+                    p_w = reinterpret_cast<CUdeviceptr>(weight), p_dres = reinterpret_cast<CUdeviceptr>(dresidual),
+                    p_dx = reinterpret_cast<CUdeviceptr>(dxp), p_partial = reinterpret_cast<CUdeviceptr>(workspace),
+                    p_mean = p_partial + (cfg.looped ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
+        int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
+        CUdeviceptr scratch0 = 0, scratch1 = 0;
+        void* params[] = {&p_dy, &p_dro, &p_h, &p_rstd, &p_w, &p_dres, &p_dx, &p_partial, &p_mean, &n_rows, &H,
+                          &stride_dy, &stride_dresidual_out, &stride_h, &stride_dresidual, &stride_dx,
+                          &weight_offset, &scratch0, &scratch1};
+        st = launch(*d, k, static_cast<unsigned>(programs), params, stream);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+    }
+    if (dweight != nullptr) {  // column sums of the partials (zeros when rows == 0)
+        const int variant = kDweightIndex[weight_dtype];
+        LoadedKernel k;
+        st = get_kernel(*d, variant, &k);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+        CUdeviceptr p_partial = reinterpret_cast<CUdeviceptr>(workspace), p_dw = reinterpret_cast<CUdeviceptr>(dweight);
+        int32_t n_partials = programs, H = static_cast<int32_t>(hidden);
+        CUdeviceptr scratch0 = 0, scratch1 = 0;
+        void* params[] = {&p_partial, &p_dw, &n_partials, &H, &scratch0, &scratch1};
+        st = launch(*d, k, static_cast<unsigned>((hidden + kDweightBlockC - 1) / kDweightBlockC), params, stream);
+        if (st != ADDRMSNORM_SUCCESS) return st;
+    }
+    return ADDRMSNORM_SUCCESS;
+}
