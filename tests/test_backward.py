@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import addrmsnorm
-from addrmsnorm import c_library, jit_backend, ops
+from addrmsnorm import c_library, configs, jit_backend, ops
 from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close, fused_add_rmsnorm_grads_ref
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
@@ -159,8 +159,17 @@ def test_backends_and_c_abi_give_identical_gradients(combo, N, H):
         b = jit_backend.fused_add_rmsnorm_backward(dy, g, h, rstd, w, 0.25, True)
         lib = c_library.load(c_library.library_path())
         c = c_library.backward(lib, dy, g, h, rstd, w, 0.25)
+        # Where H is a multiple of the 16-byte vector both paths compile the same specialization. At
+        # other H the JIT also specializes on the pointers' actual alignment, which the AOT build
+        # cannot know, so the code (and its FMA contraction) may differ: equal within tolerance there.
+        same_code = H % configs.vector_elems(x.element_size(), r.element_size()) == 0
         for ta, tb, tc in zip(a, b, c):
             if tc is None:
                 assert ta.numel() == 0 and tb.numel() == 0
                 continue
-            assert torch.equal(bits(ta), bits(tb)) and torch.equal(bits(ta), bits(tc))
+            assert torch.equal(bits(ta), bits(tc)), "the torch extension and the C ABI differ"
+            if same_code:
+                assert torch.equal(bits(ta), bits(tb)), "the C++ and Triton JIT backends differ"
+            else:
+                tol = GRAD_TOLERANCES_BY_DTYPE[ta.dtype]
+                assert_grad_close(ta, tb.double(), tol, "C++ against Triton JIT backend")
