@@ -50,11 +50,12 @@ def _looped(chunk: int, warps: int) -> ForwardConfig:
 SINGLE_PASS_MAX_H = 16384
 
 
-def _rules_for(act_bytes: int) -> list[ForwardRule]:
+def _small_h_rows(act_bytes: int) -> list:
     # Small H: several rows per program so that each program moves a few KB, not a few hundred bytes.
     # 4-byte streams move twice the bytes per row, so they need half the rows for the same tile bytes.
+    # (Shared by the forward and backward tables.)
     scale = 2 if act_bytes == 2 else 1
-    rows = [
+    return [
         (64, _single(64, 16 * scale, 4)),
         (128, _single(128, 8 * scale, 4)),
         (256, _single(256, 4 * scale, 4)),
@@ -62,16 +63,21 @@ def _rules_for(act_bytes: int) -> list[ForwardRule]:
         (1024, _single(1024, 1 * scale, 4)),
         (2048, _single(2048, 1, 4)),
         (4096, _single(4096, 1, 8)),
-        (8192, _single(8192, 1, 16)),
-        (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
-        # Chunk 8192 with 8 warps beat 4096/8 by 3-12 points of roofline at H=32768 and 65536
-        # (results/h200-2026-11-29-forward-sweep.md).
-        (None, _looped(8192, 8)),
     ]
-    return [ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg) for h_max, cfg in rows]
 
 
-FORWARD_TABLE: tuple[ForwardRule, ...] = tuple(_rules_for(2) + _rules_for(4))
+def _table(large_h_rows: list) -> tuple[ForwardRule, ...]:
+    return tuple(ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
+                 for act_bytes in (2, 4) for h_max, cfg in _small_h_rows(act_bytes) + large_h_rows)
+
+
+FORWARD_TABLE: tuple[ForwardRule, ...] = _table([
+    (8192, _single(8192, 1, 16)),
+    (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
+    # Chunk 8192 with 8 warps beat 4096/8 by 3-12 points of roofline at H=32768 and 65536
+    # (results/h200-2026-11-29-forward-sweep.md).
+    (None, _looped(8192, 8)),
+])
 
 # Element sizes the kernels accept, in bytes: fp16/bf16 and fp32.
 SUPPORTED_ITEMSIZES = (2, 4)
@@ -119,23 +125,10 @@ def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: i
 BACKWARD_SINGLE_PASS_MAX_H = 8192
 
 
-def _backward_rules_for(act_bytes: int) -> list[ForwardRule]:
-    scale = 2 if act_bytes == 2 else 1
-    rows = [
-        (64, _single(64, 16 * scale, 4)),
-        (128, _single(128, 8 * scale, 4)),
-        (256, _single(256, 4 * scale, 4)),
-        (512, _single(512, 2 * scale, 4)),
-        (1024, _single(1024, 1 * scale, 4)),
-        (2048, _single(2048, 1, 4)),
-        (4096, _single(4096, 1, 8)),
-        (BACKWARD_SINGLE_PASS_MAX_H, _single(BACKWARD_SINGLE_PASS_MAX_H, 1, 16)),
-        (None, _looped(4096, 8)),
-    ]
-    return [ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg) for h_max, cfg in rows]
-
-
-BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(_backward_rules_for(2) + _backward_rules_for(4))
+BACKWARD_TABLE: tuple[ForwardRule, ...] = _table([
+    (BACKWARD_SINGLE_PASS_MAX_H, _single(BACKWARD_SINGLE_PASS_MAX_H, 1, 16)),
+    (None, _looped(4096, 8)),
+])
 
 # Persistent grid: resident warps per SM the backward aims for (single pass), and programs per SM
 # on the looped path, where every program's dweight partial is a whole fp32 row of H.

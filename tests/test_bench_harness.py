@@ -116,3 +116,22 @@ def test_no_gpu_path_runs_the_demo():
                        env=env, cwd=Path(__file__).resolve().parents[1], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "No CUDA GPU here" in p.stdout and "all within tolerance" in p.stdout
+
+
+def test_backward_byte_model_and_table():
+    from addrmsnorm.bench import backward
+
+    # bf16: read dy, h, dresidual_out and write dresidual, 2 bytes each; rstd per row; the weight
+    # read and dweight written once.
+    assert backward.backward_bytes(4, 8, 2, 2, 2) == 4 * 8 * 8 + 4 * 4 + 2 * 8 * 2
+    # An fp32 residual stream adds the dx store in x's dtype.
+    assert backward.backward_bytes(4, 8, 2, 4, 2) == 4 * 8 * (2 + 8 + 4 + 2) + 4 * 4 + 2 * 8 * 2
+    rows = [dict(section="backward", impl="A", N=4, H=8, mode="bwd", gbs=100.0, pct_roofline=5.0,
+                 us_median=3.0, err_over_tol=0.1),
+            dict(section="backward", impl="B", N=4, H=8, mode="bwd", gbs=90.0, pct_roofline=4.0,
+                 us_median=3.5, err_over_tol=2.0)]
+    t = backward.table(rows).splitlines()
+    assert t[0] == "| N × H (bf16) | pass | A | B |"
+    assert t[2] == "| 4 × 8 | bwd | 100 · 5% · 3.0µs | 90 · 4% · 3.5µs ✗ |"
+    md = writers.markdown_report(HEADER, ROWS + rows, ["A", "B"], {}, "p.png")
+    assert "Byte model of the backward" in md and "| 4 × 8 | bwd |" in md

@@ -146,6 +146,19 @@ void check_output_dtypes(const at::Tensor& x, const at::Tensor& residual, const 
     TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
 }
 
+// Runs `call` (a C ABI call) and raises on failure. On a thread where the CUDA runtime has not yet
+// made a context current, it adopts the device's primary context (the one torch uses) and tries once more.
+template <typename F>
+void with_context(const c10::Device& device, F call) {
+    addrmsnorm_status st = call();
+    if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
+        const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
+        if (adopted != ADDRMSNORM_SUCCESS) raise(adopted);
+        st = call();
+    }
+    if (st != ADDRMSNORM_SUCCESS) raise(st);
+}
+
 void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
             const at::Tensor& out, const RowView& o, const at::Tensor& residual_out, const RowView& ro,
             float* rstd, double eps, double weight_offset, bool hf) {
@@ -162,15 +175,7 @@ void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, c
             static_cast<float>(eps), static_cast<float>(weight_offset), hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u,
             stream);
     };
-    addrmsnorm_status st = call();
-    if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
-        // A thread on which the CUDA runtime has not yet made its context current: adopt the
-        // device's primary context, the one torch uses, and try once more.
-        const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
-        if (adopted != ADDRMSNORM_SUCCESS) raise(adopted);
-        st = call();
-    }
-    if (st != ADDRMSNORM_SUCCESS) raise(st);
+    with_context(device, call);
 }
 
 // The C ABI takes eps and weight_offset as fp32: reject values that would not survive the cast,
@@ -235,19 +240,6 @@ void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const a
 }
 
 // ----- backward ----------------------------------------------------------------------------------
-
-// Runs `call` with the device's context current, adopting the primary context on a thread that
-// has none yet (as launch() does), and raises on failure.
-template <typename F>
-void with_context(const c10::Device& device, F call) {
-    addrmsnorm_status st = call();
-    if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
-        const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
-        if (adopted != ADDRMSNORM_SUCCESS) raise(adopted);
-        st = call();
-    }
-    if (st != ADDRMSNORM_SUCCESS) raise(st);
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     const at::Tensor& dy, const std::optional<at::Tensor>& dresidual_out, const at::Tensor& h,

@@ -101,6 +101,10 @@ def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
+    """One line per (shape, pass); GB/s · % of roofline · µs per implementation (✗: gradients out
+    of tolerance)."""
+    from .writers import _cell
+
     sel = [r for r in rows if r["section"] == "backward"]
     if not sel:
         return ""
@@ -112,12 +116,6 @@ def table(rows: list[dict]) -> str:
         cells = []
         for n in names:
             r = by.get((*k, n))
-            if r is None:
-                cells.append("n/a")
-            elif r.get("gbs") is None:
-                cells.append(r.get("note", "n/a"))
-            else:
-                cells.append(f"{r['gbs']:.0f} · {r['pct_roofline']:.0f}% · {r['us_median']:.1f}µs"
-                             + (" ✗" if r["err_over_tol"] > 1 else ""))
+            cells.append(_cell(r) + (" ✗" if r and (r.get("err_over_tol") or 0) > 1 else ""))
         out.append(f"| {k[0]} × {k[1]} | {k[2]} | " + " | ".join(cells) + " |")
     return "\n".join(out)
