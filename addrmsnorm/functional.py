@@ -20,16 +20,13 @@ import torch
 
 from . import ops
 from . import validation as v
-
-NUMERICS = ("contract", "hf")
+from .configs import NUMERICS
 
 
 def _hf(numerics) -> bool:
-    if numerics == "contract":
-        return False
-    if numerics == "hf":
-        return True
-    raise ValueError(f"numerics must be 'contract' or 'hf', got {numerics!r}")
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be 'contract' or 'hf', got {numerics!r}")
+    return numerics == "hf"
 
 
 def _check_call(x, residual, weight, eps, weight_offset):
@@ -86,7 +83,8 @@ def fused_add_rmsnorm(
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``.
 
     Raises:
-        TypeError / ValueError naming the argument, before anything is allocated or launched.
+        TypeError / ValueError naming the argument, before the kernel is launched (with ``out`` or
+        ``residual_out`` given, the other one is allocated before the operator checks them).
     """
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():  # traced code is checked by the fake impls and at run time

@@ -10,6 +10,7 @@ cannot be imported is kept, marked unavailable with the reason, and listed as su
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,6 +41,15 @@ def _same_dtype(xd, rd):
     return xd == rd
 
 
+def _in_place(call):
+    """The report's fn for an in-place call that returns nothing: it hands back (x, residual),
+    which now hold (y, h)."""
+    def fn(x, r, w, eps):
+        call(x, r, w, eps)
+        return x, r
+    return fn
+
+
 # ---- addrmsnorm ----------------------------------------------------------------------------
 
 def _ours_python_api():
@@ -51,10 +61,7 @@ def _ours_jit_backend():
     """The Triton JIT backend called directly: its Python checks, then the JIT launcher."""
     from addrmsnorm import jit_backend
 
-    def fn(x, r, w, eps):
-        jit_backend.fused_add_rmsnorm_(x, r, w, eps)
-        return x, r
-    return Impl("addrmsnorm (Triton JIT backend)", fn, in_place=True, ours=True, overhead_only=True)
+    return Impl("addrmsnorm (Triton JIT backend)", _in_place(jit_backend.fused_add_rmsnorm_), in_place=True, ours=True, overhead_only=True)
 
 
 def _ours_jit_launch():
@@ -97,12 +104,8 @@ def _ours_c():
 def _ours_torch_op():
     from addrmsnorm import ops
 
-    op = torch.ops.addrmsnorm.fused_add_rmsnorm_
-
-    def fn(x, r, w, eps):
-        op(x, r, w, eps)
-        return x, r
-    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend)", fn, in_place=True, ours=True)
+    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend)", _in_place(torch.ops.addrmsnorm.fused_add_rmsnorm_),
+                in_place=True, ours=True)
 
 
 # ---- PyTorch ---------------------------------------------------------------------------------
@@ -180,11 +183,7 @@ def _flashinfer(pdl: bool):
     except Exception as e:  # noqa: BLE001
         return Impl(name, None, True, reason=f"not installed ({type(e).__name__})")
 
-    def fn(x, r, w, eps):
-        fused_add_rmsnorm(x, r, w, eps, enable_pdl=pdl)
-        return x, r
-
-    return Impl(name, fn, True, supports=_same_dtype)
+    return Impl(name, _in_place(functools.partial(fused_add_rmsnorm, enable_pdl=pdl)), True, supports=_same_dtype)
 
 
 def _vllm():
@@ -194,11 +193,7 @@ def _vllm():
     except Exception as e:  # noqa: BLE001
         return Impl(name, None, True, reason=f"not installed ({type(e).__name__})")
 
-    def fn(x, r, w, eps):
-        ops.fused_add_rms_norm(x, r, w, eps)
-        return x, r
-
-    return Impl(name, fn, True, supports=_same_dtype)
+    return Impl(name, _in_place(ops.fused_add_rms_norm), True, supports=_same_dtype)
 
 
 def _quack():
