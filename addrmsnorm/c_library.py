@@ -36,7 +36,11 @@ def load(path: Path | str) -> ctypes.CDLL:
     return lib
 
 
-def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, weight_offset=0.0):
+FLAG_HF_NUMERICS = 0x1  # ADDRMSNORM_FLAG_HF_NUMERICS
+FLAG_PDL = 0x2          # ADDRMSNORM_FLAG_PDL
+
+
+def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0):
     """One call on 2-D row-strided tensors, on torch's current stream; raises with the library's
     message on failure."""
     N, H = x.shape
@@ -44,7 +48,7 @@ def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, we
         x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
         rstd.data_ptr() if rstd is not None else None, N, H,
         x.stride(0), residual.stride(0), out.stride(0), residual_out.stride(0),
-        DTYPE_ENUM[x.dtype], DTYPE_ENUM[residual.dtype], DTYPE_ENUM[weight.dtype], eps, weight_offset, 0,
+        DTYPE_ENUM[x.dtype], DTYPE_ENUM[residual.dtype], DTYPE_ENUM[weight.dtype], eps, weight_offset, flags,
         torch.cuda.current_stream().cuda_stream)
     if st != 0:
         raise RuntimeError(lib.addrmsnorm_last_error().decode())

@@ -22,6 +22,8 @@ class ForwardConfig:
     rows_per_program: int  # rows each program normalizes (1 on the looped path)
     num_warps: int
     looped: bool           # two passes over each row, reloading h from residual_out
+    evict: str = ""        # single pass: eviction policy of the x and residual loads ("" or "evict_first")
+    weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
 
     def grid(self, n_rows: int) -> int:
         """Programs to launch for ``n_rows`` rows."""
@@ -97,11 +99,14 @@ WEIGHT_DTYPES = DTYPES
 NUMERICS = ("contract", "hf")
 HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
-# Alignment. Each kernel is compiled twice: aligned, promising that the five tensor pointers are
-# 16-byte aligned (Triton's tt.divisibility=16 on them) and, through the ALIGN constexpr, that H and
-# every row stride are multiples of the 16-byte vector (8 elements for 16-bit streams, 4 for fp32);
-# and unaligned (ALIGN = 1, no promise). The JIT launcher and the AOT runtime pick between them with
-# `align_elems`, so that both compile the same specialization for the same call.
+# Alignment. The forward is compiled once per alignment class ALIGN in 1, 2, 4, ... up to the
+# 16-byte vector (8 elements for 16-bit streams, 4 for fp32): ALIGN > 1 promises that the five tensor
+# pointers are 16-byte aligned (Triton's tt.divisibility=16 on them) and that H and every row stride
+# are multiples of ALIGN elements, so every row starts on an ALIGN-element boundary and the kernel can
+# load and store ALIGN elements at a time. bf16 rows of H = 4100 (8200 bytes) take 8-byte accesses
+# (ALIGN = 4) rather than 2-byte ones. ALIGN = 1 promises nothing. The backward has the two ends only
+# (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
+# `backward_align`, so that both compile the same specialization for the same call.
 ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr")
 ALIGNMENT_BYTES = 16
 
@@ -111,13 +116,62 @@ def vector_elems(x_itemsize: int, residual_itemsize: int) -> int:
     return ALIGNMENT_BYTES // min(x_itemsize, residual_itemsize)
 
 
-def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
-    """ALIGN for a call: the vector width if every pointer is 16-byte aligned and H and every row
-    stride are multiples of it, else 1. Pass stride 0 for a single row (it has no stride)."""
+def align_classes(x_itemsize: int, residual_itemsize: int, hf: bool = False) -> tuple[int, ...]:
+    """The ALIGN values the forward is built for. HF numerics serves HF checkpoints, whose widths are
+    multiples of the vector, so it has only the two ends."""
+    v = vector_elems(x_itemsize, residual_itemsize)
+    if hf:
+        return (1, v)
+    return tuple(1 << k for k in range(v.bit_length()))
+
+
+def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int, hf: bool = False) -> int:
+    """ALIGN for a forward call: the largest class that divides H and every row stride, if every
+    pointer is 16-byte aligned; else 1. Pass stride 0 for a single row (it has no stride)."""
+    if not all(p % ALIGNMENT_BYTES == 0 for p in pointers):
+        return 1
+    for a in reversed(align_classes(x_itemsize, residual_itemsize, hf)):
+        if H % a == 0 and all(s % a == 0 for s in strides):
+            return a
+    return 1
+
+
+def peel_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int, hf: bool = False) -> int:
+    """PEEL for a forward call: the vector width v if rows can be peeled to aligned windows (every
+    pointer 16-byte aligned, every row stride congruent to the others modulo v, contract numerics,
+    and H not a multiple of v or a stride not: else the aligned class serves), and the single pass
+    holds H + v - 1 columns; else 0."""
+    v = vector_elems(x_itemsize, residual_itemsize)
+    if hf or not all(p % ALIGNMENT_BYTES == 0 for p in pointers):
+        return 0
+    if H % v == 0 and all(s % v == 0 for s in strides):
+        return 0
+    if any((s - strides[0]) % v for s in strides):
+        return 0
+    if select_forward_config(H + v - 1, x_itemsize, residual_itemsize).looped:
+        return 0
+    return v
+
+
+def backward_align(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
+    """ALIGN for a backward call: the vector width, or 1."""
     v = vector_elems(x_itemsize, residual_itemsize)
     if all(p % ALIGNMENT_BYTES == 0 for p in pointers) and H % v == 0 and all(s % v == 0 for s in strides):
         return v
     return 1
+
+
+# Programmatic dependent launch: the forward waits on the previous grid (griddepcontrol) on archs
+# that have it. The kernels are always compiled with it there; whether a launch uses it is the
+# caller's choice (the launch attribute), off by default.
+PDL_MIN_ARCH = 90
+
+
+def pdl_compiled(arch: int) -> bool:
+    """Whether the forward for this arch (e.g. 90) has the grid-dependency wait compiled in."""
+    return arch >= PDL_MIN_ARCH
+
+
 # ----- backward --------------------------------------------------------------------------------
 # The backward kernel takes the same ForwardConfig fields (a config is a tile shape), from its own
 # rows: it holds dy, h, n and g for a tile where the forward holds h, so it leaves the single pass

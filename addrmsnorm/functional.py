@@ -29,9 +29,11 @@ def _hf(numerics) -> bool:
     return numerics == "hf"
 
 
-def _check_call(x, residual, weight, eps, weight_offset):
+def _check_call(x, residual, weight, eps, weight_offset, pdl):
     # What the operators' schemas cannot say as clearly: the types of the arguments, and scalars
     # that fp32 cannot hold. The operators check the tensors.
+    if not isinstance(pdl, bool):
+        raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
     v.check_tensor("x", x)
     v.check_tensor("residual", residual)
     v.check_tensor("weight", weight)
@@ -61,6 +63,7 @@ def fused_add_rmsnorm(
     residual_out: torch.Tensor | None = None,
     return_rstd: bool = False,
     numerics: str = "contract",
+    pdl: bool = False,
 ):
     """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset)``.
 
@@ -78,6 +81,10 @@ def fused_add_rmsnorm(
         numerics: "contract" (the formula above, y rounded once) or "hf", HF LlamaRMSNorm's
             roundings: normalize h rounded to residual's dtype, round h * rstd to x's dtype, then
             multiply by the weight (see kernels.py). "hf" needs residual of x's dtype.
+        pdl: launch with programmatic dependent launch (sm_90+; ignored on older GPUs): the
+            kernel may start while the previous kernel in the stream is still running and waits
+            for it on the GPU before it touches memory, which hides the launch latency in chains
+            of small calls. Off by default: see "Programmatic dependent launch" in the README.
 
     Returns:
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``.
@@ -88,13 +95,13 @@ def fused_add_rmsnorm(
     """
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():  # traced code is checked by the fake impls and at run time
-        _check_call(x, residual, weight, eps, weight_offset)
+        _check_call(x, residual, weight, eps, weight_offset, pdl)
         if not isinstance(return_rstd, bool):
             raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
     if out is None and residual_out is None:
         # The autograd of the functional operator needs rstd: ask for it whenever a gradient may be.
         need_rstd = return_rstd or _may_need_grad(x, residual, weight)
-        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, need_rstd, hf)
+        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, need_rstd, hf, pdl)
         return (y, h, rstd) if return_rstd else (y, h)
     _refuse_grad(x, residual, weight)
 
@@ -110,7 +117,7 @@ def fused_add_rmsnorm(
     if residual_out is None:
         residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, hf)
+    ops.fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, hf, pdl)
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
@@ -122,6 +129,7 @@ def fused_add_rmsnorm_(
     *,
     weight_offset: float = 0.0,
     numerics: str = "contract",
+    pdl: bool = False,
 ):
     """In place, vLLM/FlashInfer convention: ``residual <- x + residual``, then ``x <- y``.
 
@@ -130,7 +138,7 @@ def fused_add_rmsnorm_(
     """
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():
-        _check_call(x, residual, weight, eps, weight_offset)
+        _check_call(x, residual, weight, eps, weight_offset, pdl)
     _refuse_grad(x, residual, weight)
-    ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf)
+    ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
     return x, residual

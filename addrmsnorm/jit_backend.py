@@ -24,7 +24,7 @@ def _check_runnable(device: torch.device) -> None:
                      f"the Triton interpreter (TRITON_INTERPRET=1)")
 
 
-def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: bool) -> None:
+def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: bool, pdl: bool) -> None:
     xr = call.x
     if xr.n_rows == 0:
         return
@@ -34,7 +34,7 @@ def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: boo
         n_rows=xr.n_rows, H=call.H,
         stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
         stride_out=o.row_stride, stride_residual_out=ro.row_stride,
-        eps=eps, weight_offset=weight_offset, hf=hf,
+        eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
     )
 
 
@@ -43,7 +43,7 @@ def _checked_eps(eps: float, weight_offset: float):
             v.check_scalar("weight_offset", weight_offset, positive=False))
 
 
-def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False):
+def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
     """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     call = v.check_forward(x, residual, weight, hf=hf)
@@ -54,21 +54,22 @@ def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=F
     rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
     call.out = v.as_rows("out", out, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
-    _launch(call, rstd if return_rstd else None, eps, weight_offset, hf)
+    _launch(call, rstd if return_rstd else None, eps, weight_offset, hf, pdl)
     return out, residual_out, rstd
 
 
-def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False):
+def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
     """addrmsnorm::fused_add_rmsnorm_: residual <- x + residual, x <- y."""
-    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf)
+    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl)
 
 
-def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False):
+def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False,
+                           pdl=False):
     """addrmsnorm::fused_add_rmsnorm_into: into caller-given outputs (which may alias inputs exactly)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, hf=hf)
     _check_runnable(call.device)
-    _launch(call, rstd, eps, weight_offset, hf)
+    _launch(call, rstd, eps, weight_offset, hf, pdl)
 
 
 def check_backward(dy, dresidual_out, h, rstd, weight):

@@ -31,20 +31,29 @@ def launch_forward(
     out: torch.Tensor, residual_out: torch.Tensor, rstd: torch.Tensor | None,
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
-    eps: float, weight_offset: float, hf: bool = False,
-    config: ForwardConfig | None = None,
+    eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
+    config: ForwardConfig | None = None, peel: bool | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
-    ``config`` overrides the dispatch rule; it exists for tuning sweeps, not for normal calls.
+    ``pdl`` launches with programmatic dependent launch where the device has it (sm_90+; elsewhere
+    it is ignored). ``config`` and ``peel`` override the dispatch rule; they exist for tuning
+    sweeps, not for normal calls.
     """
     xs, rs = x.element_size(), residual.element_size()
-    cfg = config or select_forward_config(H, xs, rs)
     if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
         stride_x = stride_residual = stride_out = stride_residual_out = 0
-    align = align_elems((x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(),
-                         residual_out.data_ptr()), H,
-                        (stride_x, stride_residual, stride_out, stride_residual_out), xs, rs)
+    pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
+    strides = (stride_x, stride_residual, stride_out, stride_residual_out)
+    align = align_elems(pointers, H, strides, xs, rs, hf)
+    peel_v = configs.peel_elems(pointers, H, strides, xs, rs, hf)
+    if peel is not None:
+        peel_v = peel_v if peel else 0
+    cfg = config or select_forward_config(H + peel_v - 1 if peel_v else H, xs, rs)
+    if peel_v and (cfg.looped or cfg.block_h < H + peel_v - 1):
+        raise ValueError(f"{cfg} cannot peel rows of H={H}: it needs a single pass of >= H + {peel_v - 1} columns")
+    compiled_pdl = pdl_compiled(x.device)
+    extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
             x, residual, weight, out, residual_out, rstd,
@@ -57,8 +66,29 @@ def launch_forward(
             HAS_RSTD=rstd is not None,
             ALIGN=align,
             HF_NUMERICS=hf,
+            PDL=compiled_pdl,
+            EVICT=cfg.evict,
+            WEIGHT_FIRST=cfg.weight_first,
+            PEEL=peel_v,
             num_warps=cfg.num_warps,
+            **extra,
         )
+
+
+_PDL: dict[int, bool] = {}
+
+
+def pdl_compiled(device: torch.device) -> bool:
+    """Whether the forward is compiled with its grid-dependency wait for this device: on sm_90+,
+    as the AOT build does for those archs; never under the interpreter."""
+    if device.type != "cuda" or INTERPRETED:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _PDL.get(index)
+    if ok is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        ok = _PDL[index] = configs.pdl_compiled(major * 10 + minor)
+    return ok
 
 
 _SM_COUNTS: dict[int, int] = {}
@@ -100,8 +130,8 @@ def launch_backward(
     if n_rows == 1:
         stride_dy = stride_dres_out = stride_h = stride_dres = stride_dx = 0
     strides = (stride_dy, stride_dres_out, stride_h, stride_dres, stride_dx)
-    align = align_elems((dy.data_ptr(), dres_out_t.data_ptr(), h.data_ptr(), weight.data_ptr(), dres.data_ptr(),
-                         dx_t.data_ptr()), H, strides, xs, rs)
+    align = configs.backward_align((dy.data_ptr(), dres_out_t.data_ptr(), h.data_ptr(), weight.data_ptr(),
+                                    dres.data_ptr(), dx_t.data_ptr()), H, strides, xs, rs)
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace
     with _device_guard(dy.device):

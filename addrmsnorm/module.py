@@ -22,6 +22,7 @@ class FusedAddRMSNorm(torch.nn.Module):
         weight_offset: added to the weight in fp32; 1.0 for Gemma's ``(1 + w)`` form.
         numerics: "contract" (y rounded once, from the fp32 sum) or "hf" (HF LlamaRMSNorm's
             roundings, bit for bit; see ``kernels.py``).
+        pdl: launch with programmatic dependent launch (see ``addrmsnorm.fused_add_rmsnorm``).
         device, dtype: of the weight.
 
     The parameter is named ``weight``, so the state dict of an HF ``LlamaRMSNorm`` (or Mistral's,
@@ -32,7 +33,7 @@ class FusedAddRMSNorm(torch.nn.Module):
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, weight_offset: float = 0.0,
-                 numerics: str = "contract", *, device=None, dtype=None):
+                 numerics: str = "contract", *, pdl: bool = False, device=None, dtype=None):
         super().__init__()
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
             raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
@@ -41,6 +42,9 @@ class FusedAddRMSNorm(torch.nn.Module):
         self.weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
         self.numerics = numerics
         self._hf = _hf(numerics)
+        if not isinstance(pdl, bool):
+            raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
+        self.pdl = pdl
         self.weight = torch.nn.Parameter(
             torch.full((hidden_size,), 1.0 - self.weight_offset, device=device, dtype=dtype))
 
@@ -48,9 +52,9 @@ class FusedAddRMSNorm(torch.nn.Module):
         w = self.weight
         need_rstd = torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or w.requires_grad)
         y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, w, self.eps, self.weight_offset,
-                                                   need_rstd, self._hf)  # autograd saves rstd
+                                                   need_rstd, self._hf, self.pdl)  # autograd saves rstd
         return y, residual_out
 
     def extra_repr(self) -> str:
         return (f"{self.hidden_size}, eps={self.eps}, weight_offset={self.weight_offset}, "
-                f"numerics={self.numerics!r}")
+                f"numerics={self.numerics!r}" + (", pdl=True" if self.pdl else ""))

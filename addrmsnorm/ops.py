@@ -39,12 +39,12 @@ from .launcher import INTERPRETED
 NAMESPACE = "addrmsnorm"
 SCHEMAS = {
     "fused_add_rmsnorm": "(Tensor x, Tensor residual, Tensor weight, float eps, float weight_offset=0., "
-                         "bool return_rstd=False, bool hf=False) -> (Tensor, Tensor, Tensor)",
+                         "bool return_rstd=False, bool hf=False, bool pdl=False) -> (Tensor, Tensor, Tensor)",
     "fused_add_rmsnorm_": "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, "
-                          "float weight_offset=0., bool hf=False) -> ()",
+                          "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
     "fused_add_rmsnorm_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
                               "Tensor(b!) residual_out, Tensor(c!)? rstd, float eps, "
-                              "float weight_offset=0., bool hf=False) -> ()",
+                              "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
     "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
                                   "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
 }
@@ -89,7 +89,7 @@ def _fake_check(x, residual, weight, hf):
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm")
-def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False):
+def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
     _fake_check(x, residual, weight, hf)
     rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), \
@@ -97,12 +97,12 @@ def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False):
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_")
-def _(x, residual, weight, eps, weight_offset=0.0, hf=False):
+def _(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
     _fake_check(x, residual, weight, hf)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_into")
-def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False):
+def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
     _fake_check(x, residual, weight, hf)
 
 
@@ -120,7 +120,7 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
 # mutating operators have no backward: they refuse inputs that require grad while grad mode is on.
 
 def _setup_context(ctx, inputs, output):
-    x, residual, weight, eps, weight_offset, return_rstd, hf = inputs
+    x, residual, weight, eps, weight_offset, return_rstd, hf, pdl = inputs
     _, residual_out, rstd = output
     ctx.mark_non_differentiable(rstd)
     ctx.save_for_backward(residual_out, rstd, weight)
@@ -144,7 +144,7 @@ def _backward(ctx, dy, dresidual_out, _drstd):
     if dx.numel() == 0:
         dx = dres  # one tensor, handed back for both x and residual
     return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
-            None, None, None, None)
+            None, None, None, None, None)
 
 
 torch.library.register_autograd(f"{NAMESPACE}::fused_add_rmsnorm", _backward, setup_context=_setup_context)

@@ -26,6 +26,16 @@ ForwardCall make_call(const void* x, const void* residual, const void* weight, c
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
+// log2 of the widest ALIGN that divides `common` (H OR-ed with every stride: a power of two divides
+// them all exactly when it divides that), up to the vector of v elements; HF numerics has only the
+// classes 1 and v (configs.align_classes).
+int widest_align_class(int64_t common, int v, bool hf) {
+    int k = 0;
+    while ((2 << k) <= v && (common & ((2 << k) - 1)) == 0) ++k;
+    if (hf && (1 << k) != v) return 0;
+    return k;
+}
+
 }  // namespace
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
@@ -57,13 +67,16 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     }
     const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype));
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
-    // The same rule as configs.align_elems on the JIT path, so both run the same specialization.
-    const int v = vector_elems(dtype_size(x_dtype), dtype_size(residual_dtype));
-    const bool aligned = aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) &&
-                         aligned16(residual_out) && hidden % v == 0 && stride_x % v == 0 &&
-                         stride_residual % v == 0 && stride_out % v == 0 && stride_residual_out % v == 0;
-    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, aligned,
-                                        (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0);
+    // The same rule as configs.align_elems on the JIT path, so both run the same specialization:
+    // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
+    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
+    const bool pointers_aligned =
+        aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
+    const int align_class =
+        pointers_aligned ? widest_align_class(hidden | stride_x | stride_residual | stride_out | stride_residual_out,
+                                              vector_elems(dtype_size(x_dtype), dtype_size(residual_dtype)), hf)
+                         : 0;
+    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, align_class, hf);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 
     LoadedKernel k;
@@ -89,8 +102,13 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     lc.blockDimY = lc.blockDimZ = 1;
     lc.sharedMemBytes = k.image->shared;
     lc.hStream = reinterpret_cast<CUstream>(stream);
-    lc.attrs = nullptr;
-    lc.numAttrs = 0;
+    CUlaunchAttribute pdl_attr = {};
+    pdl_attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
+    // Only where the kernel waits on the previous grid (sm_90+ images): elsewhere the flag is moot.
+    const bool pdl = (flags & ADDRMSNORM_FLAG_PDL) != 0 && k.image->grid_dependency;
+    lc.attrs = pdl ? &pdl_attr : nullptr;
+    lc.numAttrs = pdl ? 1 : 0;
     CUresult r = d->cuLaunchKernelEx(&lc, k.function, params, nullptr);
     if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuLaunchKernelEx");
     return ADDRMSNORM_SUCCESS;

@@ -17,8 +17,9 @@ struct KernelVariant {
     int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype, weight_dtype;  // addrmsnorm_dtype values
     bool has_rstd;         // backward: has a dresidual_out
-    bool aligned;          // compiled assuming 16-byte aligned pointers, and H and strides multiples
-                           // of vector_elems (the ALIGN constexpr)
+    int align_class;       // forward: ALIGN = 1 << align_class (configs.align_classes); backward: 0
+                           // (ALIGN 1) or 1 (the vector). ALIGN > 1 also promises 16-byte aligned
+                           // pointers, and H and strides multiples of ALIGN
     bool hf;               // HF_NUMERICS
 };
 
@@ -30,6 +31,7 @@ struct CubinImage {
     unsigned global_scratch_size;   // must be 0: the launch passes a null scratch pointer
     unsigned profile_scratch_size;  // must be 0, likewise
     const char* name;      // kernel symbol in the cubin
+    bool grid_dependency;  // waits on the previous grid first (the PDL constexpr): may launch with PDL
 };
 
 extern const int kNumArchs;
@@ -41,7 +43,8 @@ extern const int kNumVariants;
 extern const KernelVariant kVariants[];
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
-extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][aligned][hf] -> variant | -1
+extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << class, class < kNumAlignClasses
+extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][align_class][hf] -> variant | -1
 
 // The backward: its configs and dispatch rule, [config][x][residual][weight][has_dres_out][aligned]
 // -> variant, the dweight reduction's variant per weight dtype, and the persistent grid's constants
@@ -69,10 +72,10 @@ int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
 int vector_elems(int x_itemsize, int residual_itemsize);
 extern const int kAlignmentBytes;
 
-inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, bool aligned, bool hf) {
+inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, int align_class, bool hf) {
     const int n = kNumDtypes;
-    return kVariantIndex[(((((config * n + x) * n + residual) * n + weight) * 2 + (has_rstd ? 1 : 0)) * 2 +
-                          (aligned ? 1 : 0)) * 2 + (hf ? 1 : 0)];
+    return kVariantIndex[(((((config * n + x) * n + residual) * n + weight) * 2 + (has_rstd ? 1 : 0)) *
+                              kNumAlignClasses + align_class) * 2 + (hf ? 1 : 0)];
 }
 
 }  // namespace detail

@@ -69,10 +69,11 @@ bool exact_alias(const Rows& a, const Rows& b) {
 }  // namespace
 
 addrmsnorm_status validate_forward(const ForwardCall& c) {
-    if (c.flags & ~static_cast<uint32_t>(ADDRMSNORM_FLAG_HF_NUMERICS))
+    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
+    if (c.flags & ~kKnownFlags)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS)",
-                    c.flags & ~static_cast<uint32_t>(ADDRMSNORM_FLAG_HF_NUMERICS));
+                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL)",
+                    c.flags & ~kKnownFlags);
     if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
     if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
     if (!std::isfinite(c.weight_offset))

@@ -55,13 +55,21 @@ def test_grid():
 
 
 def test_alignment_rule():
-    from addrmsnorm.configs import align_elems, vector_elems
+    from addrmsnorm.configs import align_elems, backward_align, vector_elems
 
     assert vector_elems(2, 2) == 8 and vector_elems(2, 4) == 8 and vector_elems(4, 4) == 4
     ptrs = (0x1000, 0x2000, 0x3000, 0x4000, 0x5000)
     assert align_elems(ptrs, 3000, (3000,) * 4, 2, 2) == 8      # 6000-byte rows: 16-byte aligned
-    assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2) == 1      # 8200-byte rows: not
+    assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2) == 4      # 8200-byte rows: 8-byte aligned
+    assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2, hf=True) == 1  # HF numerics: both ends only
+    assert align_elems(ptrs, 3002, (3002,) * 4, 2, 2) == 2      # 6004-byte rows: 4-byte aligned
+    assert align_elems(ptrs, 11111, (11111,) * 4, 2, 2) == 1    # odd H
+    assert align_elems(ptrs, 11111, (11112,) * 4, 2, 2) == 1    # padded rows, odd H: the mask needs H
+    assert align_elems(ptrs, 4100, (4104,) * 4, 2, 4) == 4      # bf16 x, fp32 residual: 8 bytes of x
     assert align_elems(ptrs, 4100, (4100,) * 4, 4, 4) == 4      # fp32: 16400-byte rows are
     assert align_elems(ptrs, 4096, (0,) * 4, 2, 2) == 8         # one row: no stride to check
     assert align_elems((0x1008,) + ptrs[1:], 4096, (4096,) * 4, 2, 2) == 1  # a misaligned pointer
-    assert align_elems(ptrs, 4096, (4096, 4096, 4100, 4096), 2, 2) == 1    # one odd stride
+    assert align_elems(ptrs, 4096, (4096, 4096, 4100, 4096), 2, 2) == 4    # one stride of 4 mod 8
+    assert align_elems(ptrs, 4096, (4096, 4096, 4097, 4096), 2, 2) == 1    # one odd stride
+    assert backward_align(ptrs, 4100, (4100,) * 5, 2, 2) == 1             # the backward: both ends only
+    assert backward_align(ptrs, 4096, (4096,) * 5, 2, 2) == 8

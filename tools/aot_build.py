@@ -68,8 +68,15 @@ class Spec:
     residual: str
     weight: str
     has_rstd: bool
-    aligned: bool
+    align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
     hf: bool          # HF_NUMERICS (fwd); HAS_DRES_OUT (bwd) is kept in has_rstd's place
+
+    @property
+    def align_class(self) -> int:
+        """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward."""
+        if self.kind == "bwd":
+            return int(self.align > 1)
+        return self.align.bit_length() - 1
 
 
 def unique_configs(table=None):
@@ -87,11 +94,12 @@ def all_specs(cfgs, bcfgs):
         for act_bytes in widths:
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                 for w in configs.WEIGHT_DTYPES:
+                    v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
                     for has_dres_out in (False, True):
-                        for aligned in (False, True):
-                            specs.append(Spec("bwd", ci, x, res, w, has_dres_out, aligned, False))
+                        for align in (1, v):
+                            specs.append(Spec("bwd", ci, x, res, w, has_dres_out, align, False))
     for w in configs.WEIGHT_DTYPES:
-        specs.append(Spec("dw", 0, "fp32", "fp32", w, False, False, False))
+        specs.append(Spec("dw", 0, "fp32", "fp32", w, False, 1, False))
     for ci, cfg in enumerate(cfgs):
         widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
@@ -101,8 +109,8 @@ def all_specs(cfgs, bcfgs):
                         continue
                     for w in configs.WEIGHT_DTYPES:
                         for has_rstd in (False, True):
-                            for aligned in (False, True):
-                                specs.append(Spec("fwd", ci, x, res, w, has_rstd, aligned, hf))
+                            for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], hf):
+                                specs.append(Spec("fwd", ci, x, res, w, has_rstd, align, hf))
     return specs
 
 
@@ -128,7 +136,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN", "HF_NUMERICS"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN", "HF_NUMERICS", "PDL", "EVICT"):
         sig[name] = "constexpr"
     return sig
 
@@ -139,7 +147,7 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 4
+TOOL_VERSION = 5
 
 
 def compile_one(job):
@@ -154,7 +162,7 @@ def compile_one(job):
     from triton.compiler import ASTSource
 
     kernels = _load("kernels")
-    attrs, align = {}, 1
+    attrs, align = {}, spec.align
     if spec.kind == "dw":
         kernel = kernels.fused_add_rmsnorm_dweight
         constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
@@ -162,17 +170,17 @@ def compile_one(job):
     else:
         kernel = kernels.fused_add_rmsnorm_bwd if spec.kind == "bwd" else kernels.fused_add_rmsnorm_fwd
         aligned_args = BACKWARD_ALIGNED_POINTER_ARGS if spec.kind == "bwd" else configs.ALIGNED_POINTER_ARGS
-        if spec.aligned:  # the same promise the JIT launcher makes with configs.align_elems
+        if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
             attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
                      for a in aligned_args}
-            align = configs.vector_elems(ITEMSIZE[spec.x], ITEMSIZE[spec.residual])
         if spec.kind == "bwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "HAS_DRES_OUT": spec.has_rstd, "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
             n_args = len(BACKWARD_SCALARS) + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf}
+                          "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf,
+                          "PDL": configs.pdl_compiled(arch), "EVICT": cfg.evict}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
@@ -188,7 +196,8 @@ def compile_one(job):
                            f"{md.profile_scratch_size} bytes); the runtime launches without allocating")
     meta = {"name": md.name, "num_warps": md.num_warps, "shared": md.shared,
             "global_scratch_size": md.global_scratch_size, "global_scratch_align": md.global_scratch_align,
-            "profile_scratch_size": md.profile_scratch_size, "num_params": n_params}
+            "profile_scratch_size": md.profile_scratch_size, "num_params": n_params,
+            "grid_dependency": spec.kind == "fwd" and configs.pdl_compiled(arch)}
     tmp = cubin_path.with_suffix(".tmp")
     tmp.write_bytes(compiled.asm["cubin"])
     tmp.replace(cubin_path)
@@ -236,12 +245,13 @@ addrmsnorm_cubin_blob:
 """)
 
     n_d = len(configs.DTYPES)
-    dense = [-1] * (len(cfgs) * n_d * n_d * n_d * 2 * 2 * 2)
+    n_a = max(s.align_class for s in specs if s.kind == "fwd") + 1
+    dense = [-1] * (len(cfgs) * n_d * n_d * n_d * 2 * n_a * 2)
     for si, s in enumerate(specs):
         if s.kind != "fwd":
             continue
         idx = ((((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
-                  + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + int(s.aligned)) * 2 + int(s.hf))
+                  + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * n_a + s.align_class) * 2 + int(s.hf))
         dense[idx] = si
 
     lines = ["// Generated by tools/aot_build.py from addrmsnorm/configs.py. Do not edit.",
@@ -258,17 +268,19 @@ addrmsnorm_cubin_blob:
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
         lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, {DTYPE_INDEX[s.weight]}, "
-                     f"{str(s.has_rstd).lower()}, {str(s.aligned).lower()}, {str(s.hf).lower()}}},")
+                     f"{str(s.has_rstd).lower()}, {s.align_class}, {str(s.hf).lower()}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
     for row in images:
         for m in row:
             lines.append(f"    {{{m['offset']}u, {m['size']}u, {m['num_warps']}, {m['shared']}u, "
-                         f"{m['global_scratch_size']}u, {m['profile_scratch_size']}u, \"{m['name']}\"}},")
+                         f"{m['global_scratch_size']}u, {m['profile_scratch_size']}u, \"{m['name']}\", "
+                         f"{str(m['grid_dependency']).lower()}}},")
     lines.append("};")
     lines.append(f"const int kNumDtypes = {n_d};")
-    lines.append("// [config][x][residual][weight][has_rstd][aligned][hf] -> variant, or -1")
+    lines.append(f"const int kNumAlignClasses = {n_a};")
+    lines.append("// [config][x][residual][weight][has_rstd][align_class][hf] -> variant, or -1")
     lines.append("const short kVariantIndex[] = {")
     for i in range(0, len(dense), 24):
         lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
@@ -279,7 +291,7 @@ addrmsnorm_cubin_blob:
     for si, s in enumerate(specs):
         if s.kind == "bwd":
             bdense[(((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
-                      + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + int(s.aligned))] = si
+                      + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + s.align_class)] = si
         elif s.kind == "dw":
             dw_index[DTYPE_INDEX[s.weight]] = si
     lines.append(f"const int kNumBackwardConfigs = {len(bcfgs)};")

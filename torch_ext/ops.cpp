@@ -161,7 +161,7 @@ void with_context(const c10::Device& device, F call) {
 
 void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
             const at::Tensor& out, const RowView& o, const at::Tensor& residual_out, const RowView& ro,
-            float* rstd, double eps, double weight_offset, bool hf) {
+            float* rstd, double eps, double weight_offset, bool hf, bool pdl) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
     const int64_t H = x.size(-1);
     const c10::Device device = x.device();
@@ -172,8 +172,8 @@ void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, c
         return addrmsnorm_fused_add_rmsnorm(
             x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), rstd,
             c.x.rows, H, c.x.stride, c.residual.stride, o.stride, ro.stride, c.xd, c.rd, c.wd,
-            static_cast<float>(eps), static_cast<float>(weight_offset), hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u,
-            stream);
+            static_cast<float>(eps), static_cast<float>(weight_offset),
+            (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
     };
     with_context(device, call);
 }
@@ -192,7 +192,8 @@ void check_scalars(double eps, double weight_offset) {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm(const at::Tensor& x, const at::Tensor& residual,
                                                                  const at::Tensor& weight, double eps,
-                                                                 double weight_offset, bool return_rstd, bool hf) {
+                                                                 double weight_offset, bool return_rstd, bool hf,
+                                                                 bool pdl) {
     check_scalars(eps, weight_offset);
     const Checked c = check_inputs(x, residual, weight, hf);
     at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
@@ -203,14 +204,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm(const at::Tenso
     if (c.x.rows > 0) {
         const RowView dense{c.x.rows, H};
         launch(c, x, residual, weight, out, dense, residual_out, dense,
-               return_rstd ? rstd.data_ptr<float>() : nullptr, eps, weight_offset, hf);
+               return_rstd ? rstd.data_ptr<float>() : nullptr, eps, weight_offset, hf, pdl);
     }
     return {out, residual_out, rstd};
 }
 
 void fused_add_rmsnorm_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                             const at::Tensor& out, const at::Tensor& residual_out, const std::optional<at::Tensor>& rstd,
-                            double eps, double weight_offset, bool hf) {
+                            double eps, double weight_offset, bool hf, bool pdl) {
     check_scalars(eps, weight_offset);
     const Checked c = check_inputs(x, residual, weight, hf);
     check_output_dtypes(x, residual, out, residual_out);
@@ -229,14 +230,15 @@ void fused_add_rmsnorm_into(const at::Tensor& x, const at::Tensor& residual, con
                           shape_str(r.sizes()));
         if (r.numel() > 0) rstd_ptr = r.data_ptr<float>();
     }
-    if (c.x.rows > 0) launch(c, x, residual, weight, out, o, residual_out, ro, rstd_ptr, eps, weight_offset, hf);
+    if (c.x.rows > 0) launch(c, x, residual, weight, out, o, residual_out, ro, rstd_ptr, eps, weight_offset, hf, pdl);
 }
 
 void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
-                        double weight_offset, bool hf) {
+                        double weight_offset, bool hf, bool pdl) {
     check_scalars(eps, weight_offset);
     const Checked c = check_inputs(x, residual, weight, hf);
-    if (c.x.rows > 0) launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf);
+    if (c.x.rows > 0)
+        launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf, pdl);
 }
 
 // ----- backward ----------------------------------------------------------------------------------
@@ -311,21 +313,22 @@ bool wants_grad(std::initializer_list<const at::Tensor*> ts) {
 void bump(const at::Tensor& t) { t.unsafeGetTensorImpl()->bump_version(); }
 
 void fused_add_rmsnorm__autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
-                                 const at::Tensor& weight, double eps, double weight_offset, bool hf) {
+                                 const at::Tensor& weight, double eps, double weight_offset, bool hf, bool pdl) {
     TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
                 "addrmsnorm::fused_add_rmsnorm_ (in place) has no backward; use the functional "
                 "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_", "")
-                               .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, bool)>();
-    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf);
+                               .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, bool, bool)>();
+    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf, pdl);
     bump(x);
     bump(residual);
 }
 
 void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
                                      const at::Tensor& weight, const at::Tensor& out, const at::Tensor& residual_out,
-                                     const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf) {
+                                     const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf,
+                                     bool pdl) {
     TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
                 "addrmsnorm::fused_add_rmsnorm_into has no backward; use the functional "
                 "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
@@ -333,9 +336,9 @@ void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const at::Tensor& x
         c10::Dispatcher::singleton()
             .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_into", "")
             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                        const std::optional<at::Tensor>&, double, double, bool)>();
+                        const std::optional<at::Tensor>&, double, double, bool, bool)>();
     op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-                  weight_offset, hf);
+                  weight_offset, hf, pdl);
     bump(out);
     bump(residual_out);
     if (rstd.has_value()) bump(*rstd);

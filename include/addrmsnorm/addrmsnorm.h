@@ -67,6 +67,22 @@ typedef enum addrmsnorm_dtype {
  */
 #define ADDRMSNORM_FLAG_HF_NUMERICS 0x1u
 
+/*
+ * ADDRMSNORM_FLAG_PDL: launch with programmatic dependent launch (the CUDA launch attribute
+ * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). The kernel may then start while the
+ * previous kernel in the stream is still running; its first instruction waits on the GPU
+ * (griddepcontrol.wait) until that kernel has finished and its writes are visible, so results are
+ * the same bit for bit. This hides the launch latency of chains of small calls, in streams and in
+ * captured CUDA graphs. Needs sm_90 or newer; on older devices the flag is accepted and has no
+ * effect. Off by default: with it, this kernel's blocks can sit on the GPU, waiting, while the
+ * previous kernel still runs, and the two overlap in a profiler's timeline.
+ *
+ * Whatever the flag, the sm_90+ forward signals early that the next kernel may launch
+ * (griddepcontrol.launch_dependents). That matters only to a next kernel launched with PDL, which
+ * by CUDA's rules must wait (cudaGridDependencySynchronize) before reading what this one wrote.
+ */
+#define ADDRMSNORM_FLAG_PDL 0x2u
+
 /* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
 typedef struct CUstream_st *addrmsnorm_stream;
 
@@ -91,7 +107,8 @@ typedef struct CUstream_st *addrmsnorm_stream;
  *                 rows > 1 (its rows must not overlap). Ignored when rows == 1.
  *   eps           finite and > 0, added inside the square root, once.
  *   weight_offset finite; added to the weight in fp32 (1.0f for Gemma's 1 + w).
- *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS; other bits are rejected.
+ *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS and/or ADDRMSNORM_FLAG_PDL; other bits are
+ *                 rejected.
  *
  * Outputs must not overlap each other, the weight, or an input other than by the exact aliasing
  * above. The call does no allocation, no synchronization and no host-device copy, and can be

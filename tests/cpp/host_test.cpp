@@ -183,6 +183,12 @@ TEST(Validation, Flags) {
     Call c;
     c.flags = 4;
     expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x4");
+    c.flags = ADDRMSNORM_FLAG_PDL | 8;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x8");
+    c.flags = ADDRMSNORM_FLAG_PDL;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.flags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.rd = ADDRMSNORM_FLOAT32;  // HF numerics need the residual in x's dtype
@@ -248,20 +254,25 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
         for (const auto& p : pairs)
             for (int w = 0; w < 3; ++w)
                 for (bool rstd : {false, true})
-                    for (bool aligned : {false, true})
+                    for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
                     for (bool hf : {false, true}) {
                         if (hf && p[0] != p[1]) continue;  // HF numerics take residual of x's dtype only
                         const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
+                        const int vec = vector_elems(xs, rs);
+                        if ((1 << align_class) > vec) continue;  // wider than the 16-byte vector
+                        if (hf && align_class != 0 && (1 << align_class) != vec) continue;  // HF: both ends
                         const int cfg = select_forward_config(H, xs, rs);
-                        const int v = variant_index(cfg, p[0], p[1], w, rstd, aligned, hf);
-                        ASSERT_GE(v, 0) << "H=" << H;
+                        const int v = variant_index(cfg, p[0], p[1], w, rstd, align_class, hf);
+                        ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].hf, hf);
+                        EXPECT_EQ(kVariants[v].align_class, align_class);
                         for (int a = 0; a < kNumArchs; ++a) {
                             const CubinImage& img = kImages[v * kNumArchs + a];
                             EXPECT_GT(img.size, 0u);
                             EXPECT_EQ(img.global_scratch_size, 0u);
                             EXPECT_EQ(img.profile_scratch_size, 0u);
                             EXPECT_EQ(img.num_warps, kConfigs[cfg].num_warps);
+                            EXPECT_EQ(img.grid_dependency, kArchs[a] >= 90) << "arch " << kArchs[a];
                         }
                     }
 }

@@ -1,0 +1,193 @@
+"""Tuning measurements for ``addrmsnorm/configs.py`` on a GPU: the data the table's rows come from.
+
+    PYTHONPATH=. python bench/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
+    PYTHONPATH=. python bench/tune.py decode
+    PYTHONPATH=. python bench/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
+
+bulk: for each H, N = 2**25 // H rows (N*H >= 16M, as the P1 target asks), the table's config and
+candidates around it (warps, rows per program, looped vs single pass, an evict-first hint on the
+loads), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
+place as vLLM calls it, against the copy roofline measured in the same run.
+
+decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
+8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
+PDL, and with other warp counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import triton
+
+from addrmsnorm.bench.baseline import one_row_
+from addrmsnorm.bench.byte_model import forward_bytes
+from addrmsnorm.bench.timing import measure_roofline, sets_for_cold_l2, time_graph
+from addrmsnorm.configs import ForwardConfig, select_forward_config
+from addrmsnorm.launcher import launch_forward
+from addrmsnorm.reference import TOLERANCES, assert_close, fused_add_rmsnorm_ref
+
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+BULK_H = [128, 512, 1024, 2048, 2880, 3000, 4096, 4100, 5120, 8192, 11111, 14336, 16384, 32768, 65536, 131072]
+
+
+def _launch(x, r, w, cfg, pdl=False, peel=None):
+    H = x.shape[-1]
+    launch_forward(x, r, w, x, r, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
+                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg,
+                   peel=peel)
+
+
+def _tag(cfg: ForwardConfig, peel=None) -> str:
+    return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
+            + (f" {cfg.evict}" if cfg.evict else "") + (" weight-first" if cfg.weight_first else "")
+            + (" peel" if peel else " no-peel" if peel is False else ""))
+
+
+def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
+    b = triton.next_power_of_2(H)
+    out = [chosen]
+    if chosen.looped and b <= 32768:
+        out.append(ForwardConfig(b, 1, 32, False))
+    if not chosen.looped:
+        warps = {max(1, chosen.num_warps // 2), chosen.num_warps, min(32, chosen.num_warps * 2)}
+        for w in sorted(warps):
+            for rows in sorted({chosen.rows_per_program, max(1, chosen.rows_per_program // 2),
+                                chosen.rows_per_program * 2}):
+                c = ForwardConfig(b, rows, w, False)
+                per_thread = rows * b // (32 * w)
+                if 2 <= per_thread <= 64 and c not in out:
+                    out.append(c)
+    for chunk in (4096, 8192, 16384):
+        for w in (8, 16):
+            if 8192 <= H and chunk < H and chunk // (32 * w) >= 8:
+                c = ForwardConfig(chunk, 1, w, True)
+                if c not in out:
+                    out.append(c)
+    if not chosen.looped:  # the hint is on the single pass's loads only
+        out.append(ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, False, "evict_first"))
+        out.append(ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, False, "", True))
+    odd = H % 8 != 0  # bf16/fp16 vector; the auto rule would peel, and these compare the classes
+    return [(c, False if odd else None) for c in out]
+
+
+def peel_candidates(H: int, xs: int, rs: int) -> list:
+    """Odd H: the peeled path (windows of H + v - 1 columns) against the alignment classes."""
+    v = 16 // min(xs, rs)
+    if H % v == 0:
+        return []
+    wide = select_forward_config(H + v - 1, xs, rs)
+    if wide.looped:
+        return []
+    out = [(wide, True)]
+    for w in (wide.num_warps // 2, wide.num_warps * 2):
+        if 1 <= w <= 32 and wide.block_h // (32 * w) >= 2:
+            out.append((ForwardConfig(wide.block_h, wide.rows_per_program, w, False), True))
+    if wide.rows_per_program > 1:
+        out.append((ForwardConfig(wide.block_h, wide.rows_per_program // 2, wide.num_warps, False), True))
+    return out
+
+
+def bench_bulk(H, xd, rd, roof, out):
+    N = max(1, (1 << 25) // H)
+    nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
+    gen = torch.Generator(device="cuda").manual_seed(H)
+    sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd), torch.randn(N, H, device="cuda", generator=gen).to(rd))
+            for _ in range(sets_for_cold_l2(nbytes))]
+    w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
+    chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
+    results = []
+    for cfg, peel in candidates(H, chosen) + peel_candidates(H, xd.itemsize, rd.itemsize):
+        x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
+        ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
+        try:
+            _launch(x, r, w, cfg, peel=peel)
+        except Exception as e:  # noqa: BLE001 - e.g. out of registers or shared memory: skip it
+            print(f"| {N}x{H} | {_name(xd, rd)} | {_tag(cfg, peel)} | failed: {type(e).__name__} | | | | |", file=out,
+                  flush=True)
+            continue
+        assert torch.equal(r, ref.residual_out)
+        assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} {cfg}")
+        t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg, peel=peel), len(sets))
+        gbs = nbytes / t.median_us / 1e3
+        results.append((gbs, cfg))
+        print(f"| {N}x{H} | {_name(xd, rd)} | {'**table** ' if cfg == chosen and peel is None else ''}"
+              f"{_tag(cfg, peel)} | {t.median_us:.2f} | "
+              f"{t.min_us:.2f} | {t.max_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
+    del sets
+    torch.cuda.empty_cache()
+    return results
+
+
+def _name(xd, rd):
+    n = {v: k for k, v in DT.items()}
+    return n[xd] if xd == rd else f"{n[xd]}/{n[rd]}"
+
+
+def decode(out, chain=64):
+    print("| N x H | kernel | µs per call (median) | min | max |\n|---|---|---|---|---|", file=out)
+    for H in (4096, 8192):
+        for N in (1, 8, 64):
+            gen = torch.Generator(device="cuda").manual_seed(N + H)
+            x = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+            r = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+            chosen = select_forward_config(H, 2, 2)
+            kernels = [("one-row Triton baseline", lambda: one_row_(x, r, w, 1e-6))]
+            for warps, wf in [(w_, False) for w_ in sorted({chosen.num_warps, 4, 8, 16})] + [(8, True), (16, True)]:
+                cfg = ForwardConfig(chosen.block_h, chosen.rows_per_program, warps, chosen.looped, weight_first=wf)
+                tag = f"addrmsnorm w{warps}" + (" weight-first" if wf else "") + (" (table)" if cfg == chosen else "")
+                for pdl in (False, True):
+                    kernels.append((tag + (" PDL" if pdl else ""),
+                                    lambda cfg=cfg, pdl=pdl: _launch(x, r, w, cfg, pdl)))
+            for name, fn in kernels:
+                def body(_):
+                    for _ in range(chain):
+                        fn()
+                t = time_graph(body, 1)
+                print(f"| {N}x{H} | {name} | {t.median_us / chain:.3f} | {t.min_us / chain:.3f} | "
+                      f"{t.max_us / chain:.3f} |", file=out, flush=True)
+
+
+def once(shape, dtype):
+    N, H = (int(v) for v in shape.split("x"))
+    xd, _, rd = dtype.partition("/")
+    x = torch.randn(N, H, device="cuda").to(DT[xd])
+    r = torch.randn(N, H, device="cuda").to(DT[rd or xd])
+    w = torch.ones(H, device="cuda", dtype=DT[xd])
+    cfg = select_forward_config(H, x.element_size(), r.element_size())
+    for _ in range(4):
+        _launch(x, r, w, cfg)
+    torch.cuda.synchronize()
+    print(f"{shape} {dtype}: {_tag(cfg)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["bulk", "decode", "once"])
+    ap.add_argument("shape", nargs="?")
+    ap.add_argument("--h", default=",".join(map(str, BULK_H)))
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--dtype", default="bf16")
+    args = ap.parse_args()
+    out = sys.stdout
+    if args.what == "once":
+        return once(args.shape, args.dtype)
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
+    if args.what == "decode":
+        return decode(out)
+    roof = measure_roofline()
+    print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
+          file=out)
+    print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
+          file=out, flush=True)
+    for dt in args.dtypes.split(","):
+        xd, _, rd = dt.partition("/")
+        for H in (int(h) for h in args.h.split(",")):
+            bench_bulk(H, DT[xd], DT[rd or xd], roof.gbs, out)
+
+
+if __name__ == "__main__":
+    main()
