@@ -22,7 +22,6 @@ class ForwardConfig:
     rows_per_program: int  # rows each program normalizes (1 on the looped path)
     num_warps: int
     looped: bool           # two passes over each row, reloading h from residual_out
-    evict: str = ""        # single pass: eviction policy of the x and residual loads ("" or "evict_first")
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
 
     def grid(self, n_rows: int) -> int:
@@ -39,8 +38,9 @@ class ForwardRule:
     config: ForwardConfig
 
 
-def _single(block_h: int, rows: int, warps: int) -> ForwardConfig:
-    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False)
+def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> ForwardConfig:
+    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False,
+                         weight_first=weight_first)
 
 
 def _looped(chunk: int, warps: int) -> ForwardConfig:
@@ -50,6 +50,10 @@ def _looped(chunk: int, warps: int) -> ForwardConfig:
 # Widest H kept whole in registers. Above it each row is walked twice in chunks.
 # Each thread then holds at most 32 fp32 values of h.
 SINGLE_PASS_MAX_H = 16384
+
+# The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (bench/tune.py,
+# H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
+# roofline, differences are run-to-run noise, and the rows were left as they were.
 
 
 def _small_h_rows(act_bytes: int) -> list:
@@ -64,22 +68,34 @@ def _small_h_rows(act_bytes: int) -> list:
         (512, _single(512, 2 * scale, 4)),
         (1024, _single(1024, 1 * scale, 4)),
         (2048, _single(2048, 1, 4)),
-        (4096, _single(4096, 1, 8)),
     ]
 
 
-def _table(large_h_rows: list) -> tuple[ForwardRule, ...]:
+def _table(large_h_rows) -> tuple[ForwardRule, ...]:
+    """Both stream widths' rules: the shared small-H rows, then large_h_rows(act_bytes)."""
     return tuple(ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
-                 for act_bytes in (2, 4) for h_max, cfg in _small_h_rows(act_bytes) + large_h_rows)
+                 for act_bytes in (2, 4) for h_max, cfg in _small_h_rows(act_bytes) + large_h_rows(act_bytes))
 
 
-FORWARD_TABLE: tuple[ForwardRule, ...] = _table([
-    (8192, _single(8192, 1, 16)),
-    (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
-    # Chunk 8192 with 8 warps beat 4096/8 by 3-12 points of roofline at H=32768 and 65536
-    # (results/h200-2026-11-29-forward-sweep.md).
-    (None, _looped(8192, 8)),
-])
+def _forward_large_h_rows(act_bytes: int) -> list:
+    return [
+        # Weight first: the weight's load goes out with x's and residual's instead of after the
+        # reduction. Decode, 64 dependent calls at 1 x 4096 bf16 with PDL: 1.58 -> 1.33 us per
+        # call (run2, run3); bulk 8192 x 4096 and 11184 x 3000: unchanged (run3).
+        (4096, _single(4096, 1, 8, weight_first=True)),
+        # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
+        # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
+        *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
+        (8192, _single(8192, 1, 16)),
+        (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
+        # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
+        # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
+        # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
+        (None, _looped(16384, 32)),
+    ]
+
+
+FORWARD_TABLE: tuple[ForwardRule, ...] = _table(_forward_large_h_rows)
 
 # Element sizes the kernels accept, in bytes: fp16/bf16 and fp32.
 SUPPORTED_ITEMSIZES = (2, 4)
@@ -136,23 +152,6 @@ def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: i
     return 1
 
 
-def peel_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int, hf: bool = False) -> int:
-    """PEEL for a forward call: the vector width v if rows can be peeled to aligned windows (every
-    pointer 16-byte aligned, every row stride congruent to the others modulo v, contract numerics,
-    and H not a multiple of v or a stride not: else the aligned class serves), and the single pass
-    holds H + v - 1 columns; else 0."""
-    v = vector_elems(x_itemsize, residual_itemsize)
-    if hf or not all(p % ALIGNMENT_BYTES == 0 for p in pointers):
-        return 0
-    if H % v == 0 and all(s % v == 0 for s in strides):
-        return 0
-    if any((s - strides[0]) % v for s in strides):
-        return 0
-    if select_forward_config(H + v - 1, x_itemsize, residual_itemsize).looped:
-        return 0
-    return v
-
-
 def backward_align(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
     """ALIGN for a backward call: the vector width, or 1."""
     v = vector_elems(x_itemsize, residual_itemsize)
@@ -179,7 +178,8 @@ def pdl_compiled(arch: int) -> bool:
 BACKWARD_SINGLE_PASS_MAX_H = 8192
 
 
-BACKWARD_TABLE: tuple[ForwardRule, ...] = _table([
+BACKWARD_TABLE: tuple[ForwardRule, ...] = _table(lambda act_bytes: [
+    (4096, _single(4096, 1, 8)),
     (BACKWARD_SINGLE_PASS_MAX_H, _single(BACKWARD_SINGLE_PASS_MAX_H, 1, 16)),
     (None, _looped(4096, 8)),
 ])

@@ -88,7 +88,7 @@ def _single_pass_rows(
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, HAS_RSTD: tl.constexpr,
-    HF_NUMERICS: tl.constexpr, EVICT: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EXACT_SUM: tl.constexpr,
+    HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -101,20 +101,15 @@ def _single_pass_rows(
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0.0)
-    x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0, eviction_policy=EVICT)
-    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
-                eviction_policy=EVICT)
+    x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0)
+    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0)
     h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
     h_stored = h.to(residual_out_ptr.dtype.element_ty)
     tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
     if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
         h = h_stored.to(tl.float32)
 
-    if EXACT_SUM:
-        sum_sq = _exact_sum_sq(h * h, 1)
-    else:
-        sum_sq = tl.sum(h * h, axis=1)
-    rstd = _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS)
+    rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
     if HAS_RSTD:
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
 
@@ -123,88 +118,6 @@ def _single_pass_rows(
     w = w_raw.to(tl.float32) + weight_offset
     y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _exact_sum_sq(sq, AXIS: tl.constexpr):
-    # The sum of squares along AXIS, the same bits whatever the order of the elements: each square
-    # is put on a fixed-point grid scaled to the row's largest square (2**47 per unit of its
-    # exponent), the integers are summed exactly in int64, and the total is rounded once. With at
-    # most 2**14 elements (the single pass) nothing overflows, and the result is within 2**-33 of
-    # the exact sum, relative, before its rounding to fp32. A row holding inf or NaN gives inf or
-    # NaN, as an fp32 sum would.
-    bits = sq.to(tl.int32, bitcast=True) & 0x7FFFFFFF  # squares are >= 0; NaN sorts above inf
-    top = tl.max(bits, axis=AXIS)
-    exp = tl.maximum(top >> 23, 1) - 127  # the largest square is < 2**(exp + 1)
-    k = (47 - exp).to(tl.int64)
-    scale = ((k + 1023) << 52).to(tl.float64, bitcast=True)  # 2**k, exactly
-    unscale = ((1023 - k) << 52).to(tl.float64, bitcast=True)
-    if AXIS == 1:
-        q = (sq.to(tl.float64) * scale[:, None]).to(tl.int64)
-    else:
-        q = (sq.to(tl.float64) * scale).to(tl.int64)
-    total = (tl.sum(q, axis=AXIS).to(tl.float64) * unscale).to(tl.float32)
-    total = tl.where(top == 0x7F800000, float("inf"), total)
-    return tl.where(top > 0x7F800000, float("nan"), total)
-
-
-@triton.jit
-def _peeled_rows(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
-    n_rows, H,
-    stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-    eps, weight_offset,
-    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, HAS_RSTD: tl.constexpr, VEC: tl.constexpr,
-):
-    # Rows that do not start on a 16-byte boundary (odd H, say), read and written 16 bytes at a
-    # time all the same. Each row is handled in a window that starts at the VEC-aligned element at
-    # or before its first element, `shift` elements earlier; the launcher promised 16-byte aligned
-    # pointers and row strides that agree modulo VEC, so the shift is the same in every tensor.
-    #   loads:  whole VEC-chunks that end inside the row, as vectors (the first may begin in the
-    #           previous row: those elements are read, in bounds, and zeroed), then the row's last
-    #           partial chunk element by element, so that nothing past the row is read;
-    #   stores: whole chunks inside the row as vectors, the partial chunks at both ends by element.
-    # An element's lane in the window depends on the shift, so on the row's position: the sum of
-    # squares is taken by _exact_sum_sq, whose bits do not depend on the order, to keep the result
-    # of a row independent of its position (batch invariance).
-    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-    row_mask = rows < n_rows
-    start = rows * stride_x_row
-    base_x = (start // VEC) * VEC
-    shift = start - base_x
-    base_r = (rows * stride_residual_row // VEC) * VEC
-    base_o = (rows * stride_out_row // VEC) * VEC
-    base_ro = (rows * stride_residual_out_row // VEC) * VEC
-    cols = tl.arange(0, BLOCK_H)[None, :]
-    chunk = (tl.arange(0, BLOCK_H) // VEC * VEC)[None, :]
-    first = shift[:, None]
-    end = first + H
-    live = row_mask[:, None]
-    valid = (cols >= first) & (cols < end) & live
-    body = (chunk + VEC <= end) & live             # chunks that end inside the row
-    tail = valid & (chunk + VEC > end)             # the last, partial chunk
-    full = body & (chunk >= first)                 # chunks wholly inside the row
-    edge = valid & ~full
-
-    w_raw = tl.load(weight_ptr + cols - first, mask=valid, other=0.0)
-    x_at = x_ptr + base_x[:, None] + cols
-    r_at = residual_ptr + base_r[:, None] + cols
-    x = tl.where(tail, tl.load(x_at, mask=tail, other=0.0), tl.load(x_at, mask=body, other=0.0))
-    r = tl.where(tail, tl.load(r_at, mask=tail, other=0.0), tl.load(r_at, mask=body, other=0.0))
-    h = tl.where(valid, x.to(tl.float32) + r.to(tl.float32), 0.0)  # fp32 add; lanes outside the row: 0
-    h_stored = h.to(residual_out_ptr.dtype.element_ty)
-    ro_at = residual_out_ptr + base_ro[:, None] + cols
-    tl.store(ro_at, h_stored, mask=full)
-    tl.store(ro_at, h_stored, mask=edge)
-
-    rstd = _rstd_from_sum_sq(_exact_sum_sq(h * h, 1), H, eps, False)
-    if HAS_RSTD:
-        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
-
-    y = (h * rstd[:, None] * (w_raw.to(tl.float32) + weight_offset)).to(out_ptr.dtype.element_ty)
-    o_at = out_ptr + base_o[:, None] + cols
-    tl.store(o_at, y, mask=full)
-    tl.store(o_at, y, mask=edge)
 
 
 @triton.jit
@@ -279,42 +192,28 @@ def fused_add_rmsnorm_fwd(
     ALIGN: tl.constexpr,             # H and every row stride are multiples of ALIGN elements
     HF_NUMERICS: tl.constexpr,       # HF LlamaRMSNorm's roundings instead of the contract's
     PDL: tl.constexpr = False,       # grid-dependency control (sm_90+): wait, then release the next
-    EVICT: tl.constexpr = "",        # single pass: eviction policy of the x and residual loads
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
-    PEEL: tl.constexpr = 0,          # > 0: rows start anywhere; handled in windows aligned to PEEL elements
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
         gdc_launch_dependents()
-    X_BITS: tl.constexpr = x_ptr.dtype.element_ty.primitive_bitwidth
-    R_BITS: tl.constexpr = residual_ptr.dtype.element_ty.primitive_bitwidth
-    NARROW_BITS: tl.constexpr = X_BITS if X_BITS < R_BITS else R_BITS  # ALIGN * NARROW_BITS == 128: the full vector
-    if PEEL > 0:
-        _peeled_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr, n_rows, H,
-                     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                     eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD, PEEL)
+    # (v // ALIGN) * ALIGN == v by the launcher's promise; written this way, it tells the compiler
+    # that rows start on ALIGN-element boundaries and that the mask is uniform over ALIGN columns,
+    # so it can use accesses of ALIGN elements (up to 16 bytes).
+    H = (H // ALIGN) * ALIGN
+    stride_x_row = (stride_x_row // ALIGN) * ALIGN
+    stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
+    stride_out_row = (stride_out_row // ALIGN) * ALIGN
+    stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
+    if LOOPED:
+        _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+                    H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
+                    eps, weight_offset, BLOCK_H, HAS_RSTD, HF_NUMERICS)
     else:
-        # (v // ALIGN) * ALIGN == v by the launcher's promise; written this way, it tells the
-        # compiler that rows start on ALIGN-element boundaries and that the mask is uniform over
-        # ALIGN columns, so it can use accesses of ALIGN elements (up to 16 bytes).
-        H = (H // ALIGN) * ALIGN
-        stride_x_row = (stride_x_row // ALIGN) * ALIGN
-        stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
-        stride_out_row = (stride_out_row // ALIGN) * ALIGN
-        stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
-        if LOOPED:
-            _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
-                        H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                        eps, weight_offset, BLOCK_H, HAS_RSTD, HF_NUMERICS)
-        else:
-            # Below the full vector, the tile's layout (and so tl.sum's order) depends on the
-            # alignment class, which can differ for the same row in another call (a row sliced out
-            # alone starts elsewhere than in its batch): sum exactly there, as the peeled path does.
-            _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
-                              n_rows, H,
-                              stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                              eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD, HF_NUMERICS, EVICT,
-                              WEIGHT_FIRST, ALIGN * NARROW_BITS < 128)
+        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+                          n_rows, H,
+                          stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
+                          eps, weight_offset, BLOCK_H, ROWS_PER_PROGRAM, HAS_RSTD, HF_NUMERICS, WEIGHT_FIRST)
 
 
 # ----- backward ------------------------------------------------------------------------------------

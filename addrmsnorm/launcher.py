@@ -32,13 +32,13 @@ def launch_forward(
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
-    config: ForwardConfig | None = None, peel: bool | None = None,
+    config: ForwardConfig | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
     ``pdl`` launches with programmatic dependent launch where the device has it (sm_90+; elsewhere
-    it is ignored). ``config`` and ``peel`` override the dispatch rule; they exist for tuning
-    sweeps, not for normal calls.
+    it is ignored). ``config`` overrides the dispatch rule; it exists for tuning sweeps, not for
+    normal calls.
     """
     xs, rs = x.element_size(), residual.element_size()
     if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
@@ -46,12 +46,7 @@ def launch_forward(
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
     strides = (stride_x, stride_residual, stride_out, stride_residual_out)
     align = align_elems(pointers, H, strides, xs, rs, hf)
-    peel_v = configs.peel_elems(pointers, H, strides, xs, rs, hf)
-    if peel is not None:
-        peel_v = peel_v if peel else 0
-    cfg = config or select_forward_config(H + peel_v - 1 if peel_v else H, xs, rs)
-    if peel_v and (cfg.looped or cfg.block_h < H + peel_v - 1):
-        raise ValueError(f"{cfg} cannot peel rows of H={H}: it needs a single pass of >= H + {peel_v - 1} columns")
+    cfg = config or select_forward_config(H, xs, rs)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     with _device_guard(x.device):
@@ -67,9 +62,7 @@ def launch_forward(
             ALIGN=align,
             HF_NUMERICS=hf,
             PDL=compiled_pdl,
-            EVICT=cfg.evict,
             WEIGHT_FIRST=cfg.weight_first,
-            PEEL=peel_v,
             num_warps=cfg.num_warps,
             **extra,
         )

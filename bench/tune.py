@@ -3,10 +3,11 @@
     PYTHONPATH=. python bench/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python bench/tune.py decode
     PYTHONPATH=. python bench/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
+    PYTHONPATH=. python bench/tune.py once copy16384x4096               # the same bytes, copied
 
 bulk: for each H, N = 2**25 // H rows (N*H >= 16M, as the P1 target asks), the table's config and
-candidates around it (warps, rows per program, looped vs single pass, an evict-first hint on the
-loads), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
+candidates around it (warps, rows per program, looped vs single pass, the weight loaded first or
+after the reduction), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
 place as vLLM calls it, against the copy roofline measured in the same run.
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
@@ -33,60 +34,37 @@ DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BULK_H = [128, 512, 1024, 2048, 2880, 3000, 4096, 4100, 5120, 8192, 11111, 14336, 16384, 32768, 65536, 131072]
 
 
-def _launch(x, r, w, cfg, pdl=False, peel=None):
+def _launch(x, r, w, cfg, pdl=False):
     H = x.shape[-1]
     launch_forward(x, r, w, x, r, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
-                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg,
-                   peel=peel)
+                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg)
 
 
-def _tag(cfg: ForwardConfig, peel=None) -> str:
+def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
-            + (f" {cfg.evict}" if cfg.evict else "") + (" weight-first" if cfg.weight_first else "")
-            + (" peel" if peel else " no-peel" if peel is False else ""))
+            + (" weight-first" if cfg.weight_first else ""))
 
 
 def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
+    """The table's config and its neighbours: warps halved and doubled, rows per program halved and
+    doubled, the weight loaded first or not; for wide rows, looped chunks and warps."""
     b = triton.next_power_of_2(H)
-    out = [chosen]
+    out = [chosen, ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, chosen.looped,
+                                 weight_first=not chosen.weight_first)] if not chosen.looped else [chosen]
+    if not chosen.looped:
+        for w in (chosen.num_warps // 2, chosen.num_warps * 2):
+            if 1 <= w <= 32 and chosen.rows_per_program * b // (32 * w) >= 2:
+                out.append(ForwardConfig(b, chosen.rows_per_program, w, False))
+        for rows in (chosen.rows_per_program // 2, chosen.rows_per_program * 2):
+            if rows >= 1 and rows * b <= 16384:
+                out.append(ForwardConfig(b, rows, chosen.num_warps, False))
+    if 8192 <= H:
+        for chunk, w in ((4096, 8), (8192, 8), (8192, 16), (16384, 16), (16384, 32), (32768, 32)):
+            c = ForwardConfig(chunk, 1, w, True)
+            if chunk < H and c not in out:
+                out.append(c)
     if chosen.looped and b <= 32768:
         out.append(ForwardConfig(b, 1, 32, False))
-    if not chosen.looped:
-        warps = {max(1, chosen.num_warps // 2), chosen.num_warps, min(32, chosen.num_warps * 2)}
-        for w in sorted(warps):
-            for rows in sorted({chosen.rows_per_program, max(1, chosen.rows_per_program // 2),
-                                chosen.rows_per_program * 2}):
-                c = ForwardConfig(b, rows, w, False)
-                per_thread = rows * b // (32 * w)
-                if 2 <= per_thread <= 64 and c not in out:
-                    out.append(c)
-    for chunk in (4096, 8192, 16384):
-        for w in (8, 16):
-            if 8192 <= H and chunk < H and chunk // (32 * w) >= 8:
-                c = ForwardConfig(chunk, 1, w, True)
-                if c not in out:
-                    out.append(c)
-    if not chosen.looped:  # the hint is on the single pass's loads only
-        out.append(ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, False, "evict_first"))
-        out.append(ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, False, "", True))
-    odd = H % 8 != 0  # bf16/fp16 vector; the auto rule would peel, and these compare the classes
-    return [(c, False if odd else None) for c in out]
-
-
-def peel_candidates(H: int, xs: int, rs: int) -> list:
-    """Odd H: the peeled path (windows of H + v - 1 columns) against the alignment classes."""
-    v = 16 // min(xs, rs)
-    if H % v == 0:
-        return []
-    wide = select_forward_config(H + v - 1, xs, rs)
-    if wide.looped:
-        return []
-    out = [(wide, True)]
-    for w in (wide.num_warps // 2, wide.num_warps * 2):
-        if 1 <= w <= 32 and wide.block_h // (32 * w) >= 2:
-            out.append((ForwardConfig(wide.block_h, wide.rows_per_program, w, False), True))
-    if wide.rows_per_program > 1:
-        out.append((ForwardConfig(wide.block_h, wide.rows_per_program // 2, wide.num_warps, False), True))
     return out
 
 
@@ -99,22 +77,21 @@ def bench_bulk(H, xd, rd, roof, out):
     w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
     chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
     results = []
-    for cfg, peel in candidates(H, chosen) + peel_candidates(H, xd.itemsize, rd.itemsize):
+    for cfg in candidates(H, chosen):
         x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
         ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
         try:
-            _launch(x, r, w, cfg, peel=peel)
+            _launch(x, r, w, cfg)
         except Exception as e:  # noqa: BLE001 - e.g. out of registers or shared memory: skip it
-            print(f"| {N}x{H} | {_name(xd, rd)} | {_tag(cfg, peel)} | failed: {type(e).__name__} | | | | |", file=out,
+            print(f"| {N}x{H} | {_name(xd, rd)} | {_tag(cfg)} | failed: {type(e).__name__} | | | | |", file=out,
                   flush=True)
             continue
         assert torch.equal(r, ref.residual_out)
         assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} {cfg}")
-        t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg, peel=peel), len(sets))
+        t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg), len(sets))
         gbs = nbytes / t.median_us / 1e3
         results.append((gbs, cfg))
-        print(f"| {N}x{H} | {_name(xd, rd)} | {'**table** ' if cfg == chosen and peel is None else ''}"
-              f"{_tag(cfg, peel)} | {t.median_us:.2f} | "
+        print(f"| {N}x{H} | {_name(xd, rd)} | {'**table** ' if cfg == chosen else ''}{_tag(cfg)} | {t.median_us:.2f} | "
               f"{t.min_us:.2f} | {t.max_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
     del sets
     torch.cuda.empty_cache()
@@ -152,6 +129,17 @@ def decode(out, chain=64):
 
 
 def once(shape, dtype):
+    if shape.startswith("copy"):  # the roofline's Triton copy, same bytes as the shape's bf16 call
+        from addrmsnorm.bench.timing import _copy_2r2w
+
+        N, H = (int(v) for v in shape[4:].split("x"))
+        a, b = torch.randn(N * H, device="cuda").to(torch.bfloat16), torch.randn(N * H, device="cuda").to(torch.bfloat16)
+        c, d = torch.empty_like(a), torch.empty_like(b)
+        for _ in range(4):
+            _copy_2r2w[(triton.cdiv(N * H, 4096),)](a, b, c, d, N * H, BLOCK=4096, num_warps=4)
+        torch.cuda.synchronize()
+        print(f"{shape}: copy 2r2w, BLOCK 4096, 4 warps")
+        return
     N, H = (int(v) for v in shape.split("x"))
     xd, _, rd = dtype.partition("/")
     x = torch.randn(N, H, device="cuda").to(DT[xd])

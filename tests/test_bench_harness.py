@@ -90,7 +90,7 @@ def test_grid_quick_and_standard():
     from addrmsnorm.bench.cli import MAX_ELEMENTS, grid, main  # noqa: F401
 
     class A:
-        shapes = dtypes = None
+        shapes = dtypes = hidden = None
         quick = True
 
     q = grid(A())
@@ -100,8 +100,58 @@ def test_grid_quick_and_standard():
     s = grid(A())
     hs = {h for _, h, _, _ in s}
     assert {128, 3000, 4100, 11111, 131072} <= hs and len(s) > len(q)
+    # P1's bulk shapes: N * H >= 16M at every H, in all four dtype combinations.
+    for h in (128, 4100, 131072):
+        for xd, rd in (("bfloat16",) * 2, ("float16",) * 2, ("bfloat16", "float32"), ("float32",) * 2):
+            torch = __import__("torch")
+            assert any(hh == h and n * h >= 1 << 24 and x == getattr(torch, xd) and r == getattr(torch, rd)
+                       for n, hh, x, r in s), (h, xd, rd)
+    A.hidden = "4100"
+    assert {h for _, h, _, _ in grid(A())} == {4100}
     A.shapes, A.dtypes = "8x128,1x4096", "bf16,bf16/fp32"
     assert len(grid(A())) == 4
+
+
+def _row(impl, N, H, pct, us, xd="bf16", rd="bf16"):
+    return dict(section="bandwidth", impl=impl, N=N, H=H, x_dtype=xd, residual_dtype=rd, us_median=us,
+                gbs=40.0 * pct, pct_roofline=pct)
+
+
+def test_targets_section_marks_met_and_missed():
+    header = dict(HEADER, ours=["us"], ours_pdl=["us PDL"], baseline="base", peers=["peer", "torch.compile (reference)"])
+    rows = [_row("us", 16384, 4096, 98.5, 150.0), _row("peer", 16384, 4096, 97.0, 152.0),       # met
+            _row("us", 16384, 4100, 90.0, 160.0), _row("peer", 16384, 4100, 95.0, 155.0),       # missed twice
+            _row("us", 16384, 4096, 99.0, 300.0, "fp32", "fp32"),                               # met, no peer
+            _row("us", 1 << 20, 128, 95.0, 290.0), _row("torch.compile (reference)", 1 << 20, 128, 94.0, 292.0),
+            _row("us", 512, 4096, 50.0, 6.0), _row("us PDL", 512, 4096, 55.0, 5.5),
+            _row("peer", 512, 4096, 52.0, 5.7),
+            dict(section="decode_chain", impl="us", N=1, H=4096, us_median=1.6),
+            dict(section="decode_chain", impl="us PDL", N=1, H=4096, us_median=1.3),
+            dict(section="decode_chain", impl="base", N=1, H=4096, us_median=2.0),
+            dict(section="cpu_overhead", impl="us", N=1, H=4096, us_median=6.3),
+            dict(section="cpu_overhead", impl="addrmsnorm C ABI from C++", N=1, H=4096, us_median=4.0),
+            dict(section="cpu_overhead", impl="bare cuLaunchKernel (C++)", N=1, H=4096, us_median=3.9)]
+    t = writers.targets_section(header, rows)
+    assert "Met at 2 of 4." in t  # 4096 bf16 and fp32; not 4100, nor 128 (95%)
+    assert "| 4096 | 98.5%; best peer 97% (met) |" in t and "90.0%; best peer 95% (missed)" in t
+    assert "| 1 × 4096 | 1.30 µs against 2.00 µs: 0.65× | met |" in t
+    assert "3.90 µs: 1.03× | met |" in t and "| 6.30 µs | **missed** |" in t
+    assert "| 1048576 × 128 | 95.0%; torch.compile 94.0% | **missed** |" in t     # under 98%
+    assert "| 512 × 4096 | 5.50 µs; fastest peer peer 5.70 µs | met |" in t
+
+
+def test_render_merges_runs(tmp_path):
+    from addrmsnorm.bench.cli import main
+
+    for i, rows in enumerate((ROWS[:2], ROWS[2:])):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        writers.write_json(dict(HEADER, implementations=["A", "B"], roofline_gbs=4000.0 + i), rows, d / "results.json")
+    out = tmp_path / "merged"
+    assert main(["--render", f"{tmp_path / 'run0'},{tmp_path / 'run1'}", "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "Merged from 2 runs" in md and "4000 GB/s" in md and "4001 GB/s" in md
+    assert len(json.loads((out / "results.json").read_text())["rows"]) == len(ROWS)
 
 
 def test_no_gpu_path_runs_the_demo():

@@ -159,6 +159,20 @@ def test_batch_invariance(H, combo):
     assert torch.equal(bits(y2), bits(y[perm])) and torch.equal(bits(rstd2), bits(rstd[perm]))
 
 
+@pytest.mark.parametrize("H", [4100, 3002] if ON_GPU else [20, 42])
+@pytest.mark.parametrize("combo", [DTYPE_COMBOS[0], DTYPE_COMBOS[3]], ids=combo_id)
+def test_batch_invariance_in_narrow_alignment_classes(H, combo):
+    """H a multiple of 4 (8-byte rows) or of 2 elements but not of 8: rows take 8- or 4-byte accesses.
+    A row alone in a tensor of its own gives the same bits as in its batch, at any position."""
+    N = 301 if ON_GPU else 19
+    x, r, w = make_inputs(N, H, combo, DEVICE, seed=H)
+    y, ro, rstd = addrmsnorm.fused_add_rmsnorm(x, r, w, return_rstd=True)
+    for i in (0, 1, 2, 3, N - 1):
+        yi, roi, rstdi = addrmsnorm.fused_add_rmsnorm(x[i:i + 1].clone(), r[i:i + 1].clone(), w, return_rstd=True)
+        assert torch.equal(bits(yi), bits(y[i:i + 1])), f"row {i}: y differs alone vs in a batch"
+        assert torch.equal(bits(roi), bits(ro[i:i + 1])) and torch.equal(bits(rstdi), bits(rstd[i:i + 1]))
+
+
 def _rmsnorm_chain(fused, x, residual, weights, mats):
     """64 layers of: (y, residual) = fused(x, residual, w); x = y @ W."""
     for w, m in zip(weights, mats):

@@ -3,7 +3,9 @@ in the same run. Follows ../shared/BENCHMARKING.md.
 
     python -m addrmsnorm.bench                 # the standard grid
     python -m addrmsnorm.bench --quick         # a subset
+    python -m addrmsnorm.bench --hidden 128,4100   # the standard grid's rows at these H only
     python -m addrmsnorm.bench --shapes 16384x4096,1x8192 --dtypes bf16,bf16/fp32
+    python -m addrmsnorm.bench --render DIR1,DIR2 --out DIR    # merge runs into one report
 
 Writes results.csv, results.json, report.md and gbs_vs_h.png to results/<gpu>-<date>/ (or --out),
 and prints the markdown. With no GPU it says so and runs the correctness demo on the CPU under the
@@ -32,7 +34,8 @@ QUICK_H = [128, 1024, 3000, 4096, 4100, 8192, 11111, 14336, 65536]
 # Bulk shapes use fewer rows at very large H so that the tensors still fit with buffer rotation.
 MAX_ELEMENTS = 1 << 28
 DTYPE_NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-EXTRA_DTYPE_SHAPES = [(16384, 4096), (16384, 8192)]  # fp16, bf16/fp32 and fp32 rows
+EXTRA_DTYPE_SHAPES = [(16384, 4096)]  # fp16, bf16/fp32 and fp32 rows of the quick grid
+BULK_ELEMENTS = 1 << 24  # the P1 target's bulk shapes: N * H >= 16M, at every H and dtype
 DECODE_SHAPES = [(n, h) for h in (4096, 8192) for n in (1, 8, 64)]
 CHAIN = 64
 
@@ -49,23 +52,38 @@ def parse_dtypes(spec: str):
     return out
 
 
+def bulk_rows(h: int) -> int:
+    """Rows of the bulk shape at H: N * H >= 16M (at least 16384 rows), within MAX_ELEMENTS."""
+    return min(max(16384, -(-BULK_ELEMENTS // h)), max(1, MAX_ELEMENTS // h))
+
+
+OTHER_DTYPES = ((torch.float16, torch.float16), (torch.bfloat16, torch.float32), (torch.float32, torch.float32))
+
+
 def grid(args) -> list[tuple[int, int, torch.dtype, torch.dtype]]:
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
         return [(n, h, xd, rd) for n, h in shapes for xd, rd in parse_dtypes(args.dtypes or "bf16")]
     ns, hs = (QUICK_N, QUICK_H) if args.quick else (STANDARD_N, STANDARD_H)
+    if args.hidden:
+        hs = [int(h) for h in args.hidden.split(",")]
     out = []
+    bf16 = (torch.bfloat16, torch.bfloat16)
     for h in hs:
         for n in ns:
-            n_eff = min(n, max(1, MAX_ELEMENTS // h))
-            if (n_eff, h, torch.bfloat16, torch.bfloat16) not in out:
-                out.append((n_eff, h, torch.bfloat16, torch.bfloat16))
+            shape = (min(n, max(1, MAX_ELEMENTS // h)), h, *bf16)
+            if shape not in out:
+                out.append(shape)
+        if (bulk_rows(h), h, *bf16) not in out:
+            out.append((bulk_rows(h), h, *bf16))  # the bulk shape, e.g. 131072 x 128 (QK-norm size)
     if args.quick:
-        out.append((1 << 20, 128, torch.bfloat16, torch.bfloat16))  # per-head QK-norm size
-    for n, h in EXTRA_DTYPE_SHAPES[:1] if args.quick else EXTRA_DTYPE_SHAPES:
-        for xd, rd in ((torch.float16, torch.float16), (torch.bfloat16, torch.float32),
-                       (torch.float32, torch.float32)):
-            out.append((n, h, xd, rd))
+        out.append((1 << 20, 128, *bf16))  # per-head QK-norm size, as the P5 target states it
+        for n, h in EXTRA_DTYPE_SHAPES:
+            out += [(n, h, xd, rd) for xd, rd in OTHER_DTYPES]
+    else:
+        if 128 in hs:
+            out.append((1 << 20, 128, *bf16))
+        out += [(bulk_rows(h), h, xd, rd) for h in hs for xd, rd in OTHER_DTYPES]
     return out
 
 
@@ -205,7 +223,13 @@ def run(args) -> int:
     kernels = [i for i in live if not i.overhead_only]
     total = len(shapes) * len(kernels)
     done = 0
-    for N, H, xd, rd in shapes:
+    slug = re.sub(r"[^a-z0-9]+", "-", header["gpu"].lower()).strip("-")
+    out = Path(args.out) if args.out else Path("results") / f"{slug}-{header['date']}"
+    out.mkdir(parents=True, exist_ok=True)
+    header.update(implementations=names, unavailable=unavailable, **_roles(live))
+    for si, (N, H, xd, rd) in enumerate(shapes):
+        if si % 8 == 7:  # keep what was measured if the run is stopped: --render can still report it
+            writers.write_json(dict(header, partial=True), rows, out / "results.json")
         for impl in kernels:
             done += 1
             base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
@@ -252,15 +276,19 @@ def run(args) -> int:
 
     compiled = next((i.fn for i in live if i.name == "torch.compile (reference)"), None)
     header["compile_fallbacks"] = [f"{k[0]} {k[1]}/{k[2]}" for k in getattr(compiled, "fallbacks", [])]
-    header["implementations"] = names
-    header["unavailable"] = unavailable
-
-    slug = re.sub(r"[^a-z0-9]+", "-", header["gpu"].lower()).strip("-")
-    out = Path(args.out) if args.out else Path("results") / f"{slug}-{header['date']}"
-    out.mkdir(parents=True, exist_ok=True)
     writers.write_csv(rows, out / "results.csv")
     writers.write_json(header, rows, out / "results.json")
     return render(out, header, rows, args.update_readme)
+
+
+def _roles(live) -> dict:
+    """Which implementations the targets compare: ours (the torch op, with and without PDL), the
+    one-row baseline, and the peers (everything else not ours)."""
+    from addrmsnorm.bench.impls import BASELINE
+
+    ours = [i.name for i in live if i.ours and not i.overhead_only]
+    return {"ours": [n for n in ours if "PDL" not in n][:1], "ours_pdl": [n for n in ours if "PDL" in n][:1],
+            "baseline": BASELINE, "peers": [i.name for i in live if not i.ours and i.name != BASELINE]}
 
 
 def render(out: Path, header: dict, rows: list[dict], update_readme: bool, rendered_by: str = "") -> int:
@@ -286,14 +314,33 @@ def render(out: Path, header: dict, rows: list[dict], update_readme: bool, rende
     return 0
 
 
-def render_saved(folder: str, update_readme: bool) -> int:
-    """Re-render a finished run from its results.json (no GPU needed)."""
+def render_saved(folders: str, update_readme: bool, out: str | None = None) -> int:
+    """Re-render finished runs from their results.json (no GPU needed). Several folders (comma-separated)
+    are merged into one report in ``out``: each row keeps the percent of its own run's roofline."""
     import json
 
-    out = Path(folder)
-    data = json.loads((out / "results.json").read_text())
-    return render(out, data["header"], data["rows"], update_readme,
-                  rendered_by=f"python -m addrmsnorm.bench --render {folder}" + (" --update-readme" if update_readme else ""))
+    dirs = [Path(f) for f in folders.split(",") if f]
+    runs = [json.loads((d / "results.json").read_text()) for d in dirs]
+    header, rows = dict(runs[0]["header"]), [r for run in runs for r in run["rows"]]
+    if len(runs) > 1:
+        header["merged_runs"] = [{"folder": d.as_posix(), "command": run["header"]["command"],
+                                  "roofline_gbs": run["header"]["roofline_gbs"],
+                                  "partial": run["header"].get("partial", False)} for d, run in zip(dirs, runs)]
+        for key in ("implementations", "peers", "compile_fallbacks"):
+            merged = []
+            for run in runs:
+                merged += [n for n in run["header"].get(key, []) if n not in merged]
+            header[key] = merged
+    dest = Path(out) if out else dirs[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    if len(runs) > 1:
+        from addrmsnorm.bench import writers
+
+        writers.write_csv(rows, dest / "results.csv")
+        writers.write_json(header, rows, dest / "results.json")
+    return render(dest, header, rows, update_readme,
+                  rendered_by=f"python -m addrmsnorm.bench --render {folders}" + (f" --out {out}" if out else "")
+                  + (" --update-readme" if update_readme else ""))
 
 
 def no_gpu() -> int:
@@ -308,6 +355,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a subset of the standard grid")
     ap.add_argument("--shapes", help="comma-separated NxH, e.g. 16384x4096,1x8192")
+    ap.add_argument("--hidden", help="the standard (or quick) grid at these H only, e.g. 128,4100")
     ap.add_argument("--dtypes", help="with --shapes: comma-separated x[/residual], e.g. bf16,bf16/fp32")
     ap.add_argument("--impls", help="only implementations whose name contains one of these (comma-separated)")
     ap.add_argument("--out", help="output folder (default results/<gpu>-<date>)")
@@ -315,11 +363,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-backward", action="store_true", help="skip the training (backward) rows")
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
     ap.add_argument("--update-readme", action="store_true", help="write the report into README.md")
-    ap.add_argument("--render", metavar="DIR", help="re-render report.md, the plot (and with --update-readme the "
-                                                    "README section) from DIR/results.json of an earlier run")
+    ap.add_argument("--render", metavar="DIR[,DIR...]",
+                    help="re-render report.md, the plot (and with --update-readme the README section) from "
+                         "DIR/results.json of earlier runs; several are merged into --out")
     args = ap.parse_args(argv)
     if args.render:
-        return render_saved(args.render, args.update_readme)
+        return render_saved(args.render, args.update_readme, args.out)
     if not torch.cuda.is_available():
         return no_gpu()
     try:

@@ -108,6 +108,25 @@ def _ours_torch_op():
                 in_place=True, ours=True)
 
 
+def _ours_torch_op_pdl():
+    """The same operator with programmatic dependent launch (opt-in; sm_90+)."""
+    from addrmsnorm import ops
+
+    op = torch.ops.addrmsnorm.fused_add_rmsnorm_.default
+    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend, PDL)",
+                _in_place(lambda x, r, w, eps: op(x, r, w, eps, 0.0, False, True)), in_place=True, ours=True)
+
+
+def _one_row_baseline():
+    """A plain one-row-per-program Triton kernel: what the decode-chain target is a ratio of."""
+    from .baseline import one_row_
+
+    return Impl(BASELINE, _in_place(one_row_), in_place=True, supports=_same_dtype)
+
+
+BASELINE = "one-row Triton kernel (baseline)"
+
+
 # ---- PyTorch ---------------------------------------------------------------------------------
 
 def _hf_eager(x, r, w, eps):
@@ -207,9 +226,10 @@ def _quack():
 
 def all_impls() -> list[Impl]:
     return [
-        _ours_torch_op(), _ours_python_api(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
+        _ours_torch_op(), _ours_torch_op_pdl(), _ours_python_api(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
         Impl("PyTorch eager, HF style", _hf_eager, False),
         Impl("torch.add + F.rms_norm", _two_kernels, False),
         Impl("torch.compile (reference)", CompiledReference(), False),
+        _one_row_baseline(),
         _liger(), _flashinfer(False), _flashinfer(True), _vllm(), _quack(),
     ]

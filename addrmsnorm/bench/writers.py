@@ -103,6 +103,10 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
              f"- Command: `{header['command']}`",
              f"- Roofline, measured in this run: **{header['roofline_gbs']:.0f} GB/s** (the best of "
              + ", ".join(f"{k} {v:.0f}" for k, v in header["roofline_methods"].items()) + ")",
+             *([f"- Merged from {len(header['merged_runs'])} runs; each row's % is of its own run's roofline: "
+                + "; ".join(f"`{m['command']}` ({m['roofline_gbs']:.0f} GB/s"
+                            + (", stopped early" if m["partial"] else "") + ")" for m in header["merged_runs"])]
+               if header.get("merged_runs") else []),
              f"- Timing: {header['timing']}",
              "- Cells: GB/s by the fused byte model · % of the roofline · µs per call (median). "
              "In-place implementations (vLLM convention) for addrmsnorm, FlashInfer and vLLM; "
@@ -117,6 +121,9 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     if header.get("compile_fallbacks"):
         lines.append("torch.compile fell back to eager for: " + ", ".join(header["compile_fallbacks"]))
         lines.append("")
+    targets = targets_section(header, rows)
+    if targets:
+        lines += ["#### Targets", "", targets]
     lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names), ""]
     if plot_name:
         lines += [f"![GB/s against H]({plot_name})", ""]
@@ -189,3 +196,111 @@ def update_readme(readme: Path, section: str) -> None:
     else:
         pre, post = text.rstrip() + "\n\n## Results\n\n", "\n"
     readme.write_text(pre + README_BEGIN + "\n" + section.strip() + "\n" + README_END + post)
+
+
+# ----- the performance targets (issue 7), each a ratio within one run ------------------------------
+
+P1_MIN_ELEMENTS = 1 << 24   # bulk: N * H >= 16M
+P1_MIN_PCT = 98.0           # of the same-run roofline
+P2_MAX_RATIO = 0.8          # decode chain, per call, against the one-row baseline
+P3_MAX_C_RATIO = 1.2        # C ABI from C++ against a bare cuLaunchKernel
+P3_MAX_OP_US = 6.0          # the torch operator, eager, from Python
+MID_SHAPES = ((512, 4096), (2048, 4096))
+P5_SHAPE = (1 << 20, 128)
+
+
+def _mark(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def _best(rows, names):
+    got = [r for r in rows if r["impl"] in names and r.get("gbs")]
+    return max(got, key=lambda r: r["gbs"]) if got else None
+
+
+def targets_section(header: dict, rows: list[dict]) -> str:
+    """The issue-7 targets, each marked met or missed, from this report's own rows."""
+    ours, ours_pdl = header.get("ours", []), header.get("ours_pdl", [])
+    peers, base = header.get("peers", []), header.get("baseline")
+    if not ours:
+        return ""
+    bw = [r for r in rows if r["section"] == "bandwidth"]
+    by_shape: dict = {}
+    for r in bw:
+        by_shape.setdefault((r["N"], r["H"], r["x_dtype"], r["residual_dtype"]), []).append(r)
+    out = []
+
+    # P1: at every H and dtype, the bulk shape: >= 98% of the roofline and >= the best peer.
+    dtypes = [("bf16", "bf16"), ("fp16", "fp16"), ("bf16", "fp32"), ("fp32", "fp32")]
+    hs = sorted({k[1] for k in by_shape if k[0] * k[1] >= P1_MIN_ELEMENTS})
+    lines = ["| H | " + " | ".join(f"{x} / {r}" for x, r in dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+    met = total = 0
+    for h in hs:
+        cells = []
+        for xd, rd in dtypes:
+            keys = [k for k in by_shape if k[1] == h and k[2] == xd and k[3] == rd and k[0] * k[1] >= P1_MIN_ELEMENTS]
+            if not keys:
+                cells.append("")
+                continue
+            k = max(keys)  # the most rows
+            mine, best_peer = _best(by_shape[k], ours), _best(by_shape[k], peers)
+            if mine is None:
+                cells.append("n/a")
+                continue
+            ok = mine["pct_roofline"] >= P1_MIN_PCT and (best_peer is None or mine["gbs"] >= best_peer["gbs"])
+            met, total = met + ok, total + 1
+            peer = f"; best peer {best_peer['pct_roofline']:.0f}%" if best_peer else ""
+            cells.append(f"{mine['pct_roofline']:.1f}%{peer} ({'met' if ok else 'missed'})")
+        lines.append(f"| {h} | " + " | ".join(cells) + " |")
+    out += [f"**P1, bulk** (N·H ≥ 16M, the most rows measured at each H; ours: {', '.join(ours)}): "
+            f"≥ {P1_MIN_PCT:.0f}% of the roofline and at least the best peer's GB/s. Met at {met} of {total}.",
+            "", *lines, ""]
+
+    # Every other target: one line each.
+    t = ["| target | shape | measured | |", "|---|---|---|---|"]
+    dec = {(r["N"], r["H"], r["impl"]): r.get("us_median") for r in rows if r["section"] == "decode_chain"}
+    for n, h in sorted({(r["N"], r["H"]) for r in rows if r["section"] == "decode_chain"}, key=lambda k: (k[1], k[0])):
+        mine = [dec.get((n, h, name)) for name in ours + ours_pdl]
+        mine = min((v for v in mine if v), default=None)
+        b = dec.get((n, h, base))
+        fi = dec.get((n, h, "FlashInfer (PDL)"))
+        if mine is None or b is None:
+            continue
+        ok = mine <= P2_MAX_RATIO * b and (fi is None or mine < fi)
+        t.append(f"| P2 decode chain: ≤ {P2_MAX_RATIO}× the one-row kernel" + (", < FlashInfer (PDL)" if fi else "")
+                 + f" | {n} × {h} | {mine:.2f} µs against {b:.2f} µs: {mine / b:.2f}×"
+                 + (f"; FlashInfer (PDL) {fi:.2f} µs" if fi else "") + f" | {_mark(ok)} |")
+    cpu = {r["impl"]: r.get("us_median") for r in rows if r["section"] == "cpu_overhead"}
+    c_abi, bare = cpu.get("addrmsnorm C ABI from C++"), cpu.get("bare cuLaunchKernel (C++)")
+    if c_abi and bare:
+        t.append(f"| P3 C ABI ≤ {P3_MAX_C_RATIO}× a bare cuLaunchKernel | 1 × 4096 | {c_abi:.2f} µs against "
+                 f"{bare:.2f} µs: {c_abi / bare:.2f}× | {_mark(c_abi <= P3_MAX_C_RATIO * bare)} |")
+    op = cpu.get(ours[0])
+    if op:
+        t.append(f"| P3 torch op ≤ {P3_MAX_OP_US:.0f} µs per eager call | 1 × 4096 | {op:.2f} µs | "
+                 f"{_mark(op <= P3_MAX_OP_US)} |")
+    for k, sel in by_shape.items():
+        if (k[0], k[1]) == P5_SHAPE and k[2:] == ("bf16", "bf16"):
+            mine = _best(sel, ours)
+            tc = _best(sel, ["torch.compile (reference)"])
+            if mine:
+                ok = mine["pct_roofline"] >= P1_MIN_PCT and (tc is None or mine["gbs"] >= tc["gbs"])
+                t.append(f"| P5 small H: ≥ {P1_MIN_PCT:.0f}% and ≥ torch.compile | {k[0]} × {k[1]} | "
+                         f"{mine['pct_roofline']:.1f}%" + (f"; torch.compile {tc['pct_roofline']:.1f}%" if tc else "")
+                         + f" | {_mark(ok)} |")
+    for n, h in MID_SHAPES:
+        sel = by_shape.get((n, h, "bf16", "bf16"))
+        if not sel:
+            continue
+        mine = min((r["us_median"] for r in sel if r["impl"] in ours + ours_pdl and r.get("us_median")), default=None)
+        theirs = [r for r in sel if r["impl"] in peers and r.get("us_median")]
+        if mine is None:
+            continue
+        fastest = min(theirs, key=lambda r: r["us_median"]) if theirs else None
+        ok = fastest is None or mine < fastest["us_median"]
+        t.append(f"| mid-size: faster than every peer | {n} × {h} | {mine:.2f} µs"
+                 + (f"; fastest peer {fastest['impl']} {fastest['us_median']:.2f} µs" if fastest else "")
+                 + f" | {_mark(ok)} |")
+    out += ["Other targets (ours: the better of the torch op with and without PDL, where the target is a "
+            "latency):", "", *t, ""]
+    return "\n".join(out)

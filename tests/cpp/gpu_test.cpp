@@ -390,4 +390,59 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
     g_driver->cuStreamDestroy_v2(s);
 }
 
+// 32 dependent in-place calls, each reading what the previous wrote, with ADDRMSNORM_FLAG_PDL and
+// without, on a stream and captured in a graph: the bytes must be the same. A missing or misplaced
+// grid-dependency wait would let a call read its inputs before the previous call wrote them.
+TEST_F(Gpu, PdlChainGivesTheSameBits) {
+    API(addrmsnorm_preload());
+    const int64_t N = 4, H = 8192;
+    const Combo c = kCombos[0];
+    CUstream s;
+    CU(g_driver->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    HostTensor w(c.w, H);
+    for (int64_t j = 0; j < H; ++j) w.set(static_cast<size_t>(j), 1.0f + 0.01f * static_cast<float>(j % 5));
+    DeviceBuffer dw(w.bytes.size());
+    g_driver->cuMemcpyHtoD_v2(dw.ptr, w.bytes.data(), w.bytes.size());
+    std::vector<std::vector<uint8_t>> results;
+    for (bool graph : {false, true})
+        for (uint32_t flags : {0u, static_cast<uint32_t>(ADDRMSNORM_FLAG_PDL)}) {
+            std::mt19937 rng(91);
+            Rows x(c.x, N, H, H), r(c.r, N, H, H);
+            fill_random(x, rng, 1.0f);
+            fill_random(r, rng, 4.0f);
+            x.upload();
+            r.upload();
+            const auto chain = [&] {
+                for (int i = 0; i < 32; ++i)
+                    API(addrmsnorm_fused_add_rmsnorm(x.dev.p(), r.dev.p(), dw.p(), x.dev.p(), r.dev.p(), nullptr, N, H,
+                                                     H, H, H, H, c.x, c.r, c.w, 1e-6f, 0.f, flags,
+                                                     reinterpret_cast<addrmsnorm_stream>(s)));
+            };
+            if (graph) {
+                CU(g_driver->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+                chain();
+                CUgraph g;
+                CU(g_driver->cuStreamEndCapture(s, &g));
+                CUgraphExec exec;
+                CU(g_driver->cuGraphInstantiateWithFlags(&exec, g, 0));
+                CU(g_driver->cuGraphLaunch(exec, s));
+                CU(g_driver->cuStreamSynchronize(s));
+                g_driver->cuGraphExecDestroy(exec);
+                g_driver->cuGraphDestroy(g);
+            } else {
+                chain();
+                CU(g_driver->cuStreamSynchronize(s));
+            }
+            x.download();
+            r.download();
+            std::vector<uint8_t> both(x.host.bytes);
+            both.insert(both.end(), r.host.bytes.begin(), r.host.bytes.end());
+            results.push_back(both);
+        }
+    for (size_t i = 1; i < results.size(); ++i)
+        EXPECT_TRUE(results[i] == results[0]) << "run " << i << " (graph " << (i >= 2) << ", PDL " << (i % 2)
+                                              << ") differs from the plain stream chain";
+    g_driver->cuStreamDestroy_v2(s);
+}
+
 }  // namespace
