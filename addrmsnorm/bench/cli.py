@@ -84,7 +84,8 @@ def grid(args) -> list[tuple[int, int, torch.dtype, torch.dtype]]:
         if 128 in hs:
             out.append((1 << 20, 128, *bf16))
         out += [(bulk_rows(h), h, xd, rd) for h in hs for xd, rd in OTHER_DTYPES]
-    return out
+    # Bulk shapes (the P1 target's) first, so that a run stopped early has measured them.
+    return sorted(out, key=lambda s: s[0] * s[1] < BULK_ELEMENTS)
 
 
 def _short(d: torch.dtype) -> str:
@@ -227,25 +228,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path("results") / f"{slug}-{header['date']}"
     out.mkdir(parents=True, exist_ok=True)
     header.update(implementations=names, unavailable=unavailable, **_roles(live))
-    for si, (N, H, xd, rd) in enumerate(shapes):
-        if si % 8 == 7:  # keep what was measured if the run is stopped: --render can still report it
-            writers.write_json(dict(header, partial=True), rows, out / "results.json")
-        for impl in kernels:
-            done += 1
-            base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
-            if not impl.supports(xd, rd):
-                rows.append(dict(base, note="n/a: needs residual in x's dtype"))
-                continue
-            try:
-                res = bench_bandwidth(impl, N, H, xd, rd, roof.gbs)
-                rows.append(dict(base, **res))
-                _log(f"[{done}/{total}] {N}x{H} {_short(xd)}/{_short(rd)} {impl.name}: "
-                     f"{res['us_median']:.2f} µs, {res['gbs']:.0f} GB/s ({res['pct_roofline']:.0f}%)")
-            except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
-                msg = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
-                rows.append(dict(base, note=f"failed: {type(e).__name__}: {msg}"))
-                _log(f"[{done}/{total}] {N}x{H} {impl.name}: FAILED {type(e).__name__}: {msg}")
-            torch.cuda.empty_cache()
+    # The latency sections first: they are short, and a run stopped in the long bandwidth grid keeps them.
     if not args.no_decode:
         for N, H in DECODE_SHAPES:
             for impl in kernels:
@@ -274,6 +257,25 @@ def run(args) -> int:
                              us_median=val, us_min=val, us_max=val, note="" if cpp else why))
         _log("CPU overhead done")
 
+    for si, (N, H, xd, rd) in enumerate(shapes):
+        if si % 8 == 7:  # keep what was measured if the run is stopped: --render can still report it
+            writers.write_json(dict(header, partial=True), rows, out / "results.json")
+        for impl in kernels:
+            done += 1
+            base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
+            if not impl.supports(xd, rd):
+                rows.append(dict(base, note="n/a: needs residual in x's dtype"))
+                continue
+            try:
+                res = bench_bandwidth(impl, N, H, xd, rd, roof.gbs)
+                rows.append(dict(base, **res))
+                _log(f"[{done}/{total}] {N}x{H} {_short(xd)}/{_short(rd)} {impl.name}: "
+                     f"{res['us_median']:.2f} µs, {res['gbs']:.0f} GB/s ({res['pct_roofline']:.0f}%)")
+            except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+                msg = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+                rows.append(dict(base, note=f"failed: {type(e).__name__}: {msg}"))
+                _log(f"[{done}/{total}] {N}x{H} {impl.name}: FAILED {type(e).__name__}: {msg}")
+            torch.cuda.empty_cache()
     compiled = next((i.fn for i in live if i.name == "torch.compile (reference)"), None)
     header["compile_fallbacks"] = [f"{k[0]} {k[1]}/{k[2]}" for k in getattr(compiled, "fallbacks", [])]
     writers.write_csv(rows, out / "results.csv")

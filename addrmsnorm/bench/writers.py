@@ -45,6 +45,8 @@ def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
         k = (r["N"], r["H"], r["x_dtype"], r["residual_dtype"])
         if k not in keys:
             keys.append(k)
+    order = {"bf16": 0, "fp16": 1, "fp32": 2}
+    keys.sort(key=lambda k: (k[1], order.get(k[2], 3), order.get(k[3], 3), k[0]))  # by H, dtypes, then N
     by = {(r["N"], r["H"], r["x_dtype"], r["residual_dtype"], r["impl"]): r for r in bw}
     impl_names = [n for n in impl_names if not _overhead_only(rows, n)]
     out = ["| N × H | x / residual | " + " | ".join(impl_names) + " |",
