@@ -92,6 +92,7 @@ def test_grid_quick_and_standard():
     class A:
         shapes = dtypes = hidden = None
         quick = True
+        bulk = no_bulk = False
 
     q = grid(A())
     assert (16384, 4096, *[__import__("torch").bfloat16] * 2) in q
@@ -106,6 +107,12 @@ def test_grid_quick_and_standard():
             torch = __import__("torch")
             assert any(hh == h and n * h >= 1 << 24 and x == getattr(torch, xd) and r == getattr(torch, rd)
                        for n, hh, x, r in s), (h, xd, rd)
+    A.bulk = True  # the targets' shapes, then the rest: together the whole grid, once
+    b = grid(A())
+    assert all(n * h >= 1 << 24 for n, h, _, _ in b if (n, h) not in ((512, 4096), (2048, 4096)))
+    A.bulk, A.no_bulk = False, True
+    assert sorted(map(str, b + grid(A()))) == sorted(map(str, s))
+    A.no_bulk = False
     A.hidden = "4100"
     assert {h for _, h, _, _ in grid(A())} == {4100}
     A.shapes, A.dtypes = "8x128,1x4096", "bf16,bf16/fp32"

@@ -69,6 +69,13 @@ def grid(args) -> list[tuple[int, int, torch.dtype, torch.dtype]]:
         hs = [int(h) for h in args.hidden.split(",")]
     out = []
     bf16 = (torch.bfloat16, torch.bfloat16)
+    if getattr(args, "bulk", False):  # the targets' shapes only: P1 bulk at every H and dtype, P5, mid-size
+        out = [(bulk_rows(h), h, xd, rd) for h in hs for xd, rd in (bf16, *OTHER_DTYPES)]
+        if 128 in hs:
+            out.append((1 << 20, 128, *bf16))
+        if 4096 in hs:
+            out += [(512, 4096, *bf16), (2048, 4096, *bf16)]
+        return out
     for h in hs:
         for n in ns:
             shape = (min(n, max(1, MAX_ELEMENTS // h)), h, *bf16)
@@ -84,6 +91,10 @@ def grid(args) -> list[tuple[int, int, torch.dtype, torch.dtype]]:
         if 128 in hs:
             out.append((1 << 20, 128, *bf16))
         out += [(bulk_rows(h), h, xd, rd) for h in hs for xd, rd in OTHER_DTYPES]
+    if getattr(args, "no_bulk", False):  # the rest of the grid, after a --bulk run
+        targets = set(grid(argparse.Namespace(shapes=None, dtypes=None, quick=args.quick, hidden=args.hidden,
+                                              bulk=True, no_bulk=False)))
+        out = [s for s in out if s not in targets]
     # Bulk shapes (the P1 target's) first, so that a run stopped early has measured them.
     return sorted(out, key=lambda s: s[0] * s[1] < BULK_ELEMENTS)
 
@@ -222,7 +233,7 @@ def run(args) -> int:
     rows = []
     shapes = grid(args)
     kernels = [i for i in live if not i.overhead_only]
-    total = len(shapes) * len(kernels)
+    total = len(shapes) * len([i for i in kernels if not i.latency_only])
     done = 0
     slug = re.sub(r"[^a-z0-9]+", "-", header["gpu"].lower()).strip("-")
     out = Path(args.out) if args.out else Path("results") / f"{slug}-{header['date']}"
@@ -261,6 +272,8 @@ def run(args) -> int:
         if si % 8 == 7:  # keep what was measured if the run is stopped: --render can still report it
             writers.write_json(dict(header, partial=True), rows, out / "results.json")
         for impl in kernels:
+            if impl.latency_only:
+                continue
             done += 1
             base = dict(section="bandwidth", impl=impl.name, N=N, H=H, x_dtype=_short(xd), residual_dtype=_short(rd))
             if not impl.supports(xd, rd):
@@ -358,6 +371,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset of the standard grid")
     ap.add_argument("--shapes", help="comma-separated NxH, e.g. 16384x4096,1x8192")
     ap.add_argument("--hidden", help="the standard (or quick) grid at these H only, e.g. 128,4100")
+    ap.add_argument("--bulk", action="store_true",
+                    help="only the targets' shapes: N*H >= 16M at every H in four dtype pairs, 1M x 128, "
+                         "512 x 4096 and 2048 x 4096")
+    ap.add_argument("--no-bulk", action="store_true", help="the grid without the shapes --bulk measures")
     ap.add_argument("--dtypes", help="with --shapes: comma-separated x[/residual], e.g. bf16,bf16/fp32")
     ap.add_argument("--impls", help="only implementations whose name contains one of these (comma-separated)")
     ap.add_argument("--out", help="output folder (default results/<gpu>-<date>)")

@@ -31,6 +31,7 @@ class Impl:
     supports: Callable = field(default=lambda xd, rd: True)  # (x dtype, residual dtype) -> bool
     setup: Callable | None = None           # called once before its first use
     overhead_only: bool = False             # measured for CPU cost per call only (same kernel as another row)
+    latency_only: bool = False              # measured in the decode chain and for CPU cost, not for bandwidth
 
     @property
     def available(self) -> bool:
@@ -121,7 +122,7 @@ def _one_row_baseline():
     """A plain one-row-per-program Triton kernel: what the decode-chain target is a ratio of."""
     from .baseline import one_row_
 
-    return Impl(BASELINE, _in_place(one_row_), in_place=True, supports=_same_dtype)
+    return Impl(BASELINE, _in_place(one_row_), in_place=True, supports=_same_dtype, latency_only=True)
 
 
 BASELINE = "one-row Triton kernel (baseline)"
