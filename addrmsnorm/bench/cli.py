@@ -302,7 +302,7 @@ def _roles(live) -> dict:
     from addrmsnorm.bench.impls import BASELINE
 
     ours = [i.name for i in live if i.ours and not i.overhead_only]
-    return {"ours": [n for n in ours if "PDL" not in n][:1], "ours_pdl": [n for n in ours if "PDL" in n][:1],
+    return {"ours": [n for n in ours if "PDL" not in n], "ours_pdl": [n for n in ours if "PDL" in n],
             "baseline": BASELINE, "peers": [i.name for i in live if not i.ours and i.name != BASELINE]}
 
 

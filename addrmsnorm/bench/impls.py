@@ -109,6 +109,18 @@ def _ours_torch_op():
                 in_place=True, ours=True)
 
 
+def _ours_torch_op_functional():
+    """The functional operator: new y and residual_out, like torch.compile's and Liger's."""
+    from addrmsnorm import ops
+
+    op = torch.ops.addrmsnorm.fused_add_rmsnorm.default
+
+    def fn(x, r, w, eps):
+        y, h, _ = op(x, r, w, eps)
+        return y, h
+    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend, functional)", fn, in_place=False, ours=True)
+
+
 def _ours_torch_op_pdl():
     """The same operator with programmatic dependent launch (opt-in; sm_90+)."""
     from addrmsnorm import ops
@@ -227,7 +239,7 @@ def _quack():
 
 def all_impls() -> list[Impl]:
     return [
-        _ours_torch_op(), _ours_torch_op_pdl(), _ours_python_api(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
+        _ours_torch_op(), _ours_torch_op_pdl(), _ours_torch_op_functional(), _ours_python_api(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
         Impl("PyTorch eager, HF style", _hf_eager, False),
         Impl("torch.add + F.rms_norm", _two_kernels, False),
         Impl("torch.compile (reference)", CompiledReference(), False),
