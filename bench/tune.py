@@ -68,8 +68,8 @@ def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
     return out
 
 
-def bench_bulk(H, xd, rd, roof, out):
-    N = max(1, (1 << 25) // H)
+def bench_bulk(H, xd, rd, roof, out, rows=None, extra=()):
+    N = rows or max(1, (1 << 25) // H)
     nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
     gen = torch.Generator(device="cuda").manual_seed(H)
     sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd), torch.randn(N, H, device="cuda", generator=gen).to(rd))
@@ -77,7 +77,7 @@ def bench_bulk(H, xd, rd, roof, out):
     w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
     chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
     results = []
-    for cfg in candidates(H, chosen):
+    for cfg in candidates(H, chosen) + [c for c in extra if c not in candidates(H, chosen)]:
         x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
         ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
         try:
@@ -159,6 +159,9 @@ def main():
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H)")
+    ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16f,l2048w4 "
+                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk)")
     args = ap.parse_args()
     out = sys.stdout
     if args.what == "once":
@@ -171,10 +174,19 @@ def main():
           file=out)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
+    extra = []
+    for e in filter(None, args.extra.split(",")):
+        if e[0] == "l":
+            c, w = e[1:].split("w")
+            extra.append(ForwardConfig(int(c), 1, int(w), True))
+        else:
+            b, rest = e[1:].split("r")
+            r, w = rest.split("w")
+            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("f")), False, weight_first=w.endswith("f")))
     for dt in args.dtypes.split(","):
         xd, _, rd = dt.partition("/")
         for H in (int(h) for h in args.h.split(",")):
-            bench_bulk(H, DT[xd], DT[rd or xd], roof.gbs, out)
+            bench_bulk(H, DT[xd], DT[rd or xd], roof.gbs, out, args.rows, extra)
 
 
 if __name__ == "__main__":
