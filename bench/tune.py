@@ -34,15 +34,17 @@ DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BULK_H = [128, 512, 1024, 2048, 2880, 3000, 4096, 4100, 5120, 8192, 11111, 14336, 16384, 32768, 65536, 131072]
 
 
-def _launch(x, r, w, cfg, pdl=False):
+def _launch(x, r, w, cfg, pdl=False, out=None):
+    """In place (out None) or into out = (y, residual_out)."""
     H = x.shape[-1]
-    launch_forward(x, r, w, x, r, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
+    o, ro = out if out is not None else (x, r)
+    launch_forward(x, r, w, o, ro, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
                    stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg)
 
 
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
-            + (" weight-first" if cfg.weight_first else ""))
+            + (" weight-first" if cfg.weight_first else "") + (" reload" if cfg.reload else ""))
 
 
 def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
@@ -68,16 +70,18 @@ def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
     return out
 
 
-def bench_bulk(H, xd, rd, roof, out, rows=None, extra=()):
+def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, compile_ref=False, only_extra=False):
     N = rows or max(1, (1 << 25) // H)
     nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
     gen = torch.Generator(device="cuda").manual_seed(H)
     sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd), torch.randn(N, H, device="cuda", generator=gen).to(rd))
             for _ in range(sets_for_cold_l2(nbytes))]
+    outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets] if out_of_place else [None] * len(sets)
     w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
     chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
     results = []
-    for cfg in candidates(H, chosen) + [c for c in extra if c not in candidates(H, chosen)]:
+    base = [chosen] if only_extra else candidates(H, chosen)
+    for cfg in base + [c for c in extra if c not in base]:
         x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
         ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
         try:
@@ -88,12 +92,20 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=()):
             continue
         assert torch.equal(r, ref.residual_out)
         assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} {cfg}")
-        t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg), len(sets))
+        t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg, out=outs[i]), len(sets))
         gbs = nbytes / t.median_us / 1e3
         results.append((gbs, cfg))
         print(f"| {N}x{H} | {_name(xd, rd)} | {'**table** ' if cfg == chosen else ''}{_tag(cfg)} | {t.median_us:.2f} | "
               f"{t.min_us:.2f} | {t.max_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
-    del sets
+    if compile_ref:  # torch.compile of the contract, timed the same way (it returns new tensors)
+        from addrmsnorm.bench.impls import contract_torch
+
+        fn = torch.compile(contract_torch, dynamic=False)
+        t = time_graph(lambda i: fn(sets[i][0], sets[i][1], w, 1e-6), len(sets))
+        gbs = nbytes / t.median_us / 1e3
+        print(f"| {N}x{H} | {_name(xd, rd)} | torch.compile (reference) | {t.median_us:.2f} | {t.min_us:.2f} | "
+              f"{t.max_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
+    del sets, outs
     torch.cuda.empty_cache()
     return results
 
@@ -103,7 +115,7 @@ def _name(xd, rd):
     return n[xd] if xd == rd else f"{n[xd]}/{n[rd]}"
 
 
-def decode(out, chain=64):
+def decode(out, chain=64, extra=()):
     print("| N x H | kernel | µs per call (median) | min | max |\n|---|---|---|---|---|", file=out)
     for H in (4096, 8192):
         for N in (1, 8, 64):
@@ -118,6 +130,10 @@ def decode(out, chain=64):
                 tag = f"addrmsnorm w{warps}" + (" weight-first" if wf else "") + (" (table)" if cfg == chosen else "")
                 for pdl in (False, True):
                     kernels.append((tag + (" PDL" if pdl else ""),
+                                    lambda cfg=cfg, pdl=pdl: _launch(x, r, w, cfg, pdl)))
+            for cfg in extra:
+                for pdl in (False, True):
+                    kernels.append((f"addrmsnorm {_tag(cfg)}" + (" PDL" if pdl else ""),
                                     lambda cfg=cfg, pdl=pdl: _launch(x, r, w, cfg, pdl)))
             for name, fn in kernels:
                 def body(_):
@@ -160,33 +176,37 @@ def main():
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H)")
+    ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
+    ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
+    ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
     ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16f,l2048w4 "
-                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk)")
+                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk w warps [r: reload])")
     args = ap.parse_args()
     out = sys.stdout
     if args.what == "once":
         return once(args.shape, args.dtype)
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
+    extra = []
+    for e in filter(None, args.extra.split(",")):
+        if e[0] == "l":
+            c, w = e[1:].split("w")
+            extra.append(ForwardConfig(int(c), 1, int(w.rstrip("r")), True, reload=w.endswith("r")))
+        else:
+            b, rest = e[1:].split("r")
+            r, w = rest.split("w")
+            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("f")), False, weight_first=w.endswith("f")))
     if args.what == "decode":
-        return decode(out)
+        return decode(out, extra=extra)
     roof = measure_roofline()
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
-    extra = []
-    for e in filter(None, args.extra.split(",")):
-        if e[0] == "l":
-            c, w = e[1:].split("w")
-            extra.append(ForwardConfig(int(c), 1, int(w), True))
-        else:
-            b, rest = e[1:].split("r")
-            r, w = rest.split("w")
-            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("f")), False, weight_first=w.endswith("f")))
     for dt in args.dtypes.split(","):
         xd, _, rd = dt.partition("/")
         for H in (int(h) for h in args.h.split(",")):
-            bench_bulk(H, DT[xd], DT[rd or xd], roof.gbs, out, args.rows, extra)
+            bench_bulk(H, DT[xd], DT[rd or xd], roof.gbs, out, args.rows, extra, args.out_of_place, args.compile,
+                       args.only_extra)
 
 
 if __name__ == "__main__":
