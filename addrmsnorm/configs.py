@@ -23,7 +23,6 @@ class ForwardConfig:
     num_warps: int
     looped: bool           # two passes over each row, reloading h from residual_out
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
-    reload: bool = False   # looped: pass 2 reads x and residual again instead of residual_out
 
     def grid(self, n_rows: int) -> int:
         """Programs to launch for ``n_rows`` rows."""
@@ -44,8 +43,8 @@ def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> 
                          weight_first=weight_first)
 
 
-def _looped(chunk: int, warps: int, reload: bool = False) -> ForwardConfig:
-    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, reload=reload)
+def _looped(chunk: int, warps: int) -> ForwardConfig:
+    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True)
 
 
 # Widest H kept whole in registers. Above it each row is walked twice in chunks.

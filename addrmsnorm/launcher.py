@@ -63,7 +63,6 @@ def launch_forward(
             HF_NUMERICS=hf,
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
-            RELOAD=cfg.reload,
             num_warps=cfg.num_warps,
             **extra,
         )

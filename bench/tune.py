@@ -44,7 +44,7 @@ def _launch(x, r, w, cfg, pdl=False, out=None):
 
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
-            + (" weight-first" if cfg.weight_first else "") + (" reload" if cfg.reload else ""))
+            + (" weight-first" if cfg.weight_first else ""))
 
 
 def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
@@ -180,7 +180,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
     ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16f,l2048w4 "
-                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk w warps [r: reload])")
+                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk w warps)")
     args = ap.parse_args()
     out = sys.stdout
     if args.what == "once":
@@ -190,7 +190,7 @@ def main():
     for e in filter(None, args.extra.split(",")):
         if e[0] == "l":
             c, w = e[1:].split("w")
-            extra.append(ForwardConfig(int(c), 1, int(w.rstrip("r")), True, reload=w.endswith("r")))
+            extra.append(ForwardConfig(int(c), 1, int(w), True))
         else:
             b, rest = e[1:].split("r")
             r, w = rest.split("w")

@@ -136,7 +136,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST", "RELOAD"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST"):
         sig[name] = "constexpr"
     return sig
 
@@ -180,8 +180,7 @@ def compile_one(job):
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf,
-                          "PDL": configs.pdl_compiled(arch), "WEIGHT_FIRST": cfg.weight_first,
-                          "RELOAD": cfg.reload}
+                          "PDL": configs.pdl_compiled(arch), "WEIGHT_FIRST": cfg.weight_first}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
