@@ -197,7 +197,8 @@ def header_info(roof, command):
             "triton": triton.__version__, "date": dt.date.today().isoformat(), "command": command,
             "roofline_gbs": roof.gbs, "roofline_methods": roof.methods,
             "timing": "CUDA-graph replay, median (min, max in the CSV) of 15 replays; cold L2 by "
-                      "rotating through enough buffer sets that a replay moves > 4x the L2"}
+                      "rotating through enough buffer sets that a replay moves > 4x the L2; at least "
+                      "8 calls per graph"}
 
 
 def run(args) -> int:

@@ -113,9 +113,11 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
              "- Cells: GB/s by the fused byte model · % of the roofline · µs per call (median). "
              "In-place implementations (vLLM convention) for addrmsnorm, FlashInfer and vLLM; "
              "the others return new tensors.",
-             "- addrmsnorm (C++ runtime) is the AOT library called from Python through ctypes: graph "
-             "replay hides the ctypes cost, the eager CPU column does not; the C ABI's own cost, called "
-             "from C++, is the 'addrmsnorm C ABI from C++' column (addrmsnorm-bench --overhead).",
+             *(["- addrmsnorm (C++ runtime) is the AOT library called from Python through ctypes: graph "
+                "replay hides the ctypes cost, the eager CPU column does not."]
+               if "addrmsnorm (C++ runtime)" in impl_names else []),
+             "- The C ABI's own cost, called from C++, is the 'addrmsnorm C ABI from C++' column "
+             "(addrmsnorm-bench --overhead), beside a bare cuLaunchKernel.",
              ""]
     if unavailable:
         lines.append("Not measured: " + "; ".join(f"{k}: {v}" for k, v in unavailable.items()) + ".")
