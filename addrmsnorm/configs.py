@@ -199,11 +199,15 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> F
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
+def backward_programs_per_sm(cfg: ForwardConfig) -> int:
+    """Programs per SM of the persistent backward grid for a backward config."""
+    return BACKWARD_LOOPED_PROGRAMS_PER_SM if cfg.looped else max(1, BACKWARD_WARPS_PER_SM // cfg.num_warps)
+
+
 def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int) -> int:
     """Programs of the persistent backward grid (also the number of dweight partials)."""
     blocks = -(-n_rows // cfg.rows_per_program)
-    per_sm = BACKWARD_LOOPED_PROGRAMS_PER_SM if cfg.looped else max(1, BACKWARD_WARPS_PER_SM // cfg.num_warps)
-    return max(1, min(blocks, n_sms * per_sm))
+    return max(1, min(blocks, n_sms * backward_programs_per_sm(cfg)))
 
 
 def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: int) -> int:

@@ -10,8 +10,11 @@ These functions check their Python-level arguments and call the ``torch.ops.addr
 backends check the tensors.
 
 Training: ``fused_add_rmsnorm`` without ``out``/``residual_out`` has autograd (a Triton backward, see
-``kernels.py``). The in-place forms have none, and refuse inputs that require grad while grad mode
-is on rather than silently cutting the graph.
+``kernels.py``). The in-place forms have none: the operators refuse arguments that require grad while
+grad mode is on rather than silently cutting the graph, and bump the version counters of what they
+write (``autograd.py``).
+
+These functions check only the Python types of their arguments; every other rule is the operators'.
 """
 
 from __future__ import annotations
@@ -29,27 +32,16 @@ def _hf(numerics) -> bool:
     return numerics == "hf"
 
 
-def _check_call(x, residual, weight, eps, weight_offset, pdl):
-    # What the operators' schemas cannot say as clearly: the types of the arguments, and scalars
-    # that fp32 cannot hold. The operators check the tensors.
-    if not isinstance(pdl, bool):
+def _check_types(x, residual, weight, eps, weight_offset, pdl):
+    # Only what the operators cannot say clearly: their schemas turn a wrong Python type into a
+    # RuntimeError. Every rule on values, dtypes, shapes and memory lives in the operators.
+    for name, t in (("x", x), ("residual", residual), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    v.check_real("eps", eps)
+    v.check_real("weight_offset", weight_offset)
+    if type(pdl) is not bool:
         raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
-    v.check_tensor("x", x)
-    v.check_tensor("residual", residual)
-    v.check_tensor("weight", weight)
-    v.check_scalar("eps", eps, positive=True)
-    v.check_scalar("weight_offset", weight_offset, positive=False)
-
-
-def _may_need_grad(x, residual, weight) -> bool:
-    return torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad)
-
-
-def _refuse_grad(x, residual, weight):
-    if _may_need_grad(x, residual, weight):
-        raise RuntimeError("addrmsnorm: the in-place forms (fused_add_rmsnorm_, and out=/residual_out=) "
-                           "have no backward; for training call fused_add_rmsnorm(x, residual, weight) "
-                           "without outputs, or call this under torch.no_grad()")
 
 
 def fused_add_rmsnorm(
@@ -95,23 +87,19 @@ def fused_add_rmsnorm(
     """
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():  # traced code is checked by the fake impls and at run time
-        _check_call(x, residual, weight, eps, weight_offset, pdl)
-        if not isinstance(return_rstd, bool):
+        _check_types(x, residual, weight, eps, weight_offset, pdl)
+        if type(return_rstd) is not bool:
             raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
     if out is None and residual_out is None:
-        # The autograd of the functional operator needs rstd: ask for it whenever a gradient may be.
-        need_rstd = return_rstd or _may_need_grad(x, residual, weight)
-        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, need_rstd, hf, pdl)
+        # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
+        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
         return (y, h, rstd) if return_rstd else (y, h)
-    _refuse_grad(x, residual, weight)
 
-    # Caller-given outputs: allocate the missing ones (the operator checks them all before it launches).
-    if out is not None:
-        v.check_tensor("out", out)
-    if residual_out is not None:
-        v.check_tensor("residual_out", residual_out)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (..., H)")
+    # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
+    # arguments that require grad, before it launches.
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if residual_out is None:
@@ -138,7 +126,6 @@ def fused_add_rmsnorm_(
     """
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():
-        _check_call(x, residual, weight, eps, weight_offset, pdl)
-    _refuse_grad(x, residual, weight)
+        _check_types(x, residual, weight, eps, weight_offset, pdl)
     ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
     return x, residual

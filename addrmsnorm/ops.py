@@ -11,7 +11,8 @@ Three operators, one kernel:
     fused_add_rmsnorm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
         -> (dresidual, dx, dweight)     dx has 0 elements when x's dtype is residual's
 
-The functional operator has autograd (registered below); the mutating ones refuse gradients.
+The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
+mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
 
 Backends. CUDA tensors go to one of:
 
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from . import jit_backend
+from . import autograd, jit_backend
 from .launcher import INTERPRETED
 
 NAMESPACE = "addrmsnorm"
@@ -115,41 +116,6 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
 
 
-# ----- autograd of the functional operator -----------------------------------------------------------
-# Saves h (residual_out, an output) and rstd, never x or residual, and takes no copy of them. The
-# mutating operators have no backward: they refuse inputs that require grad while grad mode is on.
-
-def _setup_context(ctx, inputs, output):
-    x, residual, weight, eps, weight_offset, return_rstd, hf, pdl = inputs
-    _, residual_out, rstd = output
-    ctx.mark_non_differentiable(rstd)
-    ctx.save_for_backward(residual_out, rstd, weight)
-    ctx.eps, ctx.weight_offset, ctx.x_dtype = eps, weight_offset, x.dtype
-
-
-def _backward(ctx, dy, dresidual_out, _drstd):
-    h, rstd, weight = ctx.saved_tensors
-    if rstd.numel() != h.numel() // h.shape[-1]:
-        # The forward was called with return_rstd=False: recompute rstd from the rounded h. (The
-        # Python API and FusedAddRMSNorm ask for rstd whenever a gradient may be needed.)
-        rstd = torch.rsqrt(h.float().pow(2).mean(-1) + ctx.eps)
-    if dy is None:
-        dy = torch.zeros(h.shape, dtype=ctx.x_dtype, device=h.device)
-    elif not dy.is_contiguous():
-        dy = dy.contiguous()  # e.g. the expanded gradient of a sum()
-    if dresidual_out is not None and not dresidual_out.is_contiguous():
-        dresidual_out = dresidual_out.contiguous()
-    need_x, need_res, need_w = ctx.needs_input_grad[:3]
-    dres, dx, dweight = fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
-    if dx.numel() == 0:
-        dx = dres  # one tensor, handed back for both x and residual
-    return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
-            None, None, None, None, None)
-
-
-torch.library.register_autograd(f"{NAMESPACE}::fused_add_rmsnorm", _backward, setup_context=_setup_context)
-
-
 # ----- backend selection ----------------------------------------------------------------------------
 
 def extension_path() -> Path | None:
@@ -191,6 +157,9 @@ _BACKEND, _REASON = _select_backend()
 if _BACKEND == "triton":
     for _name, _fn in _JIT_IMPLS.items():
         _lib.impl(_name, _fn, "CUDA")
+    # The C++ extension registers its Autograd kernels when it loads; without it, the Python ones
+    # (the same guards, the same gradients).
+    autograd.register(_lib)
 
 
 def backend() -> str:

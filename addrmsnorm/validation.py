@@ -32,21 +32,27 @@ class Rows:
         self.end = self.start + max(n_rows - 1, 0) * self.stride_bytes + self.row_bytes
 
 
-def check_scalar(name: str, value, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+def check_real(name: str, value) -> None:
+    """A Python real number (not a bool): what the operators' ``float`` arguments accept."""
+    if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+
+
+def check_scalar(name: str, value, *, positive: bool) -> float:
+    """eps (positive) or weight_offset: finite, and still finite (and > 0) once the kernel takes
+    it as fp32. torch_ext/ops.cpp words the same checks the same way."""
+    check_real(name, value)
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    if positive:
-        if value <= 0.0:
-            raise ValueError(f"{name} must be > 0, got {value}")
-    # The kernel takes these as fp32: eps rounding to 0 would let rstd become inf, and a value
-    # past the fp32 range would become inf.
-    try:
-        as_fp32 = struct.unpack("f", struct.pack("f", value))[0]
-    except OverflowError:
-        raise ValueError(f"{name}={value} overflows float32") from None
+    if positive and value <= 0.0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    # The kernel takes these as fp32, rounded to nearest: past the fp32 range a value becomes inf
+    # (native struct packing rounds as a C cast does, and never raises), and a tiny eps becomes 0,
+    # which would let rstd become inf.
+    as_fp32 = struct.unpack("f", struct.pack("f", value))[0]
+    if math.isinf(as_fp32):
+        raise ValueError(f"{name}={value} overflows float32")
     if positive and as_fp32 == 0.0:
         raise ValueError(f"{name}={value} rounds to 0 in float32; it must be > 0 there")
     return value

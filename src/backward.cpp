@@ -17,21 +17,6 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-// configs.backward_programs
-int64_t backward_programs(int64_t rows, const ForwardConfig& cfg, int sm_count) {
-    const int64_t blocks = (rows + cfg.rows_per_program - 1) / cfg.rows_per_program;
-    const int per_sm = cfg.looped ? kBackwardLoopedProgramsPerSm
-                                  : (kBackwardWarpsPerSm / cfg.num_warps > 0 ? kBackwardWarpsPerSm / cfg.num_warps : 1);
-    const int64_t cap = static_cast<int64_t>(sm_count) * per_sm;
-    const int64_t p = blocks < cap ? blocks : cap;
-    return p > 0 ? p : 1;
-}
-
-// configs.backward_workspace_floats, in bytes
-uint64_t workspace_bytes(int64_t rows, int64_t hidden, const ForwardConfig& cfg, int sm_count) {
-    return 4ull * static_cast<uint64_t>(backward_programs(rows, cfg, sm_count) * hidden + (cfg.looped ? rows : 0));
-}
-
 addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream) {
     CUlaunchConfig lc = {};
     lc.gridDimX = grid;
@@ -61,7 +46,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
     st = current_sm_count(*d, &sms);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const int config = select_backward_config(hidden, xs, rs);
-    *bytes = rows == 0 ? 0 : workspace_bytes(rows, hidden, kBackwardConfigs[config], sms);
+    *bytes = rows == 0 ? 0 : backward_workspace_bytes(rows, hidden, config, sms);
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -100,13 +85,13 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
     const ForwardConfig& cfg = kBackwardConfigs[config];
     int32_t programs = 0;
     if (rows > 0) {
-        const uint64_t need = workspace_bytes(rows, hidden, cfg, sms);
+        const uint64_t need = backward_workspace_bytes(rows, hidden, config, sms);
         if (workspace_size < need)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "workspace has %llu bytes; this call needs %llu "
                         "(addrmsnorm_fused_add_rmsnorm_backward_workspace_size)",
                         (unsigned long long)workspace_size, (unsigned long long)need);
-        programs = static_cast<int32_t>(backward_programs(rows, cfg, sms));
+        programs = static_cast<int32_t>(backward_programs(rows, config, sms));
         if (rows == 1) stride_dy = stride_dresidual_out = stride_h = stride_dresidual = stride_dx = 0;
         const bool has_dro = dresidual_out != nullptr;
         const bool separate = x_dtype != residual_dtype;
@@ -115,11 +100,13 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         void* dxp = separate ? dx : dresidual;
         if (!has_dro) stride_dresidual_out = stride_dy;
         if (!separate) stride_dx = stride_dresidual;
-        const int v = vector_elems(xs, rs);
-        const bool aligned = aligned16(dy) && aligned16(dro) && aligned16(h) && aligned16(weight) &&
-                             aligned16(dresidual) && aligned16(dxp) && hidden % v == 0 && stride_dy % v == 0 &&
-                             stride_dresidual_out % v == 0 && stride_h % v == 0 && stride_dresidual % v == 0 &&
-                             stride_dx % v == 0;
+        // configs.backward_align, generated (as on the JIT path).
+        const bool pointers_aligned = aligned16(dy) && aligned16(dro) && aligned16(h) && aligned16(weight) &&
+                                      aligned16(dresidual) && aligned16(dxp);
+        const bool aligned =
+            backward_align_class(pointers_aligned,
+                                 hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
+                                 xs, rs) == 1;
         const int variant = backward_variant_index(config, x_dtype, residual_dtype, weight_dtype, has_dro, aligned);
         if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no backward kernel was built for these dtypes");
         LoadedKernel k;

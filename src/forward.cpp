@@ -26,16 +26,6 @@ ForwardCall make_call(const void* x, const void* residual, const void* weight, c
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-// log2 of the widest ALIGN that divides `common` (H OR-ed with every stride: a power of two divides
-// them all exactly when it divides that), up to the vector of v elements; HF numerics has only the
-// classes 1 and v (configs.align_classes).
-int widest_align_class(int64_t common, int v, bool hf) {
-    int k = 0;
-    while ((2 << k) <= v && (common & ((2 << k) - 1)) == 0) ++k;
-    if (hf && (1 << k) != v) return 0;
-    return k;
-}
-
 }  // namespace
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
@@ -67,15 +57,14 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     }
     const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype));
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
-    // The same rule as configs.align_elems on the JIT path, so both run the same specialization:
+    // configs.align_elems, generated (as on the JIT path, so that both run the same specialization):
     // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
     const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
     const bool pointers_aligned =
         aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
     const int align_class =
-        pointers_aligned ? widest_align_class(hidden | stride_x | stride_residual | stride_out | stride_residual_out,
-                                              vector_elems(dtype_size(x_dtype), dtype_size(residual_dtype)), hf)
-                         : 0;
+        forward_align_class(pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out,
+                            dtype_size(x_dtype), dtype_size(residual_dtype), hf);
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, rstd != nullptr, align_class, hf);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 

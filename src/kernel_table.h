@@ -47,14 +47,11 @@ extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << clas
 extern const short kVariantIndex[];  // [config][x][residual][weight][has_rstd][align_class][hf] -> variant | -1
 
 // The backward: its configs and dispatch rule, [config][x][residual][weight][has_dres_out][aligned]
-// -> variant, the dweight reduction's variant per weight dtype, and the persistent grid's constants
-// (configs.backward_programs).
+// -> variant, and the dweight reduction's variant per weight dtype.
 extern const int kNumBackwardConfigs;
 extern const ForwardConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
 extern const short kDweightIndex[];
-extern const int kBackwardWarpsPerSm;
-extern const int kBackwardLoopedProgramsPerSm;
 extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
@@ -68,9 +65,18 @@ inline int backward_variant_index(int config, int x, int residual, int weight, b
 // invariance rests on it never seeing the row count.
 int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
 
-// Elements per 16-byte access of the narrower activation stream; the alignment bytes.
-int vector_elems(int x_itemsize, int residual_itemsize);
+// The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
+// `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether
+// every tensor pointer is kAlignmentBytes-aligned. Forward: ALIGN = 1 << class. Backward: 0 (ALIGN 1)
+// or 1 (the 16-byte vector).
 extern const int kAlignmentBytes;
+int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize, bool hf);
+int backward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize);
+
+// The persistent backward grid (configs.backward_programs) and its workspace
+// (configs.backward_workspace_floats, in bytes), for a backward config.
+long long backward_programs(long long rows, int config, int sm_count);
+unsigned long long backward_workspace_bytes(long long rows, long long hidden, int config, int sm_count);
 
 inline int variant_index(int config, int x, int residual, int weight, bool has_rstd, int align_class, bool hf) {
     const int n = kNumDtypes;

@@ -6,16 +6,17 @@
 // before it launches. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
 // device-guard interface, and the library is linked in statically.
 //
+// The Autograd-key kernels of the same operators are in autograd.cpp.
+//
 // Errors reach Python as ValueError (bad values, shapes, layouts, devices) or TypeError (dtypes),
 // as the Python API raises them; driver failures as RuntimeError.
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
-#include <c10/core/GradMode.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -178,16 +179,50 @@ void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, c
     with_context(device, call);
 }
 
-// The C ABI takes eps and weight_offset as fp32: reject values that would not survive the cast,
-// as validation.check_scalar does.
+// Python's repr of a float (1e-06, 0.5, 1e+39, inf), so that messages match validation.py's word
+// for word: the shortest digits that round-trip, fixed notation for decimal exponents in [-4, 16).
+std::string py_repr(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    char buf[64];
+    const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+    const std::string sci(buf, res.ptr);  // [-]d[.ddd]e(+|-)XX
+    const size_t e = sci.find('e');
+    std::string mant = sci.substr(0, e);
+    const int exp10 = std::stoi(sci.substr(e + 1));
+    std::string sign;
+    if (!mant.empty() && mant[0] == '-') {
+        sign = "-";
+        mant.erase(0, 1);
+    }
+    std::string digits;
+    for (char c : mant)
+        if (c != '.') digits += c;
+    const int n = static_cast<int>(digits.size()), point = exp10 + 1;  // value = 0.digits * 10^point
+    if (exp10 < -4 || exp10 >= 16) {
+        std::string out = sign + digits.substr(0, 1);
+        if (n > 1) out += "." + digits.substr(1);
+        const int a = exp10 < 0 ? -exp10 : exp10;
+        return out + "e" + (exp10 < 0 ? "-" : "+") + (a < 10 ? "0" : "") + std::to_string(a);
+    }
+    if (point <= 0) return sign + "0." + std::string(-point, '0') + digits;
+    if (point >= n) return sign + digits + std::string(point - n, '0') + ".0";
+    return sign + digits.substr(0, point) + "." + digits.substr(point);
+}
+
+// The C ABI takes eps and weight_offset as fp32: reject values that would not survive the cast, in
+// the words of validation.check_scalar.
+void check_scalar(const char* name, double v, bool positive) {
+    TORCH_CHECK_VALUE(std::isfinite(v), name, " must be finite, got ", py_repr(v));
+    TORCH_CHECK_VALUE(!positive || v > 0.0, name, " must be > 0, got ", py_repr(v));
+    const float f = static_cast<float>(v);  // round to nearest; past the fp32 range, inf
+    TORCH_CHECK_VALUE(!std::isinf(f), name, "=", py_repr(v), " overflows float32");
+    TORCH_CHECK_VALUE(!positive || f != 0.0f, name, "=", py_repr(v), " rounds to 0 in float32; it must be > 0 there");
+}
+
 void check_scalars(double eps, double weight_offset) {
-    TORCH_CHECK_VALUE(std::isfinite(eps), "eps must be finite, got ", eps);
-    TORCH_CHECK_VALUE(eps > 0.0, "eps must be > 0, got ", eps);
-    TORCH_CHECK_VALUE(static_cast<float>(eps) > 0.0f, "eps=", eps, " rounds to 0 in float32; it must be > 0 there");
-    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(eps)), "eps=", eps, " overflows float32");
-    TORCH_CHECK_VALUE(std::isfinite(weight_offset), "weight_offset must be finite, got ", weight_offset);
-    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(weight_offset)), "weight_offset=", weight_offset,
-                      " overflows float32");
+    check_scalar("eps", eps, true);
+    check_scalar("weight_offset", weight_offset, false);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm(const at::Tensor& x, const at::Tensor& residual,
@@ -246,8 +281,7 @@ void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const a
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     const at::Tensor& dy, const std::optional<at::Tensor>& dresidual_out, const at::Tensor& h,
     const at::Tensor& rstd, const at::Tensor& weight, double weight_offset, bool weight_grad) {
-    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(weight_offset)), "weight_offset must be finite, got ",
-                      weight_offset);
+    check_scalar("weight_offset", weight_offset, false);
     const addrmsnorm_dtype xd = to_dtype("dy", dy), rd = to_dtype("h", h), wd = to_dtype("weight", weight);
     TORCH_CHECK_VALUE(dy.dim() > 0 && dy.size(-1) > 0, "dy has shape ", shape_str(dy.sizes()),
                       "; it must be (..., H) with H > 0");
@@ -298,58 +332,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     return {dres, dx, dweight};
 }
 
-// ----- Autograd-key kernels of the mutating operators --------------------------------------------
-// They have no backward: refuse inputs that require grad while grad mode is on, then redispatch
-// below autograd and bump the version counters of what was written, as ADInplaceOrView would. In C++
-// so that the in-place call does not pay for the boxed fallbacks torch uses for ops without them.
-
-bool wants_grad(std::initializer_list<const at::Tensor*> ts) {
-    if (!c10::GradMode::is_enabled()) return false;
-    for (const at::Tensor* t : ts)
-        if (t->defined() && t->requires_grad()) return true;
-    return false;
-}
-
-void bump(const at::Tensor& t) { t.unsafeGetTensorImpl()->bump_version(); }
-
-void fused_add_rmsnorm__autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
-                                 const at::Tensor& weight, double eps, double weight_offset, bool hf, bool pdl) {
-    TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
-                "addrmsnorm::fused_add_rmsnorm_ (in place) has no backward; use the functional "
-                "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_", "")
-                               .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, bool, bool)>();
-    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf, pdl);
-    bump(x);
-    bump(residual);
-}
-
-void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const at::Tensor& x, const at::Tensor& residual,
-                                     const at::Tensor& weight, const at::Tensor& out, const at::Tensor& residual_out,
-                                     const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf,
-                                     bool pdl) {
-    TORCH_CHECK(!wants_grad({&x, &residual, &weight}),
-                "addrmsnorm::fused_add_rmsnorm_into has no backward; use the functional "
-                "addrmsnorm.fused_add_rmsnorm for training, or call it under torch.no_grad()");
-    static const auto op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("addrmsnorm::fused_add_rmsnorm_into", "")
-            .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                        const std::optional<at::Tensor>&, double, double, bool, bool)>();
-    op.redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-                  weight_offset, hf, pdl);
-    bump(out);
-    bump(residual_out);
-    if (rstd.has_value()) bump(*rstd);
-}
-
 }  // namespace
-
-TORCH_LIBRARY_IMPL(addrmsnorm, Autograd, m) {
-    m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm__autograd);
-    m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into_autograd);
-}
 
 TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);

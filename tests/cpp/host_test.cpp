@@ -258,9 +258,9 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                     for (bool hf : {false, true}) {
                         if (hf && p[0] != p[1]) continue;  // HF numerics take residual of x's dtype only
                         const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
-                        const int vec = vector_elems(xs, rs);
-                        if ((1 << align_class) > vec) continue;  // wider than the 16-byte vector
-                        if (hf && align_class != 0 && (1 << align_class) != vec) continue;  // HF: both ends
+                        const int widest = forward_align_class(true, 0, xs, rs, hf);  // every class divides 0
+                        if (align_class > widest) continue;  // wider than the 16-byte vector
+                        if (hf && align_class != 0 && align_class != widest) continue;  // HF: both ends
                         const int cfg = select_forward_config(H, xs, rs);
                         const int v = variant_index(cfg, p[0], p[1], w, rstd, align_class, hf);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
@@ -275,6 +275,53 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                             EXPECT_EQ(img.grid_dependency, kArchs[a] >= 90) << "arch " << kArchs[a];
                         }
                     }
+}
+
+struct AlignCase {
+    bool pointers_aligned;
+    long long H, stride;
+    int x_size, residual_size;
+    bool hf;
+    int forward_class, backward_class;
+};
+const AlignCase kAlignCases[] = {
+#define ADDRMSNORM_ALIGN_CASES
+#include "rule_cases.inc"
+#undef ADDRMSNORM_ALIGN_CASES
+};
+
+TEST(Dispatch, GeneratedAlignmentRulesMatchThePythonRules) {
+    using namespace addrmsnorm::detail;
+    for (const AlignCase& c : kAlignCases) {
+        const long long common = c.H | c.stride;
+        EXPECT_EQ(forward_align_class(c.pointers_aligned, common, c.x_size, c.residual_size, c.hf), c.forward_class)
+            << "H=" << c.H << " stride=" << c.stride << " sizes " << c.x_size << "/" << c.residual_size << " hf=" << c.hf;
+        EXPECT_EQ(backward_align_class(c.pointers_aligned, common, c.x_size, c.residual_size), c.backward_class)
+            << "H=" << c.H << " stride=" << c.stride << " sizes " << c.x_size << "/" << c.residual_size;
+    }
+}
+
+struct GridCase {
+    long long rows, H;
+    int x_size, residual_size, sms;
+    long long programs;
+    unsigned long long workspace_bytes;
+};
+const GridCase kGridCases[] = {
+#define ADDRMSNORM_BACKWARD_GRID_CASES
+#include "rule_cases.inc"
+#undef ADDRMSNORM_BACKWARD_GRID_CASES
+};
+
+TEST(Dispatch, GeneratedBackwardGridMatchesThePythonRule) {
+    using namespace addrmsnorm::detail;
+    for (const GridCase& c : kGridCases) {
+        const int config = select_backward_config(c.H, c.x_size, c.residual_size);
+        ASSERT_GE(config, 0);
+        EXPECT_EQ(backward_programs(c.rows, config, c.sms), c.programs) << "rows=" << c.rows << " H=" << c.H;
+        EXPECT_EQ(backward_workspace_bytes(c.rows, c.H, config, c.sms), c.workspace_bytes)
+            << "rows=" << c.rows << " H=" << c.H << " sms=" << c.sms;
+    }
 }
 
 TEST(Dispatch, BuiltArchsAreListed) {

@@ -1,0 +1,112 @@
+"""Autograd of the ``torch.ops.addrmsnorm`` operators, for the Triton backend.
+
+The cpp backend registers the same kernels in C++ (``torch_ext/autograd.cpp``); whichever backend
+serves a process, exactly one set is registered (``ops.py``), and the tests hold the two to the same
+gradients, bit for bit, and to the same messages.
+
+* ``fused_add_rmsnorm`` (functional): when grad mode is on and an input requires grad, the forward
+  always computes rstd and saves (h, rstd, weight); x and residual are never saved. The caller still
+  gets a 0-element rstd unless it asked for one. Otherwise it goes straight to the backend.
+
+      dx = dresidual = d(rmsnorm)/dh . dy  +  dresidual_out        (one tensor when the dtypes agree)
+      dweight        = sum over rows of dy * h * rstd, in fp32
+
+* ``fused_add_rmsnorm_`` and ``fused_add_rmsnorm_into`` (mutating): no backward. With grad mode on
+  they refuse any argument that requires grad, naming it; in every mode they bump the version
+  counters of what they wrote, so that autograd raises for a saved tensor they overwrote, as it does
+  for torch's own in-place ops.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import _C
+
+IN_PLACE_OPS = ("fused_add_rmsnorm_", "fused_add_rmsnorm_into")
+
+
+def no_backward_message(op: str, arg: str) -> str:
+    """The refusal of a mutating operator; torch_ext/autograd.cpp words it the same."""
+    return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
+            f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
+            f"residual_out=")
+
+
+def _refuse_grad(op: str, names, tensors) -> None:
+    if not _C.is_grad_enabled():
+        return
+    for name, t in zip(names, tensors):
+        if t is not None and t.requires_grad:
+            raise RuntimeError(no_backward_message(op, name))
+
+
+class FusedAddRMSNormFunction(torch.autograd.Function):
+    """The functional operator's autograd, in Python: ``apply(x, residual, weight, eps,
+    weight_offset, return_rstd, hf, pdl) -> (y, residual_out, rstd)``."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, hf, pdl):
+        with _C._AutoDispatchBelowAutograd():
+            # rstd always: the backward needs the forward's own, not one recomputed from rounded h.
+            y, h, rstd = torch.ops.addrmsnorm.fused_add_rmsnorm.default(
+                x, residual, weight, eps, weight_offset, True, hf, pdl)
+        ctx.set_materialize_grads(False)  # an unused output costs no zero-filled gradient
+        ctx.save_for_backward(h, rstd, weight)
+        ctx.weight_offset = weight_offset
+        ctx.x_dtype = x.dtype
+        if not return_rstd:
+            rstd = rstd.new_empty((0,))
+        ctx.mark_non_differentiable(rstd)
+        return y, h, rstd
+
+    @staticmethod
+    def backward(ctx, dy, dresidual_out, _drstd):
+        h, rstd, weight = ctx.saved_tensors
+        if dy is None:
+            dy = torch.zeros(h.shape, dtype=ctx.x_dtype, device=h.device)
+        elif not dy.is_contiguous():
+            dy = dy.contiguous()  # e.g. the expanded gradient of a sum()
+        if dresidual_out is not None and not dresidual_out.is_contiguous():
+            dresidual_out = dresidual_out.contiguous()
+        need_x, need_res, need_w = ctx.needs_input_grad[:3]
+        dres, dx, dweight = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default(
+            dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
+        if ctx.x_dtype == h.dtype:
+            dx = dres  # one tensor, handed back for both x and residual
+        return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
+                None, None, None, None, None)
+
+
+def _fused_add_rmsnorm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False,
+                       pdl=False):
+    if _C.is_grad_enabled() and (x.requires_grad or residual.requires_grad or weight.requires_grad):
+        return FusedAddRMSNormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
+    with _C._AutoDispatchBelowAutograd():
+        return torch.ops.addrmsnorm.fused_add_rmsnorm.default.redispatch(
+            keyset & _C._after_autograd_keyset, x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
+
+
+def _fused_add_rmsnorm_(keyset, x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+    _refuse_grad("fused_add_rmsnorm_", ("x", "residual", "weight"), (x, residual, weight))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.fused_add_rmsnorm_.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf, pdl)
+    torch.autograd.graph.increment_version((x, residual))
+
+
+def _fused_add_rmsnorm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0,
+                            hf=False, pdl=False):
+    _refuse_grad("fused_add_rmsnorm_into", ("x", "residual", "weight", "out", "residual_out", "rstd"),
+                 (x, residual, weight, out, residual_out, rstd))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.fused_add_rmsnorm_into.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
+            weight_offset, hf, pdl)
+    torch.autograd.graph.increment_version((out, residual_out) if rstd is None else (out, residual_out, rstd))
+
+
+def register(lib: torch.library.Library) -> None:
+    """Register the Python Autograd kernels (only where the C++ extension has not registered its own)."""
+    lib.impl("fused_add_rmsnorm", _fused_add_rmsnorm, "Autograd", with_keyset=True)
+    lib.impl("fused_add_rmsnorm_", _fused_add_rmsnorm_, "Autograd", with_keyset=True)
+    lib.impl("fused_add_rmsnorm_into", _fused_add_rmsnorm_into, "Autograd", with_keyset=True)
