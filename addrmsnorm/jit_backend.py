@@ -78,15 +78,16 @@ def check_backward(dy, dresidual_out, h, rstd, weight):
     dy = v.check_tensor("dy", dy)
     h = v.check_tensor("h", h)
     weight = v.check_tensor("weight", weight)
-    if dy.dim() == 0 or dy.shape[-1] == 0:
-        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
-    shape, H = dy.shape, dy.shape[-1]
+    # The dtype pairing before the shape, in the C ABI's order (tests/test_validation_parity.py).
     if h.dtype not in (dy.dtype, torch.float32):
         raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
     if dresidual_out is not None:
         v.check_tensor("dresidual_out", dresidual_out)
         if dresidual_out.dtype != h.dtype:
             raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
+    if dy.dim() == 0 or dy.shape[-1] == 0:
+        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
+    shape, H = dy.shape, dy.shape[-1]
     if weight.shape != (H,) or (H > 1 and weight.stride(0) != 1):
         raise ValueError(f"weight must be a contiguous ({H},) tensor, got shape {tuple(weight.shape)}")
     if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():

@@ -128,14 +128,15 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (..., H)")
     H = x.shape[-1]
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    # The dtype pairing before H, in the C ABI's order (tests/test_validation_parity.py).
     if residual.dtype not in (x.dtype, torch.float32):
         raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype}) "
                         f"or float32")
     if hf and residual.dtype != x.dtype:
         raise TypeError(f"numerics='hf' needs residual of x's dtype ({x.dtype}), got {residual.dtype}: "
                         f"HF models carry the residual stream in the model dtype")
+    if H == 0:
+        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
     if out is not None and out.dtype != x.dtype:
         raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
     if residual_out is not None and residual_out.dtype != residual.dtype:

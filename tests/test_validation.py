@@ -35,6 +35,8 @@ def _rejects(exc, match, fn, *tensors):
     (math.nan, ValueError, "eps must be finite"),
     (math.inf, ValueError, "eps must be finite"),
     (1e-50, ValueError, "eps=1e-50 rounds to 0 in float32"),
+    (1e39, ValueError, r"eps=1e\+39 overflows float32"),
+    (3.4028236e38, ValueError, r"eps=3.4028236e\+38 overflows float32"),  # rounds up past FLT_MAX
     ("1e-6", TypeError, "eps must be a real number"),
     (True, TypeError, "eps must be a real number"),
 ])
@@ -43,11 +45,23 @@ def test_bad_eps(inputs, eps, exc, match):
     _rejects(exc, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps), x, r, w)
 
 
-@pytest.mark.parametrize("off", [math.nan, -math.inf])
-def test_bad_weight_offset(inputs, off):
+@pytest.mark.parametrize("off,match", [(math.nan, "weight_offset must be finite"),
+                                       (-math.inf, "weight_offset must be finite"),
+                                       (1e39, r"weight_offset=1e\+39 overflows float32"),
+                                       (-1e300, r"weight_offset=-1e\+300 overflows float32")])
+def test_bad_weight_offset(inputs, off, match):
     x, r, w = inputs
-    _rejects(ValueError, "weight_offset must be finite",
-             lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, weight_offset=off), x, r, w)
+    _rejects(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, weight_offset=off), x, r, w)
+    _rejects(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, weight_offset=off), x, r, w)
+
+
+def test_largest_fp32_scalars_are_accepted(inputs):
+    x, r, w = inputs
+    big = 3.4028234663852886e38  # FLT_MAX itself
+    for call in (lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, eps=big),
+                 lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, weight_offset=-big)):
+        y, h = call()
+        assert h.shape == x.shape
 
 
 def test_h_zero():
@@ -190,16 +204,16 @@ def test_disjoint_column_slices_of_one_buffer_are_fine(inputs):
 
 
 def test_in_place_forms_refuse_grad(inputs):
-    """The in-place forms have no backward: refused under grad mode, fine under no_grad."""
+    """The in-place forms have no backward: refused under grad mode, naming the argument, and fine
+    under no_grad. (tests/test_autograd_guards.py covers every operator and argument.)"""
     x, r, w = inputs
     w = w.clone().requires_grad_()
-    _rejects(RuntimeError, "have no backward", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
-    _rejects(RuntimeError, "have no backward",
+    _rejects(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
+             lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
+    _rejects(RuntimeError, "fused_add_rmsnorm_into has no backward, but weight requires grad",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x)), x, r, w)
-    # The operators themselves refuse too (C++ Autograd kernel on the cpp backend).
-    if addrmsnorm.backend() == "cpp" and DEVICE == "cuda":
-        _rejects(RuntimeError, "has no backward", lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6),
-                 x, r, w)
+    _rejects(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
+             lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6), x, r, w)
     with torch.no_grad():
         addrmsnorm.fused_add_rmsnorm_(x, r, w)
 

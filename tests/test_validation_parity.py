@@ -1,10 +1,14 @@
 """The C ABI's validation and the Python API's agree, case by case.
 
 The same checks live in two languages (addrmsnorm/validation.py for the Python API and
-src/validate.cpp for the C ABI), so this test draws random calls -- views of one shared buffer
-with random offsets and strides, random dtypes, eps and aliasing -- and asks both whether each is
-valid. `addrmsnorm_fused_add_rmsnorm_check` touches no driver, so this runs on the CPU: it needs
-only the built library (scripts/test.sh builds it before the Python suites).
+src/validate.cpp for the C ABI), so these tests draw random calls -- views of one shared buffer
+with random offsets and strides, random dtypes, eps and weight_offset from the whole double range,
+and aliasing -- and ask both whether each is valid, for the forward and for the backward.
+`addrmsnorm_fused_add_rmsnorm_check` and `..._backward_check` touch no driver, so this runs on the
+CPU: it needs only the built library (scripts/test.sh builds it before the Python suites).
+
+On the GPU, with the C++ extension as the backend, the torch operators of both backends are also
+held to the same exception and the same message for every drawn call.
 """
 
 import math
@@ -14,7 +18,7 @@ import pytest
 import torch
 
 import addrmsnorm
-from addrmsnorm import validation
+from addrmsnorm import jit_backend, validation
 from addrmsnorm import c_library
 
 from conftest import DEVICE
@@ -28,9 +32,19 @@ pytestmark = [
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
 
-def _python_verdict(x, r, w, out, rout, eps, monkeypatch):
+def _scalar(rng):
+    """A real number from anywhere in the double range: the edges of fp32, and beyond them."""
+    fixed = [1e-6, 1e-5, 0.0, -0.0, -1.0, 1.0, math.inf, -math.inf, math.nan, 1e-50, 1e39, -1e39, 1e300,
+             5e-324, 3.4028234663852886e38, 3.4028235677973366e38, 3.4028235e38, 1.4e-45, 7e-46, 7.1e-46]
+    if rng.random() < 0.5:
+        return rng.choice(fixed)
+    return rng.choice([-1.0, 1.0]) * 10.0 ** rng.uniform(-320, 308)
+
+
+def _python_verdict(x, r, w, out, rout, eps, weight_offset):
     try:  # the checks of the JIT backend, without a launch
         validation.check_scalar("eps", eps, positive=True)
+        validation.check_scalar("weight_offset", weight_offset, positive=False)
         validation.check_forward(x, r, w, out, rout)
         return "ok"
     except TypeError:
@@ -39,17 +53,17 @@ def _python_verdict(x, r, w, out, rout, eps, monkeypatch):
         return "value"
 
 
-def _c_verdict(lib, x, r, w, out, rout, eps):
+def _c_verdict(lib, x, r, w, out, rout, eps, weight_offset):
     N, H = x.shape
     st = lib.addrmsnorm_fused_add_rmsnorm_check(
         x.data_ptr(), r.data_ptr(), w.data_ptr(), out.data_ptr(), rout.data_ptr(), None, N, H,
         x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
         c_library.DTYPE_ENUM[x.dtype], c_library.DTYPE_ENUM[r.dtype], c_library.DTYPE_ENUM[w.dtype],
-        eps, 0.0, 0)
+        eps, weight_offset, 0)  # ctypes rounds both to fp32 as a C cast does
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
-def test_random_calls_get_the_same_verdict(monkeypatch):
+def test_random_calls_get_the_same_verdict():
     import ctypes
 
     lib = c_library.load(LIB_PATH)
@@ -68,7 +82,7 @@ def test_random_calls_get_the_same_verdict(monkeypatch):
         return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
 
     for _ in range(1000):
-        N, H = rng.choice([1, 2, 5]), rng.choice([1, 8, 13, 64])
+        N, H = rng.choice([1, 2, 5]), rng.choice([0, 1, 8, 8, 13, 64, 64])
         xd = rng.choice(DTYPES)
         rd = rng.choice([xd, xd, torch.float32, rng.choice(DTYPES)])
         wd = rng.choice(DTYPES)
@@ -79,11 +93,12 @@ def test_random_calls_get_the_same_verdict(monkeypatch):
         # aliasing x or residual where the dtypes allow it.
         out = x if rng.random() < 0.2 else (r if rng.random() < 0.1 and rd == xd else view(xd, N, H))
         rout = r if rng.random() < 0.2 else (x if rng.random() < 0.1 and rd == xd else view(rd, N, H))
-        eps = rng.choice([1e-6, 1e-5, 0.0, -1.0, math.inf, 1e-50])
-        py = _python_verdict(x, r, w, out, rout, eps, monkeypatch)
-        c = _c_verdict(lib, x, r, w, out, rout, eps)
+        eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.6 else _scalar(rng)
+        weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.7 else _scalar(rng)
+        py = _python_verdict(x, r, w, out, rout, eps, weight_offset)
+        c = _c_verdict(lib, x, r, w, out, rout, eps, weight_offset)
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} "
-                         f"x={xd} r={rd} w={wd} out={out.dtype} rout={rout.dtype} eps={eps} "
+                         f"x={xd} r={rd} w={wd} out={out.dtype} rout={rout.dtype} eps={eps} weight_offset={weight_offset} "
                          f"strides x{x.stride(0)} r{r.stride(0)} o{out.stride(0)} ro{rout.stride(0)}")
         seen[py] += 1
     # The draw must exercise every verdict, or the agreement above means little.
@@ -92,3 +107,128 @@ def test_random_calls_get_the_same_verdict(monkeypatch):
 
 def addrmsnorm_last_error(lib):
     return lib.addrmsnorm_last_error().decode()
+
+
+# ----- the backward ---------------------------------------------------------------------------------
+
+def _python_backward_verdict(dy, dro, h, rstd, w, weight_offset):
+    try:
+        validation.check_scalar("weight_offset", weight_offset, positive=False)
+        jit_backend.check_backward(dy, dro, h, rstd, w)
+        return "ok"
+    except TypeError:
+        return "type"
+    except ValueError:
+        return "value"
+
+
+def _c_backward_verdict(lib, dy, dro, h, rstd, w, weight_offset):
+    N, H = dy.shape
+    dev = dy.device
+    separate = dy.dtype != h.dtype
+    # Fresh outputs and workspace: the verdict is about the inputs, which is all the Python check sees.
+    dres = torch.empty(N, H, dtype=h.dtype, device=dev)
+    dx = torch.empty(N, H, dtype=dy.dtype, device=dev) if separate else None
+    dweight = torch.empty(H, dtype=w.dtype, device=dev)
+    ws = torch.empty(64, dtype=torch.float32, device=dev)
+    st = lib.addrmsnorm_fused_add_rmsnorm_backward_check(
+        dy.data_ptr(), dro.data_ptr() if dro is not None else None, h.data_ptr(), rstd.data_ptr(), w.data_ptr(),
+        dres.data_ptr(), dx.data_ptr() if dx is not None else None, dweight.data_ptr(), ws.data_ptr(), 256, N, H,
+        dy.stride(0), dro.stride(0) if dro is not None else H, h.stride(0), H, H,
+        c_library.DTYPE_ENUM[dy.dtype], c_library.DTYPE_ENUM[h.dtype], c_library.DTYPE_ENUM[w.dtype],
+        weight_offset, 0)
+    return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+
+
+def test_random_backward_calls_get_the_same_verdict():
+    import ctypes
+
+    lib = c_library.load(LIB_PATH)
+    f = lib.addrmsnorm_fused_add_rmsnorm_backward_check
+    f.restype = ctypes.c_int
+    f.argtypes = ([ctypes.c_void_p] * 9 + [ctypes.c_uint64] + [ctypes.c_int64] * 7 + [ctypes.c_int] * 3 +
+                  [ctypes.c_float, ctypes.c_uint32])
+    rng = random.Random(1)
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    seen = {"ok": 0, "value": 0, "type": 0}
+
+    def view(dtype, N, H):
+        item = torch.tensor([], dtype=dtype).element_size()
+        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
+        span = max(((N - 1) * stride + H) * item, 0)
+        off = rng.randrange(0, len(buf) - span - 16, item)
+        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
+
+    for _ in range(1000):
+        N, H = rng.choice([0, 1, 2, 5]), rng.choice([0, 1, 8, 13, 64])
+        xd = rng.choice(DTYPES)
+        rd = rng.choice([xd, xd, torch.float32, rng.choice(DTYPES)])
+        wd = rng.choice(DTYPES)
+        dy, h = view(xd, N, H), view(rd, N, H)
+        # The C ABI has no dtype of its own for dresidual_out (it is h's), so only that is drawn.
+        dro = view(rd, N, H) if rng.random() < 0.5 else None
+        w = view(wd, 1, max(H, 1))[0, :H]
+        rstd = torch.empty(N, dtype=torch.float32, device=DEVICE)
+        weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.6 else _scalar(rng)
+        py = _python_backward_verdict(dy, dro, h, rstd, w, weight_offset)
+        c = _c_backward_verdict(lib, dy, dro, h, rstd, w, weight_offset)
+        assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} "
+                         f"dy={xd} h={rd} w={wd} dro={dro is not None} weight_offset={weight_offset} "
+                         f"strides dy{dy.stride(0)} h{h.stride(0)}")
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
+
+
+# ----- the torch operators of both backends: the same exception, word for word -----------------------
+
+def _outcome(fn):
+    try:
+        fn()
+        return ("ok", "")
+    except (TypeError, ValueError, RuntimeError) as e:
+        return (type(e).__name__, str(e).splitlines()[0])
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or addrmsnorm.backend() != "cpp",
+                    reason="needs the cpp backend on a GPU, to compare with the Triton backend")
+def test_both_backends_raise_the_same_errors():
+    ops_ = torch.ops.addrmsnorm
+    rng = random.Random(2)
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    seen = {}
+
+    def view(dtype, N, H):
+        item = torch.tensor([], dtype=dtype).element_size()
+        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
+        span = ((N - 1) * stride + H) * item
+        off = rng.randrange(0, len(buf) - span - 16, item)
+        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
+
+    for i in range(600):
+        N, H = rng.choice([1, 2, 5]), rng.choice([1, 8, 13, 64])
+        xd = rng.choice(DTYPES)
+        rd = rng.choice([xd, xd, torch.float32, rng.choice(DTYPES)])
+        wd = rng.choice(DTYPES + [torch.int32])
+        x, r, w = view(xd, N, H), view(rd, N, H), view(wd, 1, H)[0]
+        if rng.random() < 0.1:
+            w = w[: max(H - 1, 1)]
+        out, rout = view(rng.choice([xd, xd, torch.float16]), N, H), view(rd, N, H)
+        eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.6 else _scalar(rng)
+        weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.7 else _scalar(rng)
+        hf = rng.random() < 0.2
+        kind = i % 3
+        if kind == 0:  # into, then the in-place form: scratch copies, so that both backends see the same bits
+            a = _outcome(lambda: ops_.fused_add_rmsnorm_into(x, r, w, out, rout, None, eps, weight_offset, hf))
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_into(x, r, w, out, rout, None, eps, weight_offset, hf))
+        elif kind == 1:
+            a = _outcome(lambda: ops_.fused_add_rmsnorm(x, r, w, eps, weight_offset, False, hf))
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm(x, r, w, eps, weight_offset, False, hf))
+        else:
+            rstd = torch.ones(N, device=DEVICE)
+            dro = view(rd, N, H) if rng.random() < 0.5 else None
+            a = _outcome(lambda: ops_.fused_add_rmsnorm_backward(x, dro, r, rstd, w, weight_offset, True))
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_backward(x, dro, r, rstd, w, weight_offset, True))
+        assert a == b, f"cpp: {a}\ntriton: {b}\n(call {i}: kind {kind}, N={N} H={H} {xd} {rd} {wd} eps={eps} " \
+                       f"weight_offset={weight_offset} hf={hf})"
+        seen[a[0]] = seen.get(a[0], 0) + 1
+    assert seen.get("ok", 0) >= 30 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen

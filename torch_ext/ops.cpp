@@ -112,13 +112,14 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
     c.wd = to_dtype("weight", weight);
     TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
-    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
+    // The dtype pairing before H, in the C ABI's order.
     TORCH_CHECK_TYPE(c.rd == c.xd || c.rd == ADDRMSNORM_FLOAT32, "residual has dtype ",
                      torch_name(residual.scalar_type()), "; it must be x's dtype (", torch_name(x.scalar_type()),
                      ") or float32");
     TORCH_CHECK_TYPE(!hf || c.rd == c.xd, "numerics='hf' needs residual of x's dtype (", torch_name(x.scalar_type()),
                      "), got ", torch_name(residual.scalar_type()),
                      ": HF models carry the residual stream in the model dtype");
+    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
     TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
                       ", expected (", H, ",)");
     TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
@@ -283,11 +284,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     const at::Tensor& rstd, const at::Tensor& weight, double weight_offset, bool weight_grad) {
     check_scalar("weight_offset", weight_offset, false);
     const addrmsnorm_dtype xd = to_dtype("dy", dy), rd = to_dtype("h", h), wd = to_dtype("weight", weight);
+    // The dtype pairing before the shape, in the C ABI's order.
+    TORCH_CHECK_TYPE(rd == xd || rd == ADDRMSNORM_FLOAT32, "h has dtype ", torch_name(h.scalar_type()),
+                     "; it must be dy's dtype (", torch_name(dy.scalar_type()), ") or float32");
+    if (dresidual_out.has_value()) {
+        to_dtype("dresidual_out", *dresidual_out);
+        TORCH_CHECK_TYPE(dresidual_out->scalar_type() == h.scalar_type(), "dresidual_out has dtype ",
+                         torch_name(dresidual_out->scalar_type()), "; it must be h's dtype (",
+                         torch_name(h.scalar_type()), ")");
+    }
     TORCH_CHECK_VALUE(dy.dim() > 0 && dy.size(-1) > 0, "dy has shape ", shape_str(dy.sizes()),
                       "; it must be (..., H) with H > 0");
     const int64_t H = dy.size(-1);
-    TORCH_CHECK_TYPE(rd == xd || rd == ADDRMSNORM_FLOAT32, "h has dtype ", torch_name(h.scalar_type()),
-                     "; it must be dy's dtype (", torch_name(dy.scalar_type()), ") or float32");
     TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H && (H <= 1 || weight.stride(0) == 1),
                       "weight must be a contiguous (", H, ",) tensor, got shape ", shape_str(weight.sizes()));
     const auto lead = dy.sizes().slice(0, dy.dim() - 1);
@@ -302,9 +310,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     const void* dro_ptr = nullptr;
     if (dresidual_out.has_value()) {
         const at::Tensor& g = *dresidual_out;
-        to_dtype("dresidual_out", g);
-        TORCH_CHECK_TYPE(g.scalar_type() == h.scalar_type(), "dresidual_out has dtype ", torch_name(g.scalar_type()),
-                         "; it must be h's dtype (", torch_name(h.scalar_type()), ")");
         check_device("dresidual_out", g, dy);
         vdro = as_rows("dresidual_out", g, dy.sizes());
         dro_ptr = g.data_ptr();

@@ -53,9 +53,36 @@ def _in_place(call):
 
 # ---- addrmsnorm ----------------------------------------------------------------------------
 
+PYTHON_API = "addrmsnorm (Python API)"
+PYTHON_API_FUNCTIONAL = "addrmsnorm (Python API, functional)"
+MODULE_GRAD_MODE = "addrmsnorm (FusedAddRMSNorm, grad mode on)"
+
+
 def _ours_python_api():
-    return Impl("addrmsnorm (Python API)", lambda x, r, w, eps: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps),
+    return Impl(PYTHON_API, lambda x, r, w, eps: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps),
                 in_place=True, ours=True, overhead_only=True)
+
+
+def _ours_python_api_functional():
+    return Impl(PYTHON_API_FUNCTIONAL, lambda x, r, w, eps: addrmsnorm.fused_add_rmsnorm(x, r, w, eps),
+                in_place=False, ours=True, overhead_only=True)
+
+
+def _ours_module():
+    """The nn.Module with its weight a Parameter (requires grad), called with grad mode on: what an
+    eager HF-style model pays per norm in training, or in inference without torch.no_grad()."""
+    modules = {}
+
+    def fn(x, r, w, eps):
+        key = (w.shape[0], w.dtype, w.device, eps)
+        m = modules.get(key)
+        if m is None:
+            m = modules[key] = addrmsnorm.FusedAddRMSNorm(w.shape[0], eps, device=w.device, dtype=w.dtype)
+            with torch.no_grad():
+                m.weight.copy_(w)
+        with torch.enable_grad():
+            return m(x, r)
+    return Impl(MODULE_GRAD_MODE, fn, in_place=False, ours=True, overhead_only=True)
 
 
 def _ours_jit_backend():
@@ -239,7 +266,8 @@ def _quack():
 
 def all_impls() -> list[Impl]:
     return [
-        _ours_torch_op(), _ours_torch_op_pdl(), _ours_torch_op_functional(), _ours_python_api(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
+        _ours_torch_op(), _ours_torch_op_pdl(), _ours_torch_op_functional(), _ours_python_api(),
+        _ours_python_api_functional(), _ours_module(), _ours_c(), _ours_jit_backend(), _ours_jit_launch(),
         Impl("PyTorch eager, HF style", _hf_eager, False),
         Impl("torch.add + F.rms_norm", _two_kernels, False),
         Impl("torch.compile (reference)", CompiledReference(), False),
