@@ -135,7 +135,7 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
     for (int i = 2; i < 4; ++i)
         if (c.rows > 1 && r[i].stride_elems < c.hidden)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s: row stride %lld < hidden=%lld, so its rows overlap; an output must not overlap itself",
+                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself",
                         r[i].name, (long long)r[i].stride_elems, (long long)c.hidden);
     const Rows &x = r[0], &res = r[1], &out = r[2], &rout = r[3], &w = r[4];
     if (overlaps(out, rout))
@@ -150,7 +150,7 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
             if (may_alias && exact_alias(*o, *in)) continue;
             if (may_alias)
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, dtype and stride)",
+                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, shape, dtype and strides)",
                             o->name, in->name, in->name);
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s",
                         o->name, in->name, o->name, in->name);
@@ -214,7 +214,7 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name, (long long)stride);
         if (c.rows > 1 && v.output && stride < c.hidden)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s: row stride %lld < hidden=%lld, so its rows overlap; an output must not overlap itself",
+                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself",
                         v.name, (long long)stride, (long long)c.hidden);
         if (c.rows <= 1) stride = c.hidden;
         if (stride > INT64_MAX / 4)

@@ -104,12 +104,19 @@ struct Checked {
     RowView x, residual;
 };
 
-// The checks of validation.check_forward that need no pointer arithmetic, in its order.
-Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, bool hf) {
+// The checks of validation.check_forward that need no pointer arithmetic, in its order (the parity
+// test compares the first failing check's words). out and residual_out are null for the functional
+// form; the C ABI then checks overlap and aliasing.
+Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, bool hf,
+                     const at::Tensor* out = nullptr, const at::Tensor* residual_out = nullptr) {
     Checked c;
     c.xd = to_dtype("x", x);
     c.rd = to_dtype("residual", residual);
     c.wd = to_dtype("weight", weight);
+    if (out != nullptr) {
+        to_dtype("out", *out);
+        to_dtype("residual_out", *residual_out);
+    }
     TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
     // The dtype pairing before H, in the C ABI's order.
@@ -120,25 +127,25 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
                      "), got ", torch_name(residual.scalar_type()),
                      ": HF models carry the residual stream in the model dtype");
     TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
+    if (out != nullptr) {
+        TORCH_CHECK_TYPE(out->scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out->scalar_type()),
+                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
+        TORCH_CHECK_TYPE(residual_out->scalar_type() == residual.scalar_type(), "residual_out has dtype ",
+                         torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
+                         torch_name(residual.scalar_type()), ")");
+    }
     TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
                       ", expected (", H, ",)");
     TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
     check_device("residual", residual, x);
     check_device("weight", weight, x);
+    if (out != nullptr) {
+        check_device("out", *out, x);
+        check_device("residual_out", *residual_out, x);
+    }
     c.x = as_rows("x", x, x.sizes());
     c.residual = as_rows("residual", residual, x.sizes());
     return c;
-}
-
-void check_output_dtypes(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& out,
-                         const at::Tensor& residual_out) {
-    to_dtype("out", out);
-    to_dtype("residual_out", residual_out);
-    TORCH_CHECK_TYPE(out.scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out.scalar_type()),
-                     "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
-    TORCH_CHECK_TYPE(residual_out.scalar_type() == residual.scalar_type(), "residual_out has dtype ",
-                     torch_name(residual_out.scalar_type()), "; it must be residual's dtype (",
-                     torch_name(residual.scalar_type()), ")");
 }
 
 [[noreturn]] void raise(addrmsnorm_status st) {
@@ -249,16 +256,13 @@ void fused_add_rmsnorm_into(const at::Tensor& x, const at::Tensor& residual, con
                             const at::Tensor& out, const at::Tensor& residual_out, const std::optional<at::Tensor>& rstd,
                             double eps, double weight_offset, bool hf, bool pdl) {
     check_scalars(eps, weight_offset);
-    const Checked c = check_inputs(x, residual, weight, hf);
-    check_output_dtypes(x, residual, out, residual_out);
-    check_device("out", out, x);
-    check_device("residual_out", residual_out, x);
+    const Checked c = check_inputs(x, residual, weight, hf, &out, &residual_out);
+    if (rstd.has_value()) check_device("rstd", *rstd, x);
     const RowView o = as_rows("out", out, x.sizes());
     const RowView ro = as_rows("residual_out", residual_out, x.sizes());
     float* rstd_ptr = nullptr;
     if (rstd.has_value()) {
         const at::Tensor& r = *rstd;
-        check_device("rstd", r, x);
         TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == x.sizes().slice(0, x.dim() - 1) &&
                               r.is_contiguous(),
                           "rstd must be a contiguous float32 tensor of shape ",

@@ -117,7 +117,7 @@ TEST(Validation, NegativeStride) {
 TEST(Validation, OutputOverlapsItself) {
     Call c;
     c.so = 48;
-    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out: row stride 48 < hidden=96");
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out: row stride 48 < H=96");
     c.rows = 1;  // one row has no stride to overlap with
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
 }
@@ -387,7 +387,7 @@ TEST(BackwardValidation, BadCalls) {
     expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "overlaps");
     c = BwdCall();
     c.sdres = 48;
-    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dresidual: row stride 48 < hidden=96");
+    expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dresidual: row stride 48 < H=96");
     c = BwdCall();
     c.flags = 1;
     expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0");
