@@ -92,7 +92,10 @@ def fused_add_rmsnorm(
             raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
-        y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
+        if weight_offset == 0.0 and not (return_rstd or hf or pdl):  # the schema's defaults: fewer to parse
+            y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps)
+        else:
+            y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
         return (y, h, rstd) if return_rstd else (y, h)
 
     # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
@@ -127,5 +130,8 @@ def fused_add_rmsnorm_(
     hf = _hf(numerics)
     if not torch.compiler.is_compiling():
         _check_types(x, residual, weight, eps, weight_offset, pdl)
-    ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
+    if weight_offset == 0.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
+        ops.fused_add_rmsnorm_(x, residual, weight, eps)
+    else:
+        ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
     return x, residual

@@ -39,20 +39,55 @@ class FusedAddRMSNorm(torch.nn.Module):
             raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
         self.hidden_size = hidden_size
         self.eps = v.check_scalar("eps", eps, positive=True)
-        self.weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
+        self._weight_offset, self._numerics, self._pdl = 0.0, "contract", False
+        self.weight_offset = weight_offset
         self.numerics = numerics
-        self._hf = _hf(numerics)
-        if not isinstance(pdl, bool):
-            raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
         self.pdl = pdl
         self.weight = torch.nn.Parameter(
             torch.full((hidden_size,), 1.0 - self.weight_offset, device=device, dtype=dtype))
 
+    # weight_offset, numerics and pdl are checked when set, and fold into the operator's trailing
+    # arguments once, not on every call.
+    @property
+    def weight_offset(self) -> float:
+        return self._weight_offset
+
+    @weight_offset.setter
+    def weight_offset(self, value) -> None:
+        self._weight_offset = v.check_scalar("weight_offset", value, positive=False)
+        self._set_tail()
+
+    @property
+    def numerics(self) -> str:
+        return self._numerics
+
+    @numerics.setter
+    def numerics(self, value) -> None:
+        _hf(value)
+        self._numerics = value
+        self._set_tail()
+
+    @property
+    def pdl(self) -> bool:
+        return self._pdl
+
+    @pdl.setter
+    def pdl(self, value) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"pdl must be a bool, got {type(value).__name__}")
+        self._pdl = value
+        self._set_tail()
+
+    def _set_tail(self) -> None:
+        # The operator's arguments after eps; empty where they are all the schema's defaults, which
+        # saves parsing them on every call.
+        tail = (self._weight_offset, False, _hf(self._numerics), self._pdl)
+        self._tail = () if tail == (0.0, False, False, False) else tail
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
         # Straight to the operator: it checks the tensors, and its autograd (C++ on the cpp backend)
         # computes and saves rstd when a gradient may be needed. The scalars were checked once, above.
-        y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, self.weight, self.eps, self.weight_offset,
-                                                   False, self._hf, self.pdl)
+        y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, self.weight, self.eps, *self._tail)
         return y, residual_out
 
     def extra_repr(self) -> str:
