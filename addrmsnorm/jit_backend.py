@@ -72,38 +72,6 @@ def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, we
     _launch(call, rstd, eps, weight_offset, hf, pdl)
 
 
-def check_backward(dy, dresidual_out, h, rstd, weight):
-    """The backward's checks: dy has x's dtype, h (the saved residual_out) and dresidual_out the
-    residual's; rstd is the forward's."""
-    dy = v.check_tensor("dy", dy)
-    h = v.check_tensor("h", h)
-    weight = v.check_tensor("weight", weight)
-    # The dtype pairing before the shape, in the C ABI's order (tests/test_validation_parity.py).
-    if h.dtype not in (dy.dtype, torch.float32):
-        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
-    if dresidual_out is not None:
-        v.check_tensor("dresidual_out", dresidual_out)
-        if dresidual_out.dtype != h.dtype:
-            raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
-    if dy.dim() == 0 or dy.shape[-1] == 0:
-        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
-    shape, H = dy.shape, dy.shape[-1]
-    if weight.shape != (H,) or (H > 1 and weight.stride(0) != 1):
-        raise ValueError(f"weight must be a contiguous ({H},) tensor, got shape {tuple(weight.shape)}")
-    if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
-        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
-                         f"{rstd.dtype} {tuple(rstd.shape)}")
-    tensors = {"dy": dy, "h": h, "rstd": rstd, "weight": weight}
-    if dresidual_out is not None:
-        tensors["dresidual_out"] = dresidual_out
-    device = v.check_devices(tensors)
-    _check_runnable(device)
-    rows = {"dy": v.as_rows("dy", dy, shape), "h": v.as_rows("h", h, shape)}
-    if dresidual_out is not None:
-        rows["dresidual_out"] = v.as_rows("dresidual_out", dresidual_out, shape)
-    return device, rows
-
-
 def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     """addrmsnorm::fused_add_rmsnorm_backward: (dresidual, dx, dweight).
 
@@ -111,7 +79,8 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
     0 elements unless weight_grad.
     """
     weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
-    device, rows = check_backward(dy, dresidual_out, h, rstd, weight)
+    device, rows = v.check_backward(dy, dresidual_out, h, rstd, weight)
+    _check_runnable(device)
     shape, H = dy.shape, dy.shape[-1]
     dres = torch.empty(shape, dtype=h.dtype, device=device)
     separate = dy.dtype != h.dtype

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from . import autograd, jit_backend
+from . import validation as v
 from .launcher import INTERPRETED
 
 NAMESPACE = "addrmsnorm"
@@ -70,28 +71,13 @@ for _name, _fn in _JIT_IMPLS.items():
 
 # ----- fake implementations: shapes and dtypes for torch.compile and meta tensors -------------------
 
-def _fake_check(x, residual, weight, hf):
-    # The checks that need no data pointer; the real implementations make all of them again.
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (..., H)")
-    for name, t in (("residual", residual), ("weight", weight)):
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}; all tensors must be on one device")
-    for name, t in (("x", x), ("residual", residual), ("weight", weight)):
-        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes are float16, bfloat16 or float32")
-    if residual.dtype not in (x.dtype, torch.float32) or (hf and residual.dtype != x.dtype):
-        raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype})"
-                        + ("" if hf else " or float32"))
-    if residual.shape != x.shape:
-        raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {tuple(x.shape)}")
-    if weight.shape != x.shape[-1:]:
-        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({x.shape[-1]},)")
-
+# The rules that need no memory, from validation.py (the one place they are written in Python); the
+# real implementations check everything again, memory included.
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm")
 def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
-    _fake_check(x, residual, weight, hf)
+    shape, _, _ = v.check_forward_meta(x, residual, weight, hf=hf)
+    v.check_same_shape(shape, {"residual": residual})
     rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), \
         torch.empty_like(residual, memory_format=torch.contiguous_format), rstd
@@ -99,18 +85,20 @@ def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_")
 def _(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
-    _fake_check(x, residual, weight, hf)
+    shape, _, _ = v.check_forward_meta(x, residual, weight, x, residual, hf=hf)
+    v.check_same_shape(shape, {"residual": residual})
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_into")
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
-    _fake_check(x, residual, weight, hf)
+    shape, _, _ = v.check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
+    v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_backward")
 def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
-    if h.shape != dy.shape:
-        raise ValueError(f"h has shape {tuple(h.shape)}, expected {tuple(dy.shape)}")
+    v.check_backward_meta(dy, dresidual_out, h, rstd, weight)
+    v.check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))

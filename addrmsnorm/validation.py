@@ -112,12 +112,9 @@ class ForwardCall:
         self.out, self.residual_out = out, residual_out  # Rows, or None: to be allocated
 
 
-def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False) -> ForwardCall:
-    """Every check of a forward call on tensors (the scalars are checked by ``check_scalar``).
-
-    ``out`` and ``residual_out`` may be None (the caller allocates them after this returns);
-    ``rstd`` is checked only when given.
-    """
+def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False):
+    """The rules of a forward call that need no memory: dtypes, shapes, the weight's layout, devices.
+    Returns (shape, H, device). The fake implementations run these; ``check_forward`` runs them first."""
     x = check_tensor("x", x)
     residual = check_tensor("residual", residual)
     weight = check_tensor("weight", weight)
@@ -154,9 +151,24 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
         tensors["residual_out"] = residual_out
     if rstd is not None:
         tensors["rstd"] = rstd
-    device = check_devices(tensors)
+    return x.shape, H, check_devices(tensors)
 
-    shape = x.shape
+
+def check_same_shape(shape, tensors: dict) -> None:
+    """Each tensor has ``shape``, in as_rows' words (for the fake implementations, which have no memory
+    to view as rows)."""
+    for name, t in tensors.items():
+        if t is not None and t.shape != shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+
+
+def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False) -> ForwardCall:
+    """Every check of a forward call on tensors (the scalars are checked by ``check_scalar``).
+
+    ``out`` and ``residual_out`` may be None (the caller allocates them after this returns);
+    ``rstd`` is checked only when given.
+    """
+    shape, H, device = check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
     xr = as_rows("x", x, shape)
     rr = as_rows("residual", residual, shape)
     wr = Rows(weight, 1, H)
@@ -239,3 +251,42 @@ def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
                 raise ValueError(f"{oname} partly overlaps {iname}; it may alias {iname} only exactly "
                                  f"(same pointer, shape, dtype and strides)")
             raise ValueError(f"{oname} overlaps {iname}; {oname} must not share memory with {iname}")
+
+
+# ----- the backward -----------------------------------------------------------------------------
+
+def check_backward_meta(dy, dresidual_out, h, rstd, weight):
+    """The rules of a backward call that need no memory: dy has x's dtype, h (the saved residual_out)
+    and dresidual_out the residual's; rstd is the forward's. Returns the device."""
+    dy = check_tensor("dy", dy)
+    h = check_tensor("h", h)
+    weight = check_tensor("weight", weight)
+    # The dtype pairing before the shape, in the C ABI's order (tests/test_validation_parity.py).
+    if h.dtype not in (dy.dtype, torch.float32):
+        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
+    if dresidual_out is not None:
+        check_tensor("dresidual_out", dresidual_out)
+        if dresidual_out.dtype != h.dtype:
+            raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
+    if dy.dim() == 0 or dy.shape[-1] == 0:
+        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
+    shape, H = dy.shape, dy.shape[-1]
+    if weight.shape != (H,) or (H > 1 and weight.stride(0) != 1):
+        raise ValueError(f"weight must be a contiguous ({H},) tensor, got shape {tuple(weight.shape)}")
+    if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
+        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+                         f"{rstd.dtype} {tuple(rstd.shape)}")
+    tensors = {"dy": dy, "h": h, "rstd": rstd, "weight": weight}
+    if dresidual_out is not None:
+        tensors["dresidual_out"] = dresidual_out
+    return check_devices(tensors)
+
+
+def check_backward(dy, dresidual_out, h, rstd, weight):
+    """Every check of a backward call: returns the device and row views of dy, h (and dresidual_out)."""
+    device = check_backward_meta(dy, dresidual_out, h, rstd, weight)
+    shape = dy.shape
+    rows = {"dy": as_rows("dy", dy, shape), "h": as_rows("h", h, shape)}
+    if dresidual_out is not None:
+        rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
+    return device, rows

@@ -320,3 +320,25 @@ def test_hf_numerics(dtype, H):
     if dtype != "fp32":
         y_contract, _ = addrmsnorm.fused_add_rmsnorm(x, r, w, eps)
         assert not torch.equal(bits(y_contract), bits(y))
+
+
+def test_fake_implementations_raise_the_backends_errors():
+    """The fake (meta) implementations run validation.py's memory-free rules, so torch.compile and
+    meta tensors reject a bad call with the same words as the backends."""
+    x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE)
+    meta = lambda t: torch.empty_like(t, device="meta")  # noqa: E731
+    cases = [
+        (lambda a, b, c: OPS.fused_add_rmsnorm(a, b.half(), c, 1e-6), TypeError),
+        (lambda a, b, c: OPS.fused_add_rmsnorm(a, b[:3], c, 1e-6), ValueError),
+        (lambda a, b, c: OPS.fused_add_rmsnorm_(a, b, c[:63], 1e-6), ValueError),
+        (lambda a, b, c: OPS.fused_add_rmsnorm_into(a, b, c, a.float(), b, None, 1e-6), TypeError),
+        (lambda a, b, c: OPS.fused_add_rmsnorm_into(a, b, c, a, b[:2], None, 1e-6), ValueError),
+        (lambda a, b, c: OPS.fused_add_rmsnorm_backward(a, None, b.half(), torch.ones(4, device=a.device), c),
+         TypeError),
+    ]
+    for i, (call, exc) in enumerate(cases):
+        with pytest.raises(exc) as real:
+            call(x, r, w)
+        with pytest.raises(exc) as fake:
+            call(meta(x), meta(r), meta(w))
+        assert str(fake.value).splitlines()[0] == str(real.value).splitlines()[0], i
