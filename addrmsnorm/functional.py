@@ -32,16 +32,25 @@ def _hf(numerics) -> bool:
     return numerics == "hf"
 
 
-def _check_types(x, residual, weight, eps, weight_offset, pdl):
+_Tensor = torch.Tensor
+
+
+def _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd=False):
     # Only what the operators cannot say clearly: their schemas turn a wrong Python type into a
-    # RuntimeError. Every rule on values, dtypes, shapes and memory lives in the operators.
+    # RuntimeError. Every rule on values, dtypes, shapes and memory lives in the operators. One
+    # expression for the common call (this runs on every eager call; Dynamo traces it away).
+    if (isinstance(x, _Tensor) and isinstance(residual, _Tensor) and isinstance(weight, _Tensor)
+            and type(eps) is float and type(weight_offset) is float and type(pdl) is bool
+            and type(return_rstd) is bool):
+        return
     for name, t in (("x", x), ("residual", residual), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     v.check_real("eps", eps)
     v.check_real("weight_offset", weight_offset)
-    if type(pdl) is not bool:
-        raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
+    for name, flag in (("pdl", pdl), ("return_rstd", return_rstd)):
+        if type(flag) is not bool:
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
 
 
 def fused_add_rmsnorm(
@@ -85,11 +94,8 @@ def fused_add_rmsnorm(
         TypeError / ValueError naming the argument, before the kernel is launched (with ``out`` or
         ``residual_out`` given, the other one is allocated before the operator checks them).
     """
-    hf = _hf(numerics)
-    if not torch.compiler.is_compiling():  # traced code is checked by the fake impls and at run time
-        _check_types(x, residual, weight, eps, weight_offset, pdl)
-        if type(return_rstd) is not bool:
-            raise TypeError(f"return_rstd must be a bool, got {type(return_rstd).__name__}")
+    hf = numerics == "hf" or _hf(numerics)
+    _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd)
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
         if weight_offset == 0.0 and not (return_rstd or hf or pdl):  # the schema's defaults: fewer to parse
@@ -127,9 +133,8 @@ def fused_add_rmsnorm_(
     Takes the same arguments and obeys the same rules as ``fused_add_rmsnorm``; residual must be
     x's dtype or float32. Returns ``(x, residual)``, now holding ``(y, h)``.
     """
-    hf = _hf(numerics)
-    if not torch.compiler.is_compiling():
-        _check_types(x, residual, weight, eps, weight_offset, pdl)
+    hf = numerics == "hf" or _hf(numerics)
+    _check_types(x, residual, weight, eps, weight_offset, pdl)
     if weight_offset == 0.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
         ops.fused_add_rmsnorm_(x, residual, weight, eps)
     else:
