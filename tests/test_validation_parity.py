@@ -41,6 +41,24 @@ def _scalar(rng):
     return rng.choice([-1.0, 1.0]) * 10.0 ** rng.uniform(-320, 308)
 
 
+def _view_drawer(rng, clustered=False):
+    """``view(dtype, N, H)``: a random (N, H) view of one shared buffer, with a random row stride
+    (sometimes under H, so that rows overlap) at a random element-aligned offset. ``clustered`` puts
+    half the views in the buffer's first 4 KiB, so that views often overlap each other."""
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+
+    def view(dtype, N, H):
+        item = torch.tensor([], dtype=dtype).element_size()
+        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
+        span = max(((N - 1) * stride + H) * item, 0)
+        if clustered and rng.random() < 0.5:
+            off = rng.randrange(0, 4096, item)
+        else:
+            off = rng.randrange(8192 if clustered else 0, len(buf) - span - 16, item)
+        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
+    return view
+
+
 def _python_verdict(x, r, w, out, rout, eps, weight_offset):
     try:  # the checks of the JIT backend, without a launch
         validation.check_scalar("eps", eps, positive=True)
@@ -71,15 +89,8 @@ def test_random_calls_get_the_same_verdict():
     lib.addrmsnorm_fused_add_rmsnorm_check.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 +
                                                        [ctypes.c_int] * 3 + [ctypes.c_float] * 2 + [ctypes.c_uint32])
     rng = random.Random(0)
-    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    view = _view_drawer(rng, clustered=True)
     seen = {"ok": 0, "value": 0, "type": 0}
-
-    def view(dtype, N, H):
-        item = torch.tensor([], dtype=dtype).element_size()
-        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
-        span = ((N - 1) * stride + H) * item
-        off = rng.randrange(0, 4096, item) if rng.random() < 0.5 else rng.randrange(8192, len(buf) - span, item)
-        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
 
     for _ in range(1000):
         N, H = rng.choice([1, 2, 5]), rng.choice([0, 1, 8, 8, 13, 64, 64])
@@ -149,15 +160,8 @@ def test_random_backward_calls_get_the_same_verdict():
     f.argtypes = ([ctypes.c_void_p] * 9 + [ctypes.c_uint64] + [ctypes.c_int64] * 7 + [ctypes.c_int] * 3 +
                   [ctypes.c_float, ctypes.c_uint32])
     rng = random.Random(1)
-    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    view = _view_drawer(rng)
     seen = {"ok": 0, "value": 0, "type": 0}
-
-    def view(dtype, N, H):
-        item = torch.tensor([], dtype=dtype).element_size()
-        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
-        span = max(((N - 1) * stride + H) * item, 0)
-        off = rng.randrange(0, len(buf) - span - 16, item)
-        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
 
     for _ in range(1000):
         N, H = rng.choice([0, 1, 2, 5]), rng.choice([0, 1, 8, 13, 64])
@@ -194,15 +198,8 @@ def _outcome(fn):
 def test_both_backends_raise_the_same_errors():
     ops_ = torch.ops.addrmsnorm
     rng = random.Random(2)
-    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    view = _view_drawer(rng)
     seen = {}
-
-    def view(dtype, N, H):
-        item = torch.tensor([], dtype=dtype).element_size()
-        stride = rng.choice([H, H, H + rng.randint(1, 5), max(H // 2, 1), 2 * H])
-        span = ((N - 1) * stride + H) * item
-        off = rng.randrange(0, len(buf) - span - 16, item)
-        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
 
     for i in range(600):
         N, H = rng.choice([1, 2, 5]), rng.choice([1, 8, 13, 64])
