@@ -10,7 +10,7 @@
 # Arguments go to both pytest runs (e.g. -n 8 with pytest-xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+source scripts/python_env.sh
 BUILD_DIR=${ADDRMSNORM_BUILD_DIR:-build}
 if [ "${ADDRMSNORM_NO_SETUP:-0}" != 1 ]; then
   ADDRMSNORM_SETUP_GTEST=1 bash scripts/setup.sh
@@ -19,7 +19,7 @@ fi
 echo "== C++ runtime: build =="
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DPython3_EXECUTABLE="$(command -v "$PY")" \
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DPython3_EXECUTABLE="$PY" \
   -DADDRMSNORM_CUDA_ARCHS="${ADDRMSNORM_CUDA_ARCHS:-80;90;100}" -DADDRMSNORM_BUILD_TESTS=ON \
   ${ADDRMSNORM_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR"
