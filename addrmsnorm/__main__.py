@@ -1,10 +1,9 @@
-"""``python -m addrmsnorm``: the main job. On a GPU, the benchmark report (arguments as for
-``python -m addrmsnorm.bench``); without one, a plain message and the correctness demo under the
-Triton interpreter."""
+"""``python -m addrmsnorm``: the version, the backend and why, the built archs, whether this GPU has a
+cubin, and a short self-check (``info.py``). The benchmark report is ``python -m addrmsnorm.bench``."""
 
 import sys
 
-from addrmsnorm.bench.cli import main
+from addrmsnorm.info import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,22 @@
+"""``python -m addrmsnorm``: version, backend, built archs, this GPU's cubin, and a passing self-check."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import addrmsnorm
+
+
+def test_python_m_addrmsnorm_describes_the_installation_and_checks_itself():
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)  # it picks the GPU or the interpreter itself
+    p = subprocess.run([sys.executable, "-m", "addrmsnorm"], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"addrmsnorm {addrmsnorm.__version__} ")
+    assert lines[1].startswith("backend: ") and "(" in lines[1]
+    assert lines[2].startswith("C++ runtime: ")
+    assert lines[3].startswith("GPU: ")
+    assert lines[4].startswith("self-check on the ") and ": ok: " in lines[4], lines[4]
