@@ -1,28 +1,26 @@
 """ctypes access to the C++ runtime (libaddrmsnorm.so), for tests and the benchmark report.
 
 It declares the C ABI of include/addrmsnorm/addrmsnorm.h; it is not the torch binding (that is a
-compiled extension). The library is looked up at $ADDRMSNORM_LIB, else build/libaddrmsnorm.so in
-the source tree.
+compiled extension). The library is looked up at $ADDRMSNORM_LIB, else in the installed package,
+else in build/ of the source tree (``locate.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from . import locate
+
 DTYPE_ENUM = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}  # addrmsnorm_dtype
 
 
 def library_path() -> Path | None:
-    env = os.environ.get("ADDRMSNORM_LIB")
-    for p in ([Path(env)] if env else []) + [REPO / "build" / "libaddrmsnorm.so"]:
-        if p.exists():
-            return p
-    return None
+    """libaddrmsnorm.so: $ADDRMSNORM_LIB, else the installed package's lib/, else build/ (locate.py)."""
+    p = locate.find("libaddrmsnorm.so", "ADDRMSNORM_LIB")
+    return p if p is not None and p.exists() else None
 
 
 def load(path: Path | str) -> ctypes.CDLL:

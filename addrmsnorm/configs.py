@@ -111,14 +111,32 @@ ACTIVATION_PAIRS = {
     4: (("fp32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32")),
 }
 WEIGHT_DTYPES = DTYPES
-# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py). HF
-# models carry the residual in the model dtype, so "hf" takes residual of x's dtype only, which
-# also keeps the AOT build from compiling variants nobody calls.
+
+# The weight's dtype is a dimension of two kinds, not three: "fp32", and "w16", one kernel for fp16
+# and bf16 weights that loads their bits as int16 and converts them by a runtime dtype argument (a
+# select, not a branch). Measured on the H200 (results/nvidia-h200-2026-12-01-issue12/weight-*.md):
+# reading the weight through a runtime *branch* around typed loads cost 9-12% at H = 4100, 11111 and
+# 65536 (fp32) and 12% in the decode chain, because the join waits for the weight's load before x's
+# and residual's go out; a select after an unconditional load keeps them in flight together.
+# Whether rstd is written, HF numerics, and whether residual_out has a gradient are runtime
+# arguments for the same reason: a scalar branch or a select, not a second kernel.
+WEIGHT_KINDS = ("w16", "fp32")
+
+
+def weight_kind(weight_itemsize: int) -> str:
+    """The weight kind a weight of this element size runs: "w16" (fp16, bf16) or "fp32"."""
+    return "fp32" if weight_itemsize == 4 else "w16"
+
+
+# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py), a
+# runtime flag of the same kernels. HF models carry the residual in the model dtype, so "hf" takes
+# residual of x's dtype only (an API rule: validation.py and the C ABI check it).
 NUMERICS = ("contract", "hf")
 HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
-# Alignment. The forward is compiled once per alignment class ALIGN in 1, 2, 4, ... up to the
-# 16-byte vector (8 elements for 16-bit streams, 4 for fp32): ALIGN > 1 promises that the five tensor
+# Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
+# accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4
+# for fp32; 4-byte accesses, never measured to help, take ALIGN = 1). ALIGN > 1 promises that the five tensor
 # pointers are 16-byte aligned (Triton's tt.divisibility=16 on them) and that H and every row stride
 # are multiples of ALIGN elements, so every row starts on an ALIGN-element boundary and the kernel can
 # load and store ALIGN elements at a time. bf16 rows of H = 4100 (8200 bytes) take 8-byte accesses
@@ -134,21 +152,22 @@ def vector_elems(x_itemsize: int, residual_itemsize: int) -> int:
     return ALIGNMENT_BYTES // min(x_itemsize, residual_itemsize)
 
 
-def align_classes(x_itemsize: int, residual_itemsize: int, hf: bool = False) -> tuple[int, ...]:
-    """The ALIGN values the forward is built for. HF numerics serves HF checkpoints, whose widths are
-    multiples of the vector, so it has only the two ends."""
+MIN_ACCESS_BYTES = 8  # the narrowest vector access an ALIGN class > 1 is built for
+
+
+def align_classes(x_itemsize: int, residual_itemsize: int) -> tuple[int, ...]:
+    """The ALIGN values the forward is built for."""
     v = vector_elems(x_itemsize, residual_itemsize)
-    if hf:
-        return (1, v)
-    return tuple(1 << k for k in range(v.bit_length()))
+    narrow = min(x_itemsize, residual_itemsize)
+    return (1,) + tuple(1 << k for k in range(1, v.bit_length()) if (1 << k) * narrow >= MIN_ACCESS_BYTES)
 
 
-def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int, hf: bool = False) -> int:
+def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
     """ALIGN for a forward call: the largest class that divides H and every row stride, if every
     pointer is 16-byte aligned; else 1. Pass stride 0 for a single row (it has no stride)."""
     if not all(p % ALIGNMENT_BYTES == 0 for p in pointers):
         return 1
-    for a in reversed(align_classes(x_itemsize, residual_itemsize, hf)):
+    for a in reversed(align_classes(x_itemsize, residual_itemsize)):
         if H % a == 0 and all(s % a == 0 for s in strides):
             return a
     return 1

@@ -19,6 +19,33 @@ from .kernels import fused_add_rmsnorm_bwd, fused_add_rmsnorm_dweight, fused_add
 INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
 
 
+# The C ABI's addrmsnorm_dtype codes: the kernels' runtime weight_dtype argument.
+_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+
+
+def _weight_arg(weight: torch.Tensor) -> torch.Tensor:
+    """The weight as the kernels take it (configs.weight_kind): fp32 as it is; fp16 and bf16 as a
+    view of their int16 bits, so that one kernel serves both (weight_dtype tells them apart)."""
+    if weight.dtype == torch.float32:
+        return weight
+    if weight.stride(0) != 1:  # a one-element weight may have any stride
+        weight = weight.as_strided((weight.shape[0],), (1,))
+    return weight.view(torch.int16)
+
+
+_NO_RSTD: dict = {}
+
+
+def _no_rstd(device: torch.device) -> torch.Tensor:
+    """An fp32 tensor the forward receives in rstd's place when rstd is not written (write_rstd = 0):
+    the JIT must see a typed pointer, as the AOT build compiles one. One element per device, made on
+    first use and never written."""
+    t = _NO_RSTD.get(device)
+    if t is None:
+        t = _NO_RSTD[device] = torch.empty(1, dtype=torch.float32, device=device)
+    return t
+
+
 def _device_guard(device: torch.device):
     # Triton launches on the current CUDA device; make it the tensors' device.
     if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
@@ -45,22 +72,21 @@ def launch_forward(
         stride_x = stride_residual = stride_out = stride_residual_out = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
     strides = (stride_x, stride_residual, stride_out, stride_residual_out)
-    align = align_elems(pointers, H, strides, xs, rs, hf)
+    align = align_elems(pointers, H, strides, xs, rs)
     cfg = config or select_forward_config(H, xs, rs)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
-            x, residual, weight, out, residual_out, rstd,
+            x, residual, _weight_arg(weight), out, residual_out,
+            _no_rstd(x.device) if rstd is None else rstd,
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
-            eps, weight_offset,
+            eps, weight_offset, int(rstd is not None), int(hf), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
-            HAS_RSTD=rstd is not None,
             ALIGN=align,
-            HF_NUMERICS=hf,
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
             num_warps=cfg.num_warps,
@@ -116,10 +142,14 @@ def launch_backward(
     programs = configs.backward_programs(n_rows, cfg, n_sms)
     separate_dx = dx is not None
     has_dres_out = dres_out is not None
-    # Absent tensors are passed as present ones the kernel will not touch, so that the JIT
-    # compiles the same specialization as the AOT build (which has no None pointers).
-    dres_out_t = dres_out if has_dres_out else dy
+    # Absent tensors are passed as present ones of the same dtype that the kernel will not touch,
+    # so that the JIT compiles the same specialization as the AOT build (which has no None pointers).
+    dres_out_t = dres_out if has_dres_out else h
     dx_t = dx if separate_dx else dres
+    if not has_dres_out:
+        stride_dres_out = stride_h
+    if not separate_dx:
+        stride_dx = stride_dres
     if n_rows == 1:
         stride_dy = stride_dres_out = stride_h = stride_dres = stride_dx = 0
     strides = (stride_dy, stride_dres_out, stride_h, stride_dres, stride_dx)
@@ -129,10 +159,10 @@ def launch_backward(
     means = workspace[programs * H:] if cfg.looped else workspace
     with _device_guard(dy.device):
         fused_add_rmsnorm_bwd[(programs,)](
-            dy, dres_out_t, h, rstd, weight, dres, dx_t, partial, means,
-            n_rows, H, *strides, weight_offset,
+            dy, dres_out_t, h, rstd, _weight_arg(weight), dres, dx_t, partial, means,
+            n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
-            HAS_DRES_OUT=has_dres_out, SEPARATE_DX=separate_dx, ALIGN=align,
+            SEPARATE_DX=separate_dx, ALIGN=align,
             num_warps=cfg.num_warps,
         )
         if dweight is not None:

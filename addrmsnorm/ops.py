@@ -17,24 +17,28 @@ mode is on, and bump the version counters of what they write (``autograd.py``, o
 Backends. CUDA tensors go to one of:
 
 * "cpp": the C++ extension (``torch_ext/ops.cpp``, built by CMake as libaddrmsnorm_torch.so next to
-  libaddrmsnorm.so), which checks its arguments in C++ and calls the C ABI of the AOT-compiled
-  runtime on torch's current stream. A few microseconds per call.
+  libaddrmsnorm.so, which it links; ``pip install .`` installs both in the package), which checks
+  its arguments in C++ and calls the C ABI of the AOT-compiled runtime on torch's current stream. A
+  few microseconds per call.
 * "triton": ``jit_backend.py``, Python checks and the Triton JIT launcher. Works wherever Triton
   does, at the cost of Python per call.
 
 ``ADDRMSNORM_BACKEND`` = ``auto`` (default: "cpp" when the extension is built and torch has CUDA),
 ``cpp`` (fail at import if it cannot load) or ``triton``. ``backend()`` says which was chosen and
-``backend_reason()`` why. CPU tensors (under the Triton interpreter) always take the JIT backend.
+``backend_reason()`` why. Where torch has CUDA but "auto" cannot use the extension (not built, built
+against another torch, failed to load), the import warns with the reason (BackendFallbackWarning).
+CPU tensors (under the Triton interpreter) always take the JIT backend.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
 
-from . import autograd, jit_backend
+from . import autograd, jit_backend, locate
 from . import validation as v
 from .launcher import INTERPRETED
 
@@ -53,7 +57,10 @@ SCHEMAS = {
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
 EXTENSION_NAME = "libaddrmsnorm_torch.so"
-REPO = Path(__file__).resolve().parents[1]
+
+
+class BackendFallbackWarning(UserWarning):
+    """CUDA calls run on the Triton JIT backend because the C++ extension cannot be used."""
 
 _lib = torch.library.Library(NAMESPACE, "DEF")
 for _name, _schema in SCHEMAS.items():
@@ -107,12 +114,13 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
 # ----- backend selection ----------------------------------------------------------------------------
 
 def extension_path() -> Path | None:
-    """Where the C++ extension is: $ADDRMSNORM_TORCH_EXT, else build/ in the source tree."""
-    env = os.environ.get(EXTENSION_ENV)
-    for p in ([Path(env)] if env else []) + [REPO / "build" / EXTENSION_NAME]:
-        if p.exists():
-            return p
-    return None
+    """The C++ extension: $ADDRMSNORM_TORCH_EXT, else the installed package's lib/, else build/ in
+    the source tree (locate.py); None where there is none."""
+    p = locate.find(EXTENSION_NAME, EXTENSION_ENV)
+    return p if p is not None and p.is_file() else None
+
+
+_REBUILD = "pip install . (or pip install --no-build-isolation . to build against this environment's torch)"
 
 
 def _select_backend() -> tuple[str, str]:
@@ -121,24 +129,33 @@ def _select_backend() -> tuple[str, str]:
         raise ValueError(f"{BACKEND_ENV}={want!r}: expected auto, cpp or triton")
     if want == "triton":
         return "triton", f"{BACKEND_ENV}=triton"
-    path = extension_path()
     if want == "auto":
         if INTERPRETED:
             return "triton", "TRITON_INTERPRET=1: the kernels run on the CPU"
         if torch.version.cuda is None:
             return "triton", "this torch has no CUDA, so the C++ extension is not used"
-        if path is None:
-            return "triton", (f"the C++ extension is not built ({EXTENSION_NAME} not found in build/ "
-                              f"or ${EXTENSION_ENV}); cmake builds it where torch is importable")
-    elif path is None:
-        raise ImportError(f"{BACKEND_ENV}=cpp but {EXTENSION_NAME} was not found in build/ or ${EXTENSION_ENV}")
-    try:
-        torch.ops.load_library(str(path))
-    except OSError as e:
-        if want == "cpp":
-            raise ImportError(f"{BACKEND_ENV}=cpp but {path} failed to load: {e}") from e
-        return "triton", f"{path} failed to load ({e})"
-    return "cpp", f"C++ extension {path}"
+    path = extension_path()
+    problem = None
+    if path is None:
+        problem = (f"the C++ extension is not built ({EXTENSION_NAME} is in neither the installed package, "
+                   f"build/ nor ${EXTENSION_ENV}); {_REBUILD} builds it where cmake and a C++ compiler are")
+    else:
+        built_with = locate.build_info(path).get("torch")
+        if built_with and built_with != torch.__version__:
+            problem = (f"{path} was built against torch {built_with}, and this is torch {torch.__version__}; "
+                       f"rebuild it: {_REBUILD}")
+        else:
+            try:
+                torch.ops.load_library(str(path))
+            except OSError as e:
+                problem = f"{path} failed to load ({e})"
+    if problem is None:
+        return "cpp", f"C++ extension {path}"
+    if want == "cpp":
+        raise ImportError(f"{BACKEND_ENV}=cpp but {problem}")
+    warnings.warn(f"addrmsnorm runs CUDA calls on the Triton JIT backend (more CPU time per call): {problem}",
+                  BackendFallbackWarning, stacklevel=2)
+    return "triton", problem
 
 
 _BACKEND, _REASON = _select_backend()

@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python bench/tune.py decode
+    PYTHONPATH=. python bench/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python bench/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python bench/tune.py once copy16384x4096               # the same bytes, copied
 
@@ -9,6 +10,9 @@ bulk: for each H, N = 2**25 // H rows (N*H >= 16M, as the P1 target asks), the t
 candidates around it (warps, rows per program, looped vs single pass, the weight loaded first or
 after the reduction), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
 place as vLLM calls it, against the copy roofline measured in the same run.
+
+weight: each weight dtype at each bulk shape and in the decode chain (fp16 and bf16 weights share
+one kernel that converts their int16 bits by a runtime dtype argument; fp32 has its own).
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
@@ -144,6 +148,50 @@ def decode(out, chain=64, extra=()):
                       f"{t.max_us / chain:.3f} |", file=out, flush=True)
 
 
+def weight_variants(hs, dtypes, roof, out, chain=64):
+    """Bulk GB/s and decode latency of the weight variants, interleaved in one run."""
+    print("| shape | x / residual | weight | µs (median) | min | max | GB/s | % of roofline |\n"
+          "|---|---|---|---|---|---|---|---|", file=out, flush=True)
+    variants = lambda xd: [xd, *(d for d in DT.values() if d != xd)]  # noqa: E731  x's dtype first
+    for H in hs:
+        for xd, rd in dtypes:
+            N = max(1, (1 << 25) // H)
+            nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd),
+                     torch.randn(N, H, device="cuda", generator=gen).to(rd))
+                    for _ in range(sets_for_cold_l2(nbytes))]
+            w32 = 1 + 0.1 * torch.randn(H, device="cuda", generator=gen)
+            cfg = select_forward_config(H, xd.itemsize, rd.itemsize)
+            for wd in variants(xd):
+                w = w32.to(wd)
+                x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
+                ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
+                _launch(x, r, w, cfg)
+                assert torch.equal(r, ref.residual_out)
+                assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} weight {wd}")
+                t = time_graph(lambda i: _launch(sets[i][0], sets[i][1], w, cfg), len(sets))
+                gbs = nbytes / t.median_us / 1e3
+                print(f"| {N}x{H} | {_name(xd, rd)} | {_name(wd, wd)} | {t.median_us:.2f} | {t.min_us:.2f} | "
+                      f"{t.max_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    for H in (4096, 8192):  # decode: 64 dependent in-place calls with PDL, per call
+        for N in (1, 8):
+            x = torch.randn(N, H, device="cuda").to(torch.bfloat16)
+            r = torch.randn(N, H, device="cuda").to(torch.bfloat16)
+            cfg = select_forward_config(H, 2, 2)
+            for wd in variants(torch.bfloat16):
+                w = torch.ones(H, device="cuda", dtype=wd)
+
+                def body(_, w=w):
+                    for _ in range(chain):
+                        _launch(x, r, w, cfg, pdl=True)
+                t = time_graph(body, 1)
+                print(f"| decode {N}x{H} PDL | bf16 | {_name(wd, wd)} | {t.median_us / chain:.3f} | "
+                      f"{t.min_us / chain:.3f} | {t.max_us / chain:.3f} | | |", file=out, flush=True)
+
+
 def once(shape, dtype):
     if shape.startswith("copy"):  # the roofline's Triton copy, same bytes as the shape's bf16 call
         from addrmsnorm.bench.timing import _copy_2r2w
@@ -170,7 +218,7 @@ def once(shape, dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "once"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once"])
     ap.add_argument("shape", nargs="?")
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
@@ -200,6 +248,9 @@ def main():
     roof = measure_roofline()
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
+    if args.what == "weight":
+        dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
+        return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for dt in args.dtypes.split(","):

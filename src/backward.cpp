@@ -96,9 +96,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         const bool has_dro = dresidual_out != nullptr;
         const bool separate = x_dtype != residual_dtype;
         // Absent tensors: pointers the kernel does not touch (as the JIT launcher passes them).
-        const void* dro = has_dro ? dresidual_out : dy;
+        const void* dro = has_dro ? dresidual_out : h;
         void* dxp = separate ? dx : dresidual;
-        if (!has_dro) stride_dresidual_out = stride_dy;
+        if (!has_dro) stride_dresidual_out = stride_h;
         if (!separate) stride_dx = stride_dresidual;
         // configs.backward_align, generated (as on the JIT path).
         const bool pointers_aligned = aligned16(dy) && aligned16(dro) && aligned16(h) && aligned16(weight) &&
@@ -107,7 +107,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
             backward_align_class(pointers_aligned,
                                  hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
                                  xs, rs) == 1;
-        const int variant = backward_variant_index(config, x_dtype, residual_dtype, weight_dtype, has_dro, aligned);
+        const int variant = backward_variant_index(config, x_dtype, residual_dtype, weight_dtype, aligned);
         if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no backward kernel was built for these dtypes");
         LoadedKernel k;
         st = get_kernel(*d, variant, &k);
@@ -118,10 +118,11 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
                     p_dx = reinterpret_cast<CUdeviceptr>(dxp), p_partial = reinterpret_cast<CUdeviceptr>(workspace),
                     p_mean = p_partial + (cfg.looped ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
         int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
+        int32_t has_dres_out = has_dro ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
         CUdeviceptr scratch0 = 0, scratch1 = 0;
         void* params[] = {&p_dy, &p_dro, &p_h, &p_rstd, &p_w, &p_dres, &p_dx, &p_partial, &p_mean, &n_rows, &H,
                           &stride_dy, &stride_dresidual_out, &stride_h, &stride_dresidual, &stride_dx,
-                          &weight_offset, &scratch0, &scratch1};
+                          &weight_offset, &has_dres_out, &weight_code, &scratch0, &scratch1};
         st = launch(*d, k, static_cast<unsigned>(programs), params, stream);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }

@@ -61,8 +61,8 @@ def test_alignment_rule():
     ptrs = (0x1000, 0x2000, 0x3000, 0x4000, 0x5000)
     assert align_elems(ptrs, 3000, (3000,) * 4, 2, 2) == 8      # 6000-byte rows: 16-byte aligned
     assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2) == 4      # 8200-byte rows: 8-byte aligned
-    assert align_elems(ptrs, 4100, (4100,) * 4, 2, 2, hf=True) == 1  # HF numerics: both ends only
-    assert align_elems(ptrs, 3002, (3002,) * 4, 2, 2) == 2      # 6004-byte rows: 4-byte aligned
+    assert align_elems(ptrs, 3002, (3002,) * 4, 2, 2) == 1      # 6004-byte rows: no 4-byte class
+    assert align_elems(ptrs, 3002, (3002,) * 4, 4, 4) == 2      # fp32 rows of 12008 bytes: 8-byte class
     assert align_elems(ptrs, 11111, (11111,) * 4, 2, 2) == 1    # odd H
     assert align_elems(ptrs, 11111, (11112,) * 4, 2, 2) == 1    # padded rows, odd H: the mask needs H
     assert align_elems(ptrs, 4100, (4104,) * 4, 2, 4) == 4      # bf16 x, fp32 residual: 8 bytes of x

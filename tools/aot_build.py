@@ -52,13 +52,14 @@ def _load(name):
 
 configs = _load("configs")
 
-TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+# "w16": a 16-bit weight's int16 bits (configs.weight_kind).
+TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "w16": "i16"}
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
 SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
                     "stride_out_row": "i64", "stride_residual_out_row": "i64",
-                    "eps": "fp32", "weight_offset": "fp32"}
+                    "eps": "fp32", "weight_offset": "fp32", "write_rstd": "i32", "hf": "i32", "weight_dtype": "i32"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,8 @@ class Spec:
     config: int       # index into the deduplicated config list of its kind (0 for "dw")
     x: str
     residual: str
-    weight: str
-    has_rstd: bool
+    weight: str       # a weight kind (configs.WEIGHT_KINDS) for "fwd"/"bwd"; the weight's dtype for "dw"
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
-    hf: bool          # HF_NUMERICS (fwd); HAS_DRES_OUT (bwd) is kept in has_rstd's place
 
     @property
     def align_class(self) -> int:
@@ -89,29 +88,26 @@ def unique_configs(table=None):
 
 
 def all_specs(cfgs, bcfgs):
+    """Every kernel to compile per arch: only combinations some call can reach (the C++ host test
+    checks that every reachable call finds its kernel)."""
     specs = []
-    for ci, cfg in enumerate(bcfgs):  # backward: has_rstd stands for HAS_DRES_OUT
+    for ci, cfg in enumerate(bcfgs):  # the backward reads the weight through its runtime dtype
         widths = sorted({r.act_bytes for r in configs.BACKWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
-                for w in configs.WEIGHT_DTYPES:
-                    v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
-                    for has_dres_out in (False, True):
-                        for align in (1, v):
-                            specs.append(Spec("bwd", ci, x, res, w, has_dres_out, align, False))
+                v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
+                for w in configs.WEIGHT_KINDS:
+                    for align in (1, v):
+                        specs.append(Spec("bwd", ci, x, res, w, align))
     for w in configs.WEIGHT_DTYPES:
-        specs.append(Spec("dw", 0, "fp32", "fp32", w, False, 1, False))
+        specs.append(Spec("dw", 0, "fp32", "fp32", w, 1))
     for ci, cfg in enumerate(cfgs):
         widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
-                for hf in (False, True):
-                    if hf and (x, res) not in configs.HF_ACTIVATION_PAIRS:
-                        continue
-                    for w in configs.WEIGHT_DTYPES:
-                        for has_rstd in (False, True):
-                            for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], hf):
-                                specs.append(Spec("fwd", ci, x, res, w, has_rstd, align, hf))
+                for w in configs.WEIGHT_KINDS:
+                    for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res]):
+                        specs.append(Spec("fwd", ci, x, res, w, align))
     return specs
 
 
@@ -128,7 +124,8 @@ def signature(spec: Spec):
                "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
                "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
         sig.update(BACKWARD_SCALARS)
-        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_DRES_OUT", "SEPARATE_DX", "ALIGN"):
+        sig.update({"has_dres_out": "i32", "weight_dtype": "i32"})
+        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "SEPARATE_DX", "ALIGN"):
             sig[name] = "constexpr"
         return sig
     if spec.kind == "dw":
@@ -137,7 +134,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "HAS_RSTD", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "PDL", "WEIGHT_FIRST"):
         sig[name] = "constexpr"
     return sig
 
@@ -148,7 +145,7 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 5
+TOOL_VERSION = 7
 
 
 def compile_one(job):
@@ -176,12 +173,11 @@ def compile_one(job):
                      for a in aligned_args}
         if spec.kind == "bwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "HAS_DRES_OUT": spec.has_rstd, "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
-            n_args = len(BACKWARD_SCALARS) + 9
+                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
+            n_args = len(BACKWARD_SCALARS) + 2 + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "HAS_RSTD": spec.has_rstd, "ALIGN": align, "HF_NUMERICS": spec.hf,
-                          "PDL": configs.pdl_compiled(arch), "WEIGHT_FIRST": cfg.weight_first}
+                          "ALIGN": align, "PDL": configs.pdl_compiled(arch), "WEIGHT_FIRST": cfg.weight_first}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
@@ -214,6 +210,7 @@ def _write_if_changed(path: Path, text: str | bytes):
 
 
 DTYPE_INDEX = {d: i for i, d in enumerate(configs.DTYPES)}
+WEIGHT_KIND_INDEX = {k: i for i, k in enumerate(configs.WEIGHT_KINDS)}  # KernelVariant::weight (fwd, bwd)
 KINDS = {"fwd": 0, "bwd": 1, "dw": 2}  # KernelVariant::kind
 
 
@@ -225,19 +222,17 @@ def _alignment_rules() -> list[str]:
     lines = ["", f"const int kAlignmentBytes = {configs.ALIGNMENT_BYTES};",
              "// configs.align_elems: log2 of the forward's ALIGN. `common` is H OR-ed with every row stride",
              "// (0 for a single row): a power of two divides them all exactly when it divides that.",
-             "int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize,",
-             "                        bool hf) {",
+             "int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize) {",
              "    if (!pointers_aligned) return 0;"]
     for xs, rs in ITEMSIZE_PAIRS:
-        for hf in (False, True):
-            classes = configs.align_classes(xs, rs, hf)
-            assert all(a & (a - 1) == 0 for a in classes), "ALIGN classes must be powers of two"
-            lines.append(f"    if (x_itemsize == {xs} && residual_itemsize == {rs} && {'' if hf else '!'}hf) {{")
-            for a in reversed(classes):
-                if a > 1:
-                    lines.append(f"        if (common % {a} == 0) return {a.bit_length() - 1};")
-            lines.append("        return 0;")
-            lines.append("    }")
+        classes = configs.align_classes(xs, rs)
+        assert all(a & (a - 1) == 0 for a in classes), "ALIGN classes must be powers of two"
+        lines.append(f"    if (x_itemsize == {xs} && residual_itemsize == {rs}) {{")
+        for a in reversed(classes):
+            if a > 1:
+                lines.append(f"        if (common % {a} == 0) return {a.bit_length() - 1};")
+        lines.append("        return 0;")
+        lines.append("    }")
     lines += ["    return 0;", "}", "",
               "// configs.backward_align: 1 for the vector-wide class, 0 for ALIGN 1.",
               "int backward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize) {",
@@ -279,16 +274,15 @@ def _rule_cases() -> str:
     """The Python rules' answers, which the generated C++ rules must reproduce (tests/cpp/host_test.cpp)."""
     out = ["// Generated by tools/aot_build.py from addrmsnorm/configs.py",
            "#ifdef ADDRMSNORM_ALIGN_CASES",
-           "// {pointers_aligned, H, stride, x_itemsize, residual_itemsize, hf, forward class, backward class}"]
+           "// {pointers_aligned, H, stride, x_itemsize, residual_itemsize, forward class, backward class}"]
     for aligned in (True, False):
         for H in (1, 2, 3, 4, 6, 8, 12, 16, 96, 100, 111, 4096, 4100, 4098, 11111):
             for stride in (0, H, H + 2, H + 4, H + 8, 2 * H):
                 for xs, rs in ITEMSIZE_PAIRS:
-                    for hf in (False, True):
-                        p = [0 if aligned else 2]
-                        fwd = configs.align_elems(p, H, (stride,) * 4, xs, rs, hf).bit_length() - 1
-                        bwd = int(configs.backward_align(p, H, (stride,) * 5, xs, rs) > 1)
-                        out.append(f"{{{str(aligned).lower()}, {H}, {stride}, {xs}, {rs}, {str(hf).lower()}, {fwd}, {bwd}}},")
+                    p = [0 if aligned else 2]
+                    fwd = configs.align_elems(p, H, (stride,) * 4, xs, rs).bit_length() - 1
+                    bwd = int(configs.backward_align(p, H, (stride,) * 5, xs, rs) > 1)
+                    out.append(f"{{{str(aligned).lower()}, {H}, {stride}, {xs}, {rs}, {fwd}, {bwd}}},")
     out += ["#endif", "#ifdef ADDRMSNORM_BACKWARD_GRID_CASES",
             "// {rows, H, x_itemsize, residual_itemsize, sm_count, programs, workspace bytes}"]
     for rows in (1, 2, 7, 64, 1000, 4099, 100000):
@@ -333,12 +327,14 @@ addrmsnorm_cubin_blob:
 
     n_d = len(configs.DTYPES)
     n_a = max(s.align_class for s in specs if s.kind == "fwd") + 1
-    dense = [-1] * (len(cfgs) * n_d * n_d * n_d * 2 * n_a * 2)
+    n_w = len(configs.WEIGHT_KINDS)
+    dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a)
     for si, s in enumerate(specs):
         if s.kind != "fwd":
             continue
-        idx = ((((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
-                  + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * n_a + s.align_class) * 2 + int(s.hf))
+        idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
+               + WEIGHT_KIND_INDEX[s.weight]) * n_a + s.align_class
+        assert dense[idx] == -1, s
         dense[idx] = si
 
     lines = ["// Generated by tools/aot_build.py from addrmsnorm/configs.py. Do not edit.",
@@ -354,8 +350,9 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumVariants = {len(specs)};")
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
-        lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, {DTYPE_INDEX[s.weight]}, "
-                     f"{str(s.has_rstd).lower()}, {s.align_class}, {str(s.hf).lower()}}},")
+        weight = DTYPE_INDEX[s.weight] if s.kind == "dw" else WEIGHT_KIND_INDEX[s.weight]
+        lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
+                     f"{weight}, {s.align_class}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
@@ -367,18 +364,19 @@ addrmsnorm_cubin_blob:
     lines.append("};")
     lines.append(f"const int kNumDtypes = {n_d};")
     lines.append(f"const int kNumAlignClasses = {n_a};")
-    lines.append("// [config][x][residual][weight][has_rstd][align_class][hf] -> variant, or -1")
+    lines.append(f"const int kNumWeightKinds = {n_w};")
+    lines.append("// [config][x][residual][weight kind][align_class] -> variant, or -1")
     lines.append("const short kVariantIndex[] = {")
     for i in range(0, len(dense), 24):
         lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
     lines.append("};")
-    # Backward: configs, [config][x][residual][weight][has_dres_out][aligned] -> variant, dweight per weight.
-    bdense = [-1] * (len(bcfgs) * n_d * n_d * n_d * 2 * 2)
+    # Backward: configs, [config][x][residual][weight kind][aligned] -> variant, dweight per weight.
+    bdense = [-1] * (len(bcfgs) * n_d * n_d * n_w * 2)
     dw_index = [-1] * n_d
     for si, s in enumerate(specs):
         if s.kind == "bwd":
-            bdense[(((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_d
-                      + DTYPE_INDEX[s.weight]) * 2 + int(s.has_rstd)) * 2 + s.align_class)] = si
+            bdense[(((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
+                    + WEIGHT_KIND_INDEX[s.weight]) * 2 + s.align_class] = si
         elif s.kind == "dw":
             dw_index[DTYPE_INDEX[s.weight]] = si
     lines.append(f"const int kNumBackwardConfigs = {len(bcfgs)};")
@@ -386,7 +384,7 @@ addrmsnorm_cubin_blob:
     for c in bcfgs:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
-    lines.append("// [config][x][residual][weight][has_dres_out][aligned] -> variant, or -1")
+    lines.append("// [config][x][residual][weight kind][aligned] -> variant, or -1")
     lines.append("const short kBackwardIndex[] = {")
     for i in range(0, len(bdense), 24):
         lines.append("    " + ", ".join(str(v) for v in bdense[i:i + 24]) + ",")

@@ -170,7 +170,7 @@ def bench_cpu(impl, N=1, H=4096, xd=torch.bfloat16, eps=1e-6):
 
 def cpp_overhead():
     """The C ABI called from C++ and a bare cuLaunchKernel, from addrmsnorm-bench --overhead."""
-    from addrmsnorm.c_library import REPO
+    from addrmsnorm.locate import REPO
 
     exe = Path(os.environ.get("ADDRMSNORM_BENCH", REPO / "build" / "bench" / "cpp" / "addrmsnorm-bench"))
     if not exe.exists():
