@@ -53,7 +53,7 @@ def _looped(chunk: int, warps: int) -> ForwardConfig:
 # and a 16384-wide loop tie (87.8%, 87.7%), so the single pass stops at 16384.
 SINGLE_PASS_MAX_H = 16384
 
-# The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (bench/tune.py,
+# The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (devtools/tune.py,
 # H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs what addrmsnorm needs: torch and triton where they are missing (a machine's own CUDA
-# build of torch is kept; a fresh CPU-only machine gets the pinned releases), the package itself
-# (editable, with its test extras), and, with ADDRMSNORM_SETUP_GTEST=1, GoogleTest from Debian's
-# packages for the C++ tests.
+# Installs what addrmsnorm needs to build and test: torch and triton where they are missing (a
+# machine's own CUDA build of torch is kept; a fresh CPU-only machine gets the pinned releases), the
+# build backend (scikit-build-core) and the test extras; with ADDRMSNORM_SETUP_GTEST=1, GoogleTest
+# from Debian's packages for the C++ tests. Building and installing addrmsnorm itself is
+# scripts/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python_env.sh
@@ -12,7 +13,7 @@ fi
 if ! "$PY" -c "import triton" 2>/dev/null; then
   "$PY" -m pip install -q "triton==3.6.0"
 fi
-"$PY" -m pip install -q -e ".[test]"
+"$PY" -m pip install -q "scikit-build-core>=0.10" "pytest>=7" numpy matplotlib
 if [ "${ADDRMSNORM_SETUP_GTEST:-0}" = 1 ] && [ ! -e /usr/include/gtest/gtest.h ] && \
    [ ! -e /usr/src/googletest/CMakeLists.txt ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

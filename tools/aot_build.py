@@ -15,6 +15,9 @@ Reads the one kernel source (``addrmsnorm/kernels.py``) and the one config table
                                   everything that determines it: unchanged kernels are not rebuilt
 
 Usage: aot_build.py --out DIR --archs "80;90;100" [--jobs N]
+       aot_build.py --list --archs "80;90;100"          the kernels per arch, compiling nothing
+       aot_build.py --sample --out DIR --archs "80;100" compile a sample of each arch's list (CI checks
+                                                        archs it does not build)
 """
 
 from __future__ import annotations
@@ -441,10 +444,15 @@ addrmsnorm_cubin_blob:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--archs", default="80;90;100", help="semicolon- or comma-separated, e.g. 80;90;100")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--list", action="store_true", help="print the kernels per arch and exit")
+    ap.add_argument("--sample", action="store_true",
+                    help="compile the first and last specialization of each kind per arch, write no table")
     args = ap.parse_args()
+    if not args.list and args.out is None:
+        ap.error("--out is required")
     archs = [int(a) for a in re.split(r"[;,\s]+", args.archs.strip()) if a]
     if not archs:
         ap.error("no archs")
@@ -452,15 +460,27 @@ def main():
 
     kernels = _load("kernels")
 
-    out: Path = args.out.resolve()
-    cache_dir = out / "cache"
-    cache_dir.mkdir(parents=True, exist_ok=True)
     cfgs = unique_configs()
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.fused_add_rmsnorm_fwd, kernels.fused_add_rmsnorm_bwd,
                                                  kernels.fused_add_rmsnorm_dweight))
     kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
+    if args.list:
+        kinds = {k: sum(1 for s in specs if s.kind == k) for k in KINDS}
+        for arch in archs:
+            print(f"sm_{arch}: {len(specs)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
+                  f"{kinds['dw']} dweight reduction)")
+        return
+    if args.sample:
+        picked = []
+        for kind in KINDS:
+            of_kind = [s for s in specs if s.kind == kind]
+            picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
+        specs = list(dict.fromkeys(picked))
+    out: Path = args.out.resolve()
+    cache_dir = out / "cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
         cfg = {"fwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
@@ -489,6 +509,10 @@ def main():
                 done += 1
                 if done % step == 0 or done == len(todo):
                     print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+    if args.sample:
+        print(f"addrmsnorm AOT: a sample of {len(specs)} specializations compiled for "
+              f"{', '.join(f'sm_{a}' for a in archs)}, {time.time() - t0:.0f}s", flush=True)
+        return
     size = generate(out, archs, cfgs, bcfgs, specs, keys, cache_dir)
     print(f"addrmsnorm AOT: {len(jobs)} cubins, {size / 2**20:.1f} MiB embedded, "
           f"{time.time() - t0:.0f}s", flush=True)

@@ -172,7 +172,7 @@ def cpp_overhead():
     """The C ABI called from C++ and a bare cuLaunchKernel, from addrmsnorm-bench --overhead."""
     from addrmsnorm.locate import REPO
 
-    exe = Path(os.environ.get("ADDRMSNORM_BENCH", REPO / "build" / "bench" / "cpp" / "addrmsnorm-bench"))
+    exe = Path(os.environ.get("ADDRMSNORM_BENCH", REPO / "build" / "devtools" / "cpp" / "addrmsnorm-bench"))
     if not exe.exists():
         return None, f"addrmsnorm-bench not built ({exe})"
     try:

@@ -1,6 +1,6 @@
 """CPU cost of one eager call through every entry point, in one run (N=1, H=4096, bf16, in place).
 
-    python bench/eager_overhead.py
+    python devtools/eager_overhead.py
 
 The same numbers are in the report's "CPU cost per eager call" table; this prints them alone,
 with the C ABI called from C++ and a bare cuLaunchKernel (addrmsnorm-bench --overhead) beside them.

@@ -1,6 +1,6 @@
 """Where the CPU time of one eager JIT call goes: cProfile over 1,000 calls at N=1, H=4096, bf16.
 
-    PYTHONPATH=. python bench/profile_eager.py
+    PYTHONPATH=. python devtools/profile_eager.py
 """
 
 import cProfile

@@ -1,10 +1,10 @@
 """Tuning measurements for ``addrmsnorm/configs.py`` on a GPU: the data the table's rows come from.
 
-    PYTHONPATH=. python bench/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
-    PYTHONPATH=. python bench/tune.py decode
-    PYTHONPATH=. python bench/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
-    PYTHONPATH=. python bench/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
-    PYTHONPATH=. python bench/tune.py once copy16384x4096               # the same bytes, copied
+    PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
+    PYTHONPATH=. python devtools/tune.py decode
+    PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
+    PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
+    PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
 
 bulk: for each H, N = 2**25 // H rows (N*H >= 16M, as the P1 target asks), the table's config and
 candidates around it (warps, rows per program, looped vs single pass, the weight loaded first or

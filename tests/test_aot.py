@@ -1,0 +1,48 @@
+"""The ahead-of-time kernel list, for every default arch, without compiling it all.
+
+CI builds one arch (scripts/test.sh). These tests check the others: each default arch gets the same
+kernel list, within the size budget, and a sample of it (the first and last specialization of each
+kind) compiles for that arch with the checks the full build makes (parameter count, no scratch).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+AOT = REPO / "tools" / "aot_build.py"
+DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
+# The budget per arch (issue 12: the three default archs build in minutes on two cores, and a wheel
+# carries at most 30 MiB of cubins per arch). A new variant must fit in it.
+MAX_KERNELS_PER_ARCH = 600
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, str(AOT), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_default_archs_match_cmake():
+    text = (REPO / "CMakeLists.txt").read_text()
+    default = re.search(r'set\(ADDRMSNORM_DEFAULT_ARCHS "([0-9;]+)"\)', text).group(1)
+    assert tuple(int(a) for a in default.split(";")) == DEFAULT_ARCHS
+
+
+def test_every_default_arch_has_the_same_kernel_list_within_budget():
+    out = _run("--list", "--archs", ",".join(map(str, DEFAULT_ARCHS)))
+    counts = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"sm_(\d+): (\d+) kernels", out)}
+    assert sorted(counts) == list(DEFAULT_ARCHS), out
+    assert len(set(counts.values())) == 1, out
+    assert 0 < counts[DEFAULT_ARCHS[0]] <= MAX_KERNELS_PER_ARCH, out
+
+
+@pytest.mark.parametrize("arch", DEFAULT_ARCHS)
+def test_a_sample_of_the_kernel_list_compiles_for(arch, tmp_path):
+    out = _run("--sample", "--out", str(tmp_path), "--archs", str(arch), "--jobs", "2")
+    assert f"compiled for sm_{arch}" in out, out
+    cubins = list((tmp_path / "cache").glob("*.cubin"))
+    assert len(cubins) >= 5 and all(c.stat().st_size > 0 for c in cubins)
