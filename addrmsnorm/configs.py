@@ -112,25 +112,34 @@ ACTIVATION_PAIRS = {
 }
 WEIGHT_DTYPES = DTYPES
 
-# The weight's dtype is a dimension of two kinds, not three: "fp32", and "w16", one kernel for fp16
-# and bf16 weights that loads their bits as int16 and converts them by a runtime dtype argument (a
-# select, not a branch). Measured on the H200 (results/nvidia-h200-2026-12-01-issue12/weight-*.md):
-# reading the weight through a runtime *branch* around typed loads cost 9-12% at H = 4100, 11111 and
-# 65536 (fp32) and 12% in the decode chain, because the join waits for the weight's load before x's
-# and residual's go out; a select after an unconditional load keeps them in flight together.
-# Whether rstd is written, HF numerics, and whether residual_out has a gradient are runtime
-# arguments for the same reason: a scalar branch or a select, not a second kernel.
-WEIGHT_KINDS = ("w16", "fp32")
+# Weights. The forward is typed for a weight of x's dtype (a checkpoint's) and for an fp32 weight
+# (mixed-precision training); any other weight (a bf16 weight beside fp16 x, a 16-bit weight beside
+# fp32 x) runs the "w16" variant, which loads the weight's int16 bits and converts them as the
+# runtime weight_dtype says. The backward reads the weight through one variant for every dtype.
+# Measured on the H200 (results/nvidia-h200-2026-12-01-issue12/): a runtime *branch* around the
+# weight's load cost 9-12% at H = 4100, 11111 and 65536 and 12% in the decode chain (the branch's
+# join waits for the load); a per-element select between both conversions cost 10-14 registers and
+# 13% at H = 4100 and 11111 (fewer programs per SM); HF numerics as a runtime select cost 14
+# registers at H = 11111. So the weight's type and HF numerics stay specializations, "w16" takes
+# only the two ends of the alignment classes, and rstd on/off is a predicated store.
+WEIGHT_W16 = "w16"
 
 
-def weight_kind(weight_itemsize: int) -> str:
-    """The weight kind a weight of this element size runs: "w16" (fp16, bf16) or "fp32"."""
-    return "fp32" if weight_itemsize == 4 else "w16"
+def forward_weight_arg(x_dtype: str, weight_dtype: str) -> str:
+    """The forward's weight pointer type for this call: the weight's own dtype if it is x's or
+    fp32, else WEIGHT_W16 (its int16 bits)."""
+    return weight_dtype if weight_dtype in (x_dtype, "fp32") else WEIGHT_W16
 
 
-# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py), a
-# runtime flag of the same kernels. HF models carry the residual in the model dtype, so "hf" takes
-# residual of x's dtype only (an API rule: validation.py and the C ABI check it).
+def forward_weight_args(x_dtype: str) -> tuple[str, ...]:
+    """The weight pointer types the forward is built with, for x of dtype x_dtype."""
+    return tuple(dict.fromkeys((x_dtype, "fp32", WEIGHT_W16)))
+
+
+# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py). HF
+# models carry the residual and the weight in the model dtype, so "hf" takes residual and weight of
+# x's dtype only (validation.py and the C ABI check it), which also keeps the AOT build from
+# compiling variants nobody calls.
 NUMERICS = ("contract", "hf")
 HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
@@ -155,19 +164,22 @@ def vector_elems(x_itemsize: int, residual_itemsize: int) -> int:
 MIN_ACCESS_BYTES = 8  # the narrowest vector access an ALIGN class > 1 is built for
 
 
-def align_classes(x_itemsize: int, residual_itemsize: int) -> tuple[int, ...]:
-    """The ALIGN values the forward is built for."""
+def align_classes(x_itemsize: int, residual_itemsize: int, ends_only: bool = False) -> tuple[int, ...]:
+    """The ALIGN values the forward is built for. HF numerics (HF checkpoints' widths are multiples
+    of the vector) and the "w16" weight (a rare pairing) have only the two ends: ends_only."""
     v = vector_elems(x_itemsize, residual_itemsize)
+    if ends_only:
+        return (1, v)
     narrow = min(x_itemsize, residual_itemsize)
     return (1,) + tuple(1 << k for k in range(1, v.bit_length()) if (1 << k) * narrow >= MIN_ACCESS_BYTES)
 
 
-def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int) -> int:
+def align_elems(pointers, H: int, strides, x_itemsize: int, residual_itemsize: int, ends_only: bool = False) -> int:
     """ALIGN for a forward call: the largest class that divides H and every row stride, if every
     pointer is 16-byte aligned; else 1. Pass stride 0 for a single row (it has no stride)."""
     if not all(p % ALIGNMENT_BYTES == 0 for p in pointers):
         return 1
-    for a in reversed(align_classes(x_itemsize, residual_itemsize)):
+    for a in reversed(align_classes(x_itemsize, residual_itemsize, ends_only)):
         if H % a == 0 and all(s % a == 0 for s in strides):
             return a
     return 1

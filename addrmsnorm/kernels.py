@@ -35,18 +35,18 @@ Points the contract insists on, and how this source honours them:
 * Alignment reaches the kernel as the ALIGN constexpr (H and every row stride are multiples of it),
   chosen by configs.align_elems for the JIT and the AOT build alike; H and the strides are not
   specialized by value, so the two paths compile the same code for the same call.
-* HF numerics (the runtime flag hf, `numerics="hf"` in Python, ADDRMSNORM_FLAG_HF_NUMERICS in
+* HF numerics (the HF_NUMERICS constexpr, `numerics="hf"` in Python, ADDRMSNORM_FLAG_HF_NUMERICS in
   C) reproduces HF's LlamaRMSNorm applied after a residual add in the model dtype: it normalizes
   h rounded to the residual dtype, computes rstd as torch does (mean as sum * fp32(1/H), rsqrtf),
   and rounds h * rstd to the activation dtype before the weight multiply. It exists for bit
   compatibility with HF checkpoints' reference outputs; the contract's single rounding is the
   more accurate of the two.
-* What is a specialization and what is an argument. Constexprs are what changes the code's shape or
-  its memory accesses: the tile (BLOCK_H, ROWS_PER_PROGRAM, LOOPED, WEIGHT_FIRST), ALIGN, PDL, and the
-  pointer types (x, residual; the weight as fp32 or as the int16 bits of a 16-bit weight). What
-  costs a scalar branch or a select is a runtime argument: write_rstd, hf, and the weight's dtype
-  (fp16 or bf16 bits). A select never delays a load the way a branch around one would: every load
-  is issued unconditionally, so the AOT build compiles a few hundred kernels per arch, not thousands.
+* What is a specialization and what is an argument. Constexprs are what changes the code's shape,
+  its registers or its memory accesses: the tile (BLOCK_H, ROWS_PER_PROGRAM, LOOPED, WEIGHT_FIRST),
+  ALIGN, HF_NUMERICS, PDL, and the pointer types (the weight typed, or as int16 bits). Whether rstd
+  is written (write_rstd), whether residual_out has a gradient (has_dres_out) and which 16-bit
+  type a weight's bits are (weight_dtype) are runtime arguments: a predicated store or load, or a
+  branch around a conversion, never around a load. configs.py has the measurements behind this.
 * Batch invariance: a row's reduction order depends only on the constexpr configuration, which the
   dispatch rule picks from H and the dtypes, never from the row count.
 * Programmatic dependent launch (the PDL constexpr, compiled in wherever the arch has it: sm_90+).
@@ -74,35 +74,53 @@ if _interpreter_compat is not None:
 
 @triton.jit
 def _weight_f32(w_raw, weight_dtype):
-    """A weight tile as loaded, upcast to fp32. A 16-bit weight arrives as int16 bits (one kernel
-    serves fp16 and bf16 weights): the runtime weight_dtype (the C ABI's addrmsnorm_dtype, 1 for
-    bf16) picks the conversion, a select rather than a branch. An fp32 weight arrives typed."""
+    """A weight tile as loaded, upcast to fp32. A typed weight converts as its type says. The "w16"
+    weight (configs.WEIGHT_W16) arrives as int16 bits, one kernel for fp16 and bf16 weights:
+    the runtime weight_dtype (the C ABI's addrmsnorm_dtype, 1 for bf16) picks the conversion. The
+    branch holds the conversion only, never the load, so it never delays a load."""
     if w_raw.dtype == tl.int16:
-        w = tl.where(weight_dtype == 1, w_raw.to(tl.bfloat16, bitcast=True).to(tl.float32),
-                     w_raw.to(tl.float16, bitcast=True).to(tl.float32))
+        if weight_dtype == 1:
+            w = w_raw.to(tl.bfloat16, bitcast=True).to(tl.float32)
+        else:
+            w = w_raw.to(tl.float16, bitcast=True).to(tl.float32)
     else:
         w = w_raw.to(tl.float32)
     return w
 
 
 @triton.jit
-def _rstd_from_sum_sq(sum_sq, H, eps, hf):
-    # The contract: correctly rounded divide and sqrt, so that rstd does not depend on fast-math
-    # approximations. HF numerics (hf != 0): what torch does for HF's
-    # `torch.rsqrt(h.pow(2).mean(-1) + eps)`, the mean as a multiply by the fp32 reciprocal of the
-    # count, and CUDA's rsqrtf (libdevice, 2 ulp). Both are per-row scalars; the flag selects one.
-    rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(tl.math.div_rn(sum_sq, H + 0.0) + eps))  # H may be a constexpr 1
-    rstd_hf = tl.math.rsqrt(sum_sq * tl.math.div_rn(1.0, H + 0.0) + eps)
-    return tl.where(hf != 0, rstd_hf, rstd)
+def _load_weight_any(weight_ptr, offs, mask, weight_dtype):
+    """The backward's weight: untyped bytes, read as weight_dtype says (a uniform branch per load;
+    the backward reads the weight once per program, or once per chunk after dy and h)."""
+    if weight_dtype == 0:
+        w = tl.load(weight_ptr.to(tl.pointer_type(tl.float16)) + offs, mask=mask, other=0.0).to(tl.float32)
+    elif weight_dtype == 1:
+        w = tl.load(weight_ptr.to(tl.pointer_type(tl.bfloat16)) + offs, mask=mask, other=0.0).to(tl.float32)
+    else:
+        w = tl.load(weight_ptr.to(tl.pointer_type(tl.float32)) + offs, mask=mask, other=0.0)
+    return w
 
 
 @triton.jit
-def _scale(h, rstd, w, out_dtype, hf):
+def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
+    if HF_NUMERICS:
+        # What torch does for HF's `torch.rsqrt(h.pow(2).mean(-1) + eps)`: the mean multiplies by
+        # the fp32 reciprocal of the count, and rsqrt is CUDA's rsqrtf (libdevice, 2 ulp).
+        inv_h = tl.math.div_rn(1.0, H + 0.0)
+        return tl.math.rsqrt(sum_sq * inv_h + eps)
+    # Correctly rounded divide and sqrt: rstd should not depend on fast-math approximations.
+    mean_sq = tl.math.div_rn(sum_sq, H + 0.0)  # H may arrive as the constexpr 1: no .to()
+    return tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_sq + eps))
+
+
+@triton.jit
+def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
     # y before its store. The contract: h * rstd * w in fp32, rounded once. HF's LlamaRMSNorm
     # instead rounds the normalized value to the activation dtype and then multiplies by the
-    # weight: `weight * (h * rstd).to(input_dtype)`. A per-element select, not a branch.
-    n = h * rstd
-    return tl.where(hf != 0, n.to(out_dtype).to(tl.float32) * w, n * w)
+    # weight: `weight * (h * rstd).to(input_dtype)`.
+    if HF_NUMERICS:
+        return (h * rstd).to(out_dtype).to(tl.float32) * w
+    return h * rstd * w
 
 
 @triton.jit
@@ -110,8 +128,9 @@ def _single_pass_rows(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
     n_rows, H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-    eps, weight_offset, write_rstd, hf, weight_dtype,
-    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    eps, weight_offset, write_rstd, weight_dtype,
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -129,17 +148,18 @@ def _single_pass_rows(
     h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
     h_stored = h.to(residual_out_ptr.dtype.element_ty)
     tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
-    # HF normalizes the rounded residual it carries, not the fp32 sum.
-    h = tl.where(hf != 0, h_stored.to(tl.float32), h)
+    if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
+        h = h_stored.to(tl.float32)
 
-    rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, hf)
-    if write_rstd != 0:
-        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+    rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
+    # Predicated, not branched: a branch here would split the kernel in two for the scheduler
+    # (measured: +14 registers at H = 11111).
+    tl.store(rstd_ptr + rows, rstd, mask=row_mask & (write_rstd != 0))
 
     if not WEIGHT_FIRST:
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
     w = _weight_f32(w_raw, weight_dtype) + weight_offset
-    y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, hf)
+    y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -148,8 +168,8 @@ def _looped_row(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
     H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-    eps, weight_offset, write_rstd, hf, weight_dtype,
-    BLOCK_H: tl.constexpr,
+    eps, weight_offset, write_rstd, weight_dtype,
+    BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
 ):
     # One row per program, walked in BLOCK_H chunks twice.
     row = tl.program_id(0).to(tl.int64)
@@ -168,11 +188,11 @@ def _looped_row(
         h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_row + cols, h_stored, mask=mask)
-        h = tl.where(hf != 0, h_stored.to(tl.float32), h)
+        if HF_NUMERICS:
+            h = h_stored.to(tl.float32)
         acc += h * h
-    rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, hf)
-    if write_rstd != 0:
-        tl.store(rstd_ptr + row, rstd)
+    rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
+    tl.store(rstd_ptr + row, rstd, mask=write_rstd != 0)
 
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
@@ -183,7 +203,7 @@ def _looped_row(
         mask = cols < H
         h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
-        y = _scale(h, rstd, w, out_ptr.dtype.element_ty, hf)
+        y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
         tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -191,11 +211,11 @@ def _looped_row(
 # the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
 # compile the same code (and give the same bits) for the same call.
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
-                               "stride_residual_out_row", "write_rstd", "hf", "weight_dtype"])
+                               "stride_residual_out_row", "write_rstd", "weight_dtype"])
 def fused_add_rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
-    weight_ptr,               # [H] RMSNorm weight: fp32, or int16 bits of an fp16/bf16 weight
+    weight_ptr,               # [H] RMSNorm weight, typed, or the int16 bits of an fp16/bf16 weight
     out_ptr,                  # [n_rows, H] normalized output, x's dtype; may alias x or residual
     residual_out_ptr,         # [n_rows, H] new residual h, residual's dtype; may alias residual or x
     rstd_ptr,                 # [n_rows] fp32 1/sqrt(mean(h*h) + eps); written only if write_rstd
@@ -207,13 +227,13 @@ def fused_add_rmsnorm_fwd(
     stride_residual_out_row,  # elements between consecutive rows of residual_out
     eps,                      # fp32, > 0, added inside the sqrt
     weight_offset,            # fp32, added to the weight (0.0 for LLaMA, 1.0 for Gemma)
-    write_rstd,               # i32: nonzero to write rstd (a runtime branch, not a specialization)
-    hf,                       # i32: nonzero for HF LlamaRMSNorm's roundings instead of the contract's
-    weight_dtype,             # i32: the weight's addrmsnorm_dtype (tells fp16 from bf16 bits)
+    write_rstd,               # i32: nonzero to write rstd (a predicated store, not a specialization)
+    weight_dtype,             # i32: the weight's addrmsnorm_dtype (tells fp16 from bf16 int16 bits)
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
     ALIGN: tl.constexpr,             # H and every row stride are multiples of ALIGN elements
+    HF_NUMERICS: tl.constexpr,       # HF LlamaRMSNorm's roundings instead of the contract's
     PDL: tl.constexpr = False,       # grid-dependency control (sm_90+): wait, then release the next
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
 ):
@@ -231,13 +251,13 @@ def fused_add_rmsnorm_fwd(
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, write_rstd, hf, weight_dtype, BLOCK_H)
+                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                          eps, weight_offset, write_rstd, hf, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, WEIGHT_FIRST)
+                          eps, weight_offset, write_rstd, weight_dtype,
+                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST)
 
 
 # ----- backward ------------------------------------------------------------------------------------
@@ -273,7 +293,7 @@ def _bwd_single_pass(
     cols = tl.arange(0, BLOCK_H)
     col_mask = cols < H
     cols_2d = cols[None, :]
-    w = _weight_f32(tl.load(weight_ptr + cols, mask=col_mask, other=0), weight_dtype) + weight_offset
+    w = _load_weight_any(weight_ptr, cols, col_mask, weight_dtype) + weight_offset
     dw = tl.zeros([BLOCK_H], dtype=tl.float32)
     first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
     for block in range(first, tl.minimum(first + blocks_per_program, n_blocks)):
@@ -288,9 +308,9 @@ def _bwd_single_pass(
         g = dy * w[None, :]
         c = tl.sum(g * n, axis=1) / H
         dh = rstd[:, None] * (g - n * c[:, None])
-        if has_dres_out != 0:
-            dh += tl.load(dres_out_ptr + rows_2d * stride_dres_out_row + cols_2d, mask=mask,
-                          other=0.0).to(tl.float32)
+        # Predicated, not branched: with has_dres_out = 0 the load is masked off and adds 0.
+        dh += tl.load(dres_out_ptr + rows_2d * stride_dres_out_row + cols_2d, mask=mask & (has_dres_out != 0),
+                      other=0.0).to(tl.float32)
         tl.store(dres_ptr + rows_2d * stride_dres_row + cols_2d, dh.to(dres_ptr.dtype.element_ty), mask=mask)
         if SEPARATE_DX:
             tl.store(dx_ptr + rows_2d * stride_dx_row + cols_2d, dh.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -319,7 +339,7 @@ def _bwd_looped(
             mask = cols < H
             dy = tl.load(dy_ptr + r64 * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
             h = tl.load(h_ptr + r64 * stride_h_row + cols, mask=mask, other=0.0).to(tl.float32)
-            w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+            w = _load_weight_any(weight_ptr, cols, mask, weight_dtype) + weight_offset
             acc += dy * w * (h * rstd)
         tl.store(mean_ptr + r64, tl.sum(acc, axis=0) / H)
     tl.debug_barrier()  # pass 2 reads the means that other threads of this program stored
@@ -327,7 +347,7 @@ def _bwd_looped(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+        w = _load_weight_any(weight_ptr, cols, mask, weight_dtype) + weight_offset
         dw = tl.zeros([BLOCK_H], dtype=tl.float32)
         for r64 in range(first, last):
             rstd = tl.load(rstd_ptr + r64)
@@ -336,9 +356,8 @@ def _bwd_looped(
             h = tl.load(h_ptr + r64 * stride_h_row + cols, mask=mask, other=0.0).to(tl.float32)
             n = h * rstd
             dh = rstd * (dy * w - n * c)
-            if has_dres_out != 0:
-                dh += tl.load(dres_out_ptr + r64 * stride_dres_out_row + cols, mask=mask,
-                              other=0.0).to(tl.float32)
+            dh += tl.load(dres_out_ptr + r64 * stride_dres_out_row + cols, mask=mask & (has_dres_out != 0),
+                          other=0.0).to(tl.float32)
             tl.store(dres_ptr + r64 * stride_dres_row + cols, dh.to(dres_ptr.dtype.element_ty), mask=mask)
             if SEPARATE_DX:
                 tl.store(dx_ptr + r64 * stride_dx_row + cols, dh.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -353,7 +372,7 @@ def fused_add_rmsnorm_bwd(
     dres_out_ptr,         # [n_rows, H] gradient of residual_out (residual's dtype); read if has_dres_out
     h_ptr,                # [n_rows, H] residual_out as the forward wrote it (residual's dtype)
     rstd_ptr,             # [n_rows] fp32, from the forward
-    weight_ptr,           # [H] fp32, or int16 bits of an fp16/bf16 weight
+    weight_ptr,           # [H] untyped bytes: weight_dtype says how to read them
     dres_ptr,             # [n_rows, H] out: gradient of residual (residual's dtype), and of x unless SEPARATE_DX
     dx_ptr,               # [n_rows, H] out: gradient of x (x's dtype); written if SEPARATE_DX
     partial_ptr,          # [n_programs, H] fp32 workspace: each program's dweight partial
@@ -361,7 +380,7 @@ def fused_add_rmsnorm_bwd(
     n_rows, H,
     stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
     weight_offset,        # fp32
-    has_dres_out,         # i32: nonzero if residual_out has a gradient (a runtime branch)
+    has_dres_out,         # i32: nonzero if residual_out has a gradient (a predicated load)
     weight_dtype,         # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32)
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
     SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)

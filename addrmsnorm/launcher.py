@@ -23,14 +23,18 @@ INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
 _DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
 
 
-def _weight_arg(weight: torch.Tensor) -> torch.Tensor:
-    """The weight as the kernels take it (configs.weight_kind): fp32 as it is; fp16 and bf16 as a
-    view of their int16 bits, so that one kernel serves both (weight_dtype tells them apart)."""
-    if weight.dtype == torch.float32:
-        return weight
+def _contiguous_1d(weight: torch.Tensor) -> torch.Tensor:
     if weight.stride(0) != 1:  # a one-element weight may have any stride
         weight = weight.as_strided((weight.shape[0],), (1,))
-    return weight.view(torch.int16)
+    return weight
+
+
+def _forward_weight(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The weight as the forward takes it (configs.forward_weight_arg), and whether it is the "w16"
+    form: typed if it is x's dtype or fp32, else a view of its int16 bits."""
+    if weight.dtype == x.dtype or weight.dtype == torch.float32:
+        return weight, False
+    return _contiguous_1d(weight).view(torch.int16), True
 
 
 _NO_RSTD: dict = {}
@@ -72,21 +76,23 @@ def launch_forward(
         stride_x = stride_residual = stride_out = stride_residual_out = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
     strides = (stride_x, stride_residual, stride_out, stride_residual_out)
-    align = align_elems(pointers, H, strides, xs, rs)
+    w_arg, w16 = _forward_weight(x, weight)
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
     cfg = config or select_forward_config(H, xs, rs)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
-            x, residual, _weight_arg(weight), out, residual_out,
+            x, residual, w_arg, out, residual_out,
             _no_rstd(x.device) if rstd is None else rstd,
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
-            eps, weight_offset, int(rstd is not None), int(hf), _DTYPE_CODES[weight.dtype],
+            eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
             ALIGN=align,
+            HF_NUMERICS=hf,
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
             num_warps=cfg.num_warps,
@@ -159,7 +165,7 @@ def launch_backward(
     means = workspace[programs * H:] if cfg.looped else workspace
     with _device_guard(dy.device):
         fused_add_rmsnorm_bwd[(programs,)](
-            dy, dres_out_t, h, rstd, _weight_arg(weight), dres, dx_t, partial, means,
+            dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align,

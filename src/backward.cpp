@@ -107,7 +107,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
             backward_align_class(pointers_aligned,
                                  hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
                                  xs, rs) == 1;
-        const int variant = backward_variant_index(config, x_dtype, residual_dtype, weight_dtype, aligned);
+        const int variant = backward_variant_index(config, x_dtype, residual_dtype, aligned);
         if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no backward kernel was built for these dtypes");
         LoadedKernel k;
         st = get_kernel(*d, variant, &k);

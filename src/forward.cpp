@@ -62,10 +62,11 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
     const bool pointers_aligned =
         aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
+    const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
     const int align_class =
         forward_align_class(pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out,
-                            dtype_size(x_dtype), dtype_size(residual_dtype));
-    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class);
+                            dtype_size(x_dtype), dtype_size(residual_dtype), ends_only);
+    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, hf);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 
     LoadedKernel k;
@@ -77,15 +78,13 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
                 pw = reinterpret_cast<CUdeviceptr>(weight), po = reinterpret_cast<CUdeviceptr>(out),
                 pro = reinterpret_cast<CUdeviceptr>(residual_out), prstd = reinterpret_cast<CUdeviceptr>(rstd);
     int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
-    int32_t write_rstd = rstd != nullptr ? 1 : 0, hf_numerics = hf ? 1 : 0,
-            weight_code = static_cast<int32_t>(weight_dtype);
+    int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
     CUdeviceptr global_scratch = 0, profile_scratch = 0;  // Triton's hidden arguments; sizes are 0
     // Parameter order of fused_add_rmsnorm_fwd without its constexprs; eps and weight_offset are
-    // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: it is read only if write_rstd.
+    // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: the store is predicated on write_rstd.
     void* params[] = {&px, &pr, &pw, &po, &pro, &prstd, &n_rows, &H,
                       &stride_x, &stride_residual, &stride_out, &stride_residual_out,
-                      &eps, &weight_offset, &write_rstd, &hf_numerics, &weight_code, &global_scratch,
-                      &profile_scratch};
+                      &eps, &weight_offset, &write_rstd, &weight_code, &global_scratch, &profile_scratch};
 
     CUlaunchConfig lc = {};
     lc.gridDimX = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);

@@ -2,6 +2,8 @@
 // addrmsnorm/configs.py): every compiled specialization, its cubin per arch, and the dispatch rule.
 #pragma once
 
+#include "addrmsnorm/addrmsnorm.h"
+
 namespace addrmsnorm {
 namespace detail {
 
@@ -16,11 +18,12 @@ struct KernelVariant {
     int kind;              // 0: forward, 1: backward, 2: dweight reduction
     int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype;  // addrmsnorm_dtype values
-    int weight;            // forward, backward: the weight kind (configs.WEIGHT_KINDS: 0 a 16-bit weight's
-                           // int16 bits, 1 fp32); dweight reduction: the weight's addrmsnorm_dtype
+    int weight;            // forward: the weight slot (weight_slot below); backward: -1 (any weight,
+                           // by its runtime dtype); dweight reduction: the weight's addrmsnorm_dtype
     int align_class;       // forward: ALIGN = 1 << align_class (configs.align_classes); backward: 0
                            // (ALIGN 1) or 1 (the vector). ALIGN > 1 also promises 16-byte aligned
                            // pointers, and H and strides multiples of ALIGN
+    bool hf;               // HF_NUMERICS
 };
 
 struct CubinImage {
@@ -44,11 +47,11 @@ extern const KernelVariant kVariants[];
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
 extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << class, class < kNumAlignClasses
-extern const int kNumWeightKinds;
-extern const short kVariantIndex[];  // [config][x][residual][weight kind][align_class] -> variant | -1
+extern const int kNumWeightSlots;
+extern const short kVariantIndex[];  // [config][x][residual][weight slot][align_class][hf] -> variant | -1
 
-// The backward: its configs and dispatch rule, [config][x][residual][weight kind][aligned] ->
-// variant, and the dweight reduction's variant per weight dtype.
+// The backward: its configs and dispatch rule, [config][x][residual][aligned] -> variant (one for
+// every weight dtype), and the dweight reduction's variant per weight dtype.
 extern const int kNumBackwardConfigs;
 extern const ForwardConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
@@ -56,15 +59,14 @@ extern const short kDweightIndex[];
 extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
-// configs.weight_kind: fp16 and bf16 weights share one kernel (their int16 bits, converted by the
-// runtime weight_dtype argument); fp32 has its own.
-inline int weight_kind(int weight_dtype) { return weight_dtype == 2 ? 1 : 0; }
-
-inline int backward_variant_index(int config, int x, int residual, int weight_dtype, bool aligned) {
+inline int backward_variant_index(int config, int x, int residual, bool aligned) {
     const int n = kNumDtypes;
-    return kBackwardIndex[(((config * n + x) * n + residual) * kNumWeightKinds + weight_kind(weight_dtype)) * 2 +
-                          (aligned ? 1 : 0)];
+    return kBackwardIndex[((config * n + x) * n + residual) * 2 + (aligned ? 1 : 0)];
 }
+
+// configs.forward_weight_arg: the forward is typed for a weight of x's dtype (slot 0) and for an
+// fp32 weight (slot 1); any other weight runs the "w16" variant on its int16 bits (slot 2).
+inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == ADDRMSNORM_FLOAT32 ? 1 : 2; }
 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
 // invariance rests on it never seeing the row count.
@@ -75,7 +77,9 @@ int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
 // every tensor pointer is kAlignmentBytes-aligned. Forward: ALIGN = 1 << class. Backward: 0 (ALIGN 1)
 // or 1 (the 16-byte vector).
 extern const int kAlignmentBytes;
-int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize);
+// ends_only: HF numerics and the "w16" weight are built for ALIGN 1 and the vector only.
+int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize,
+                        bool ends_only);
 int backward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize);
 
 // The persistent backward grid (configs.backward_programs) and its workspace
@@ -83,10 +87,10 @@ int backward_align_class(bool pointers_aligned, long long common, int x_itemsize
 long long backward_programs(long long rows, int config, int sm_count);
 unsigned long long backward_workspace_bytes(long long rows, long long hidden, int config, int sm_count);
 
-inline int variant_index(int config, int x, int residual, int weight_dtype, int align_class) {
+inline int variant_index(int config, int x, int residual, int weight, int align_class, bool hf) {
     const int n = kNumDtypes;
-    return kVariantIndex[(((config * n + x) * n + residual) * kNumWeightKinds + weight_kind(weight_dtype)) *
-                             kNumAlignClasses + align_class];
+    return kVariantIndex[((((config * n + x) * n + residual) * kNumWeightSlots + weight_slot(x, weight)) *
+                              kNumAlignClasses + align_class) * 2 + (hf ? 1 : 0)];
 }
 
 }  // namespace detail

@@ -94,6 +94,10 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype equal to x_dtype (%s), got %s",
                     dtype_name(c.x_dtype), dtype_name(c.residual_dtype));
+    if ((c.flags & ADDRMSNORM_FLAG_HF_NUMERICS) && c.weight_dtype != c.x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype equal to x_dtype (%s), got %s",
+                    dtype_name(c.x_dtype), dtype_name(c.weight_dtype));
     if (c.hidden <= 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
     if (c.hidden > INT32_MAX)

@@ -55,14 +55,14 @@ def _load(name):
 
 configs = _load("configs")
 
-# "w16": a 16-bit weight's int16 bits (configs.weight_kind).
-TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "w16": "i16"}
+# "w16": a 16-bit weight's int16 bits (configs.WEIGHT_W16); "any": the backward's untyped weight.
+TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W16: "i16", "any": "u8"}
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
 SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
                     "stride_out_row": "i64", "stride_residual_out_row": "i64",
-                    "eps": "fp32", "weight_offset": "fp32", "write_rstd": "i32", "hf": "i32", "weight_dtype": "i32"}
+                    "eps": "fp32", "weight_offset": "fp32", "write_rstd": "i32", "weight_dtype": "i32"}
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,9 @@ class Spec:
     config: int       # index into the deduplicated config list of its kind (0 for "dw")
     x: str
     residual: str
-    weight: str       # a weight kind (configs.WEIGHT_KINDS) for "fwd"/"bwd"; the weight's dtype for "dw"
+    weight: str       # fwd: the weight pointer's type (configs.forward_weight_arg); bwd: "any"; dw: its dtype
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
+    hf: bool = False  # HF_NUMERICS (fwd)
 
     @property
     def align_class(self) -> int:
@@ -99,18 +100,21 @@ def all_specs(cfgs, bcfgs):
         for act_bytes in widths:
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                 v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
-                for w in configs.WEIGHT_KINDS:
-                    for align in (1, v):
-                        specs.append(Spec("bwd", ci, x, res, w, align))
+                for align in (1, v):
+                    specs.append(Spec("bwd", ci, x, res, "any", align))
     for w in configs.WEIGHT_DTYPES:
         specs.append(Spec("dw", 0, "fp32", "fp32", w, 1))
     for ci, cfg in enumerate(cfgs):
         widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
-                for w in configs.WEIGHT_KINDS:
-                    for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res]):
+                for w in configs.forward_weight_args(x):
+                    w16 = w == configs.WEIGHT_W16
+                    for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=w16):
                         specs.append(Spec("fwd", ci, x, res, w, align))
+                if (x, res) in configs.HF_ACTIVATION_PAIRS:  # HF: the weight of x's dtype only
+                    for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
+                        specs.append(Spec("fwd", ci, x, res, x, align, hf=True))
     return specs
 
 
@@ -137,7 +141,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "PDL", "WEIGHT_FIRST"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST"):
         sig[name] = "constexpr"
     return sig
 
@@ -148,7 +152,7 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 7
+TOOL_VERSION = 8
 
 
 def compile_one(job):
@@ -180,7 +184,8 @@ def compile_one(job):
             n_args = len(BACKWARD_SCALARS) + 2 + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "ALIGN": align, "PDL": configs.pdl_compiled(arch), "WEIGHT_FIRST": cfg.weight_first}
+                          "ALIGN": align, "HF_NUMERICS": spec.hf, "PDL": configs.pdl_compiled(arch),
+                          "WEIGHT_FIRST": cfg.weight_first}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
@@ -213,7 +218,11 @@ def _write_if_changed(path: Path, text: str | bytes):
 
 
 DTYPE_INDEX = {d: i for i, d in enumerate(configs.DTYPES)}
-WEIGHT_KIND_INDEX = {k: i for i, k in enumerate(configs.WEIGHT_KINDS)}  # KernelVariant::weight (fwd, bwd)
+WEIGHT_SLOTS = 3  # the forward's weight slot: 0 x's dtype, 1 fp32, 2 w16 (kernel_table.h: weight_slot)
+
+
+def weight_slot(spec) -> int:
+    return 0 if spec.weight == spec.x else 1 if spec.weight == "fp32" else 2
 KINDS = {"fwd": 0, "bwd": 1, "dw": 2}  # KernelVariant::kind
 
 
@@ -225,12 +234,15 @@ def _alignment_rules() -> list[str]:
     lines = ["", f"const int kAlignmentBytes = {configs.ALIGNMENT_BYTES};",
              "// configs.align_elems: log2 of the forward's ALIGN. `common` is H OR-ed with every row stride",
              "// (0 for a single row): a power of two divides them all exactly when it divides that.",
-             "int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize) {",
+             "int forward_align_class(bool pointers_aligned, long long common, int x_itemsize, int residual_itemsize,",
+             "                        bool ends_only) {",
              "    if (!pointers_aligned) return 0;"]
     for xs, rs in ITEMSIZE_PAIRS:
         classes = configs.align_classes(xs, rs)
         assert all(a & (a - 1) == 0 for a in classes), "ALIGN classes must be powers of two"
         lines.append(f"    if (x_itemsize == {xs} && residual_itemsize == {rs}) {{")
+        ends = configs.align_classes(xs, rs, ends_only=True)
+        lines.append(f"        if (ends_only) return common % {ends[-1]} == 0 ? {ends[-1].bit_length() - 1} : 0;")
         for a in reversed(classes):
             if a > 1:
                 lines.append(f"        if (common % {a} == 0) return {a.bit_length() - 1};")
@@ -277,15 +289,17 @@ def _rule_cases() -> str:
     """The Python rules' answers, which the generated C++ rules must reproduce (tests/cpp/host_test.cpp)."""
     out = ["// Generated by tools/aot_build.py from addrmsnorm/configs.py",
            "#ifdef ADDRMSNORM_ALIGN_CASES",
-           "// {pointers_aligned, H, stride, x_itemsize, residual_itemsize, forward class, backward class}"]
+           "// {pointers_aligned, H, stride, x_itemsize, residual_itemsize, ends_only, forward class, backward class}"]
     for aligned in (True, False):
         for H in (1, 2, 3, 4, 6, 8, 12, 16, 96, 100, 111, 4096, 4100, 4098, 11111):
             for stride in (0, H, H + 2, H + 4, H + 8, 2 * H):
                 for xs, rs in ITEMSIZE_PAIRS:
-                    p = [0 if aligned else 2]
-                    fwd = configs.align_elems(p, H, (stride,) * 4, xs, rs).bit_length() - 1
-                    bwd = int(configs.backward_align(p, H, (stride,) * 5, xs, rs) > 1)
-                    out.append(f"{{{str(aligned).lower()}, {H}, {stride}, {xs}, {rs}, {fwd}, {bwd}}},")
+                    for ends in (False, True):
+                        p = [0 if aligned else 2]
+                        fwd = configs.align_elems(p, H, (stride,) * 4, xs, rs, ends).bit_length() - 1
+                        bwd = int(configs.backward_align(p, H, (stride,) * 5, xs, rs) > 1)
+                        out.append(f"{{{str(aligned).lower()}, {H}, {stride}, {xs}, {rs}, {str(ends).lower()}, "
+                                   f"{fwd}, {bwd}}},")
     out += ["#endif", "#ifdef ADDRMSNORM_BACKWARD_GRID_CASES",
             "// {rows, H, x_itemsize, residual_itemsize, sm_count, programs, workspace bytes}"]
     for rows in (1, 2, 7, 64, 1000, 4099, 100000):
@@ -330,13 +344,13 @@ addrmsnorm_cubin_blob:
 
     n_d = len(configs.DTYPES)
     n_a = max(s.align_class for s in specs if s.kind == "fwd") + 1
-    n_w = len(configs.WEIGHT_KINDS)
-    dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a)
+    n_w = WEIGHT_SLOTS
+    dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a * 2)
     for si, s in enumerate(specs):
         if s.kind != "fwd":
             continue
-        idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
-               + WEIGHT_KIND_INDEX[s.weight]) * n_a + s.align_class
+        idx = ((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
+                + weight_slot(s)) * n_a + s.align_class) * 2 + int(s.hf)
         assert dense[idx] == -1, s
         dense[idx] = si
 
@@ -353,9 +367,9 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumVariants = {len(specs)};")
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
-        weight = DTYPE_INDEX[s.weight] if s.kind == "dw" else WEIGHT_KIND_INDEX[s.weight]
+        weight = weight_slot(s) if s.kind == "fwd" else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
         lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
-                     f"{weight}, {s.align_class}}},")
+                     f"{weight}, {s.align_class}, {str(s.hf).lower()}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
@@ -367,19 +381,18 @@ addrmsnorm_cubin_blob:
     lines.append("};")
     lines.append(f"const int kNumDtypes = {n_d};")
     lines.append(f"const int kNumAlignClasses = {n_a};")
-    lines.append(f"const int kNumWeightKinds = {n_w};")
-    lines.append("// [config][x][residual][weight kind][align_class] -> variant, or -1")
+    lines.append(f"const int kNumWeightSlots = {n_w};")
+    lines.append("// [config][x][residual][weight slot][align_class][hf] -> variant, or -1")
     lines.append("const short kVariantIndex[] = {")
     for i in range(0, len(dense), 24):
         lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
     lines.append("};")
-    # Backward: configs, [config][x][residual][weight kind][aligned] -> variant, dweight per weight.
-    bdense = [-1] * (len(bcfgs) * n_d * n_d * n_w * 2)
+    # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
+    bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
     for si, s in enumerate(specs):
         if s.kind == "bwd":
-            bdense[(((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
-                    + WEIGHT_KIND_INDEX[s.weight]) * 2 + s.align_class] = si
+            bdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * 2 + s.align_class] = si
         elif s.kind == "dw":
             dw_index[DTYPE_INDEX[s.weight]] = si
     lines.append(f"const int kNumBackwardConfigs = {len(bcfgs)};")
@@ -387,7 +400,7 @@ addrmsnorm_cubin_blob:
     for c in bcfgs:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
-    lines.append("// [config][x][residual][weight kind][aligned] -> variant, or -1")
+    lines.append("// [config][x][residual][aligned] -> variant, or -1")
     lines.append("const short kBackwardIndex[] = {")
     for i in range(0, len(bdense), 24):
         lines.append("    " + ", ".join(str(v) for v in bdense[i:i + 24]) + ",")

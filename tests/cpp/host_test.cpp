@@ -253,20 +253,24 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
     for (long long H : {1LL, 64LL, 111LL, 4096LL, 16384LL, 16385LL, 262144LL})
         for (const auto& p : pairs)
             for (int w = 0; w < 3; ++w)
-                    for (int align_class = 0; align_class < kNumAlignClasses; ++align_class) {
+                    for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
+                    for (bool hf : {false, true}) {
+                        if (hf && (p[0] != p[1] || w != p[0])) continue;  // HF: residual and weight of x's dtype
                         const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
                         // Only the classes the alignment rule can return: with every pointer aligned,
                         // `common` = 1 << align_class asks for exactly that class, if it is built.
-                        if (forward_align_class(true, 1LL << align_class, xs, rs) != align_class) continue;
+                        const bool ends_only = hf || weight_slot(p[0], w) == 2;
+                        if (forward_align_class(true, 1LL << align_class, xs, rs, ends_only) != align_class) continue;
                         const int cfg = select_forward_config(H, xs, rs);
-                        const int v = variant_index(cfg, p[0], p[1], w, align_class);
+                        const int v = variant_index(cfg, p[0], p[1], w, align_class, hf);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].kind, 0);
                         EXPECT_EQ(kVariants[v].config, cfg);
                         EXPECT_EQ(kVariants[v].x_dtype, p[0]);
                         EXPECT_EQ(kVariants[v].residual_dtype, p[1]);
-                        EXPECT_EQ(kVariants[v].weight, w == ADDRMSNORM_FLOAT32 ? 1 : 0);  // fp32, or int16 bits
+                        EXPECT_EQ(kVariants[v].weight, w == p[0] ? 0 : w == ADDRMSNORM_FLOAT32 ? 1 : 2);
                         EXPECT_EQ(kVariants[v].align_class, align_class);
+                        EXPECT_EQ(kVariants[v].hf, hf);
                         for (int a = 0; a < kNumArchs; ++a) {
                             const CubinImage& img = kImages[v * kNumArchs + a];
                             EXPECT_GT(img.size, 0u);
@@ -287,17 +291,16 @@ TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
                                           {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32}};
     for (long long H : {1LL, 64LL, 111LL, 4096LL, 8192LL, 8193LL, 262144LL})
         for (const auto& p : pairs)
-            for (int w = 0; w < 3; ++w)
             for (bool aligned : {false, true}) {
                 const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
                 const int cfg = select_backward_config(H, xs, rs);
-                const int v = backward_variant_index(cfg, p[0], p[1], w, aligned);
+                const int v = backward_variant_index(cfg, p[0], p[1], aligned);
                 ASSERT_GE(v, 0) << "H=" << H;
                 EXPECT_EQ(kVariants[v].kind, 1);
                 EXPECT_EQ(kVariants[v].config, cfg);
                 EXPECT_EQ(kVariants[v].x_dtype, p[0]);
                 EXPECT_EQ(kVariants[v].residual_dtype, p[1]);
-                EXPECT_EQ(kVariants[v].weight, w == ADDRMSNORM_FLOAT32 ? 1 : 0);
+                EXPECT_EQ(kVariants[v].weight, -1);  // every weight dtype, by its runtime dtype
                 EXPECT_EQ(kVariants[v].align_class, aligned ? 1 : 0);
                 for (int a = 0; a < kNumArchs; ++a) {
                     EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
@@ -315,6 +318,7 @@ struct AlignCase {
     bool pointers_aligned;
     long long H, stride;
     int x_size, residual_size;
+    bool ends_only;
     int forward_class, backward_class;
 };
 const AlignCase kAlignCases[] = {
@@ -327,8 +331,10 @@ TEST(Dispatch, GeneratedAlignmentRulesMatchThePythonRules) {
     using namespace addrmsnorm::detail;
     for (const AlignCase& c : kAlignCases) {
         const long long common = c.H | c.stride;
-        EXPECT_EQ(forward_align_class(c.pointers_aligned, common, c.x_size, c.residual_size), c.forward_class)
-            << "H=" << c.H << " stride=" << c.stride << " sizes " << c.x_size << "/" << c.residual_size;
+        EXPECT_EQ(forward_align_class(c.pointers_aligned, common, c.x_size, c.residual_size, c.ends_only),
+                  c.forward_class)
+            << "H=" << c.H << " stride=" << c.stride << " sizes " << c.x_size << "/" << c.residual_size
+            << " ends_only=" << c.ends_only;
         EXPECT_EQ(backward_align_class(c.pointers_aligned, common, c.x_size, c.residual_size), c.backward_class)
             << "H=" << c.H << " stride=" << c.stride << " sizes " << c.x_size << "/" << c.residual_size;
     }
