@@ -13,7 +13,9 @@ else
   if [ -x .venv/bin/python ]; then
     PY=$PWD/.venv/bin/python
     echo "== using the virtual environment .venv ($("$PY" --version 2>&1))"
-  elif "$BASE_PY" -c 'import os, sys, sysconfig; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+  # PEP 668: the marker beside the standard library, outside a virtual environment (a venv made from
+  # a managed Python sees the same marker and is not managed).
+  elif "$BASE_PY" -c 'import os, sys, sysconfig; sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
     echo "== $BASE_PY is externally managed (PEP 668): creating the virtual environment .venv"
     "$BASE_PY" -m venv --system-site-packages .venv || {
       echo "could not create .venv: install Debian's python3-venv (apt-get install python3-venv)" >&2; exit 1; }
