@@ -85,7 +85,7 @@ def fused_add_rmsnorm(
         pdl: launch with programmatic dependent launch (sm_90+; ignored on older GPUs): the
             kernel may start while the previous kernel in the stream is still running and waits
             for it on the GPU before it touches memory, which hides the launch latency in chains
-            of small calls. Off by default: see "Programmatic dependent launch" in the README.
+            of small calls. Off by default: see "Programmatic dependent launch" in docs/guide.md.
 
     Returns:
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``.

@@ -76,13 +76,13 @@ def test_plot(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_update_readme_replaces_only_its_section(tmp_path):
+def test_update_report_doc_replaces_only_its_section(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# T\n\nintro\n")
-    writers.update_readme(readme, "first")
-    writers.update_readme(readme, "second")
+    writers.update_report_doc(readme, "first")
+    writers.update_report_doc(readme, "second")
     text = readme.read_text()
-    assert text.count(writers.README_BEGIN) == 1 and "second" in text and "first" not in text
+    assert text.count(writers.REPORT_BEGIN) == 1 and "second" in text and "first" not in text
     assert text.startswith("# T\n\nintro\n")
 
 

@@ -294,7 +294,7 @@ def run(args) -> int:
     header["compile_fallbacks"] = [f"{k[0]} {k[1]}/{k[2]}" for k in getattr(compiled, "fallbacks", [])]
     writers.write_csv(rows, out / "results.csv")
     writers.write_json(header, rows, out / "results.json")
-    return render(out, header, rows, args.update_readme)
+    return render(out, header, rows, args.update_docs)
 
 
 def _roles(live) -> dict:
@@ -307,8 +307,11 @@ def _roles(live) -> dict:
             "baseline": BASELINE, "peers": [i.name for i in live if not i.ours and i.name != BASELINE]}
 
 
-def render(out: Path, header: dict, rows: list[dict], update_readme: bool, rendered_by: str = "") -> int:
-    """report.md and the plot from the rows; optionally the README's results section."""
+REPORT_DOC = Path("docs/report.md")  # the last full report, kept in the repository (--update-docs)
+
+
+def render(out: Path, header: dict, rows: list[dict], update_docs: bool, rendered_by: str = "") -> int:
+    """report.md and the plot from the rows; optionally the results section of docs/report.md."""
     from addrmsnorm.bench import writers
 
     names = header["implementations"]
@@ -320,17 +323,19 @@ def render(out: Path, header: dict, rows: list[dict], update_readme: bool, rende
     print(md)
     _log(f"wrote {out}/results.csv, results.json, report.md" + (", gbs_vs_h.png" if has_plot else
                                                                  " (no plot: matplotlib is not installed)"))
-    if update_readme:
-        section = md.replace("](gbs_vs_h.png)", f"]({(out / 'gbs_vs_h.png').as_posix()})")
+    if update_docs:
+        # The plot's path relative to the document that shows it.
+        plot = os.path.relpath(out.resolve() / "gbs_vs_h.png", REPORT_DOC.resolve().parent)
+        section = md.replace("](gbs_vs_h.png)", f"]({Path(plot).as_posix()})")
         section += f"\nRaw files: `{out.as_posix()}/` (results.csv, results.json, report.md).\n"
         if rendered_by:
             section += f"This section was rendered from those files by `{rendered_by}`.\n"
-        writers.update_readme(Path("README.md"), section)
-        _log("updated README.md")
+        writers.update_report_doc(REPORT_DOC, section)
+        _log(f"updated {REPORT_DOC}")
     return 0
 
 
-def render_saved(folders: str, update_readme: bool, out: str | None = None) -> int:
+def render_saved(folders: str, update_docs: bool, out: str | None = None) -> int:
     """Re-render finished runs from their results.json (no GPU needed). Several folders (comma-separated)
     are merged into one report in ``out``: each row keeps the percent of its own run's roofline."""
     import json
@@ -354,9 +359,9 @@ def render_saved(folders: str, update_readme: bool, out: str | None = None) -> i
 
         writers.write_csv(rows, dest / "results.csv")
         writers.write_json(header, rows, dest / "results.json")
-    return render(dest, header, rows, update_readme,
+    return render(dest, header, rows, update_docs,
                   rendered_by=f"python -m addrmsnorm.bench --render {folders}" + (f" --out {out}" if out else "")
-                  + (" --update-readme" if update_readme else ""))
+                  + (" --update-docs" if update_docs else ""))
 
 
 def no_gpu() -> int:
@@ -382,13 +387,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-decode", action="store_true", help="skip the decode-chain latency")
     ap.add_argument("--no-backward", action="store_true", help="skip the training (backward) rows")
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
-    ap.add_argument("--update-readme", action="store_true", help="write the report into README.md")
+    ap.add_argument("--update-docs", action="store_true",
+                    help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",
-                    help="re-render report.md, the plot (and with --update-readme the README section) from "
+                    help="re-render report.md, the plot (and with --update-docs the results section of docs/report.md) from "
                          "DIR/results.json of earlier runs; several are merged into --out")
     args = ap.parse_args(argv)
     if args.render:
-        return render_saved(args.render, args.update_readme, args.out)
+        return render_saved(args.render, args.update_docs, args.out)
     if not torch.cuda.is_available():
         return no_gpu()
     try:

@@ -188,18 +188,19 @@ def plot(rows: list[dict], impl_names: list[str], roofline_gbs: float, path: Pat
     return True
 
 
-README_BEGIN = "<!-- results:begin (written by python -m addrmsnorm.bench --update-readme) -->"
-README_END = "<!-- results:end -->"
+REPORT_BEGIN = "<!-- results:begin (written by python -m addrmsnorm.bench --update-docs) -->"
+REPORT_END = "<!-- results:end -->"
 
 
-def update_readme(readme: Path, section: str) -> None:
-    text = readme.read_text()
-    if README_BEGIN in text and README_END in text:
-        pre = text[:text.index(README_BEGIN)]
-        post = text[text.index(README_END) + len(README_END):]
+def update_report_doc(doc: Path, section: str) -> None:
+    """Replace the results section of doc (between REPORT_BEGIN and REPORT_END), or append one."""
+    text = doc.read_text() if doc.exists() else "# The benchmark report\n"
+    if REPORT_BEGIN in text and REPORT_END in text:
+        pre = text[:text.index(REPORT_BEGIN)]
+        post = text[text.index(REPORT_END) + len(REPORT_END):]
     else:
-        pre, post = text.rstrip() + "\n\n## Results\n\n", "\n"
-    readme.write_text(pre + README_BEGIN + "\n" + section.strip() + "\n" + README_END + post)
+        pre, post = text.rstrip() + "\n\n", "\n"
+    doc.write_text(pre + REPORT_BEGIN + "\n" + section.strip() + "\n" + REPORT_END + post)
 
 
 # ----- the performance targets (issue 7), each a ratio within one run ------------------------------
