@@ -120,8 +120,9 @@ WEIGHT_DTYPES = DTYPES
 # weight's load cost 9-12% at H = 4100, 11111 and 65536 and 12% in the decode chain (the branch's
 # join waits for the load); a per-element select between both conversions cost 10-14 registers and
 # 13% at H = 4100 and 11111 (fewer programs per SM); HF numerics as a runtime select cost 14
-# registers at H = 11111. So the weight's type and HF numerics stay specializations, "w16" takes
-# only the two ends of the alignment classes, and rstd on/off is a predicated store.
+# registers at H = 11111. So the weight's type and HF numerics stay specializations, and "w16" takes
+# only the two ends of the alignment classes. rstd on/off is a runtime argument, stored last in a
+# branch: predicated mid-kernel it cost 2-7% on latency-bound calls.
 WEIGHT_W16 = "w16"
 
 
@@ -145,7 +146,9 @@ HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
 # Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
 # accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4
-# for fp32; 4-byte accesses, never measured to help, take ALIGN = 1). ALIGN > 1 promises that the five tensor
+# for fp32). 4-byte accesses (ALIGN 2 of 16-bit streams, for H = 2 mod 4) were dropped to save
+# kernels: no measurement showed them to help, and no shape of the report takes them; such rows run
+# ALIGN = 1. ALIGN > 1 promises that the five tensor
 # pointers are 16-byte aligned (Triton's tt.divisibility=16 on them) and that H and every row stride
 # are multiples of ALIGN elements, so every row starts on an ALIGN-element boundary and the kernel can
 # load and store ALIGN elements at a time. bf16 rows of H = 4100 (8200 bytes) take 8-byte accesses
