@@ -227,6 +227,8 @@ def test_op_errors_are_python_exceptions():
         OPS.fused_add_rmsnorm_(x, r.half(), w, 1e-6)
     with pytest.raises(TypeError, match="numerics='hf' needs residual of x's dtype"):
         OPS.fused_add_rmsnorm(x, r.float(), w, 1e-6, 0.0, False, True)
+    with pytest.raises(TypeError, match="numerics='hf' needs weight of x's dtype"):
+        OPS.fused_add_rmsnorm(x, r, w.float(), 1e-6, 0.0, False, True)
     with pytest.raises(ValueError, match=r"weight has shape \(65,\), expected \(64,\)"):
         OPS.fused_add_rmsnorm(x, r, torch.ones(65, device=DEVICE, dtype=w.dtype), 1e-6)
     with pytest.raises(ValueError, match="eps must be > 0"):

@@ -193,6 +193,11 @@ TEST(Validation, Flags) {
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.rd = ADDRMSNORM_FLOAT32;  // HF numerics need the residual in x's dtype
     expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype");
+    c.rd = c.xd;
+    c.wd = ADDRMSNORM_FLOAT32;  // and the weight in x's dtype, as HF's module keeps it
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype");
+    c.flags = 0;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();  // the contract takes any weight
 }
 
 TEST(Validation, LaunchValidatesBeforeTheDriver) {
