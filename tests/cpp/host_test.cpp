@@ -248,15 +248,17 @@ TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     }
 }
 
+// Every (x, residual) dtype pair the kernels accept (configs.ACTIVATION_PAIRS).
+const addrmsnorm_dtype kActivationPairs[5][2] = {{ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT16},
+                                                 {ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16},
+                                                 {ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32},
+                                                 {ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT32},
+                                                 {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32}};
+
 TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
-    const addrmsnorm_dtype pairs[5][2] = {{ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT16},
-                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16},
-                                          {ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32},
-                                          {ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT32},
-                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32}};
     for (long long H : {1LL, 64LL, 111LL, 4096LL, 16384LL, 16385LL, 262144LL})
-        for (const auto& p : pairs)
+        for (const auto& p : kActivationPairs)
             for (int w = 0; w < 3; ++w)
                     for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
                     for (bool hf : {false, true}) {
@@ -289,13 +291,8 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
 
 TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
-    const addrmsnorm_dtype pairs[5][2] = {{ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT16},
-                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16},
-                                          {ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32},
-                                          {ADDRMSNORM_FLOAT16, ADDRMSNORM_FLOAT32},
-                                          {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32}};
     for (long long H : {1LL, 64LL, 111LL, 4096LL, 8192LL, 8193LL, 262144LL})
-        for (const auto& p : pairs)
+        for (const auto& p : kActivationPairs)
             for (bool aligned : {false, true}) {
                 const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
                 const int cfg = select_backward_config(H, xs, rs);
