@@ -1,0 +1,241 @@
+"""Hugging Face ``transformers`` decoders with every residual add fused into the RMSNorm after it.
+
+In HF's decoder layers the residual add and the norm are separate modules::
+
+    h = residual + attn_out;  y = post_attention_layernorm(h)       # inside layer i
+    h = residual + mlp_out;   y = layers[i + 1].input_layernorm(h)  # across the layer boundary
+
+``patch(model)`` turns each such pair into one ``fused_add_rmsnorm`` call, including the pair that
+straddles two layers and the last layer's add with the model's final norm. Only the first layer's
+input norm stays a plain RMSNorm (there is no add before it).
+
+How the boundary is crossed. A patched layer ends by computing its MLP add together with the next
+norm (the next layer's ``input_layernorm``, or the model's ``norm`` after the last layer), and
+returns the pair ``(h, y)``: ``h`` is the residual stream, exactly the tensor the unpatched layer
+returns, and ``y`` the next norm's output. The model's own loop passes the pair to the next layer as
+its ``hidden_states``; that layer takes ``h`` as its residual and skips its input norm. The final
+norm, given a pair, returns ``y``. So the model's forward, its masks and caches and HF's hidden-state
+recording (which keeps element 0 of a tuple output: ``h``, as unpatched) run unchanged. A patched
+layer given a plain tensor (the first layer, or a layer called on its own) normalizes it itself.
+
+Nothing is added to the module tree: the layers and the final norm change class (to a subclass of
+their own, so ``isinstance`` and gradient checkpointing work as before), and each layer keeps a
+reference to the next norm outside its submodules. Parameters, buffers and the state dict are the
+model's own tensors, untouched. ``unpatch(model)`` restores the classes.
+
+Numerics:
+
+* ``"hf"`` (default) reproduces the unpatched model's roundings: the add in the model dtype (h is
+  rounded before the variance), rstd as torch computes it, then each family's norm. Llama-style
+  norms (Llama, Mistral, Qwen2, Qwen3) round ``h * rstd`` to the model dtype and multiply by the
+  weight; Gemma's norms (Gemma, Gemma 2, Gemma 3) multiply by ``1 + w`` in fp32 and round once.
+  The kernel's ``numerics="hf"`` does the one or the other as the weight has no offset or has one.
+  Where the activations, residual and weight are not all of one dtype (training under autocast
+  with fp32 parameters: the residual stream is then fp32), HF's own modules add and normalize in
+  fp32 and round y once, which is the contract, so the contract serves those calls.
+* ``"contract"``: addrmsnorm's contract, the fp32 add with y rounded once; more accurate than HF's.
+
+The backward of either is the contract's gradient (HF's extra roundings differentiate as the
+identity, as in autograd of HF's modules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import ops
+from .configs import NUMERICS
+
+
+@dataclass(frozen=True)
+class _Family:
+    model: str      # the decoder stack: has .layers and .norm
+    layer: str      # its decoder layer class
+    norm: str       # its RMSNorm class
+    sandwich: bool  # Gemma 2/3: a norm on each branch's output before its add
+    offset: float   # the norm's weight offset: Gemma's 1 + w
+
+
+_FAMILIES = (
+    _Family("LlamaModel", "LlamaDecoderLayer", "LlamaRMSNorm", False, 0.0),
+    _Family("MistralModel", "MistralDecoderLayer", "MistralRMSNorm", False, 0.0),
+    _Family("Qwen2Model", "Qwen2DecoderLayer", "Qwen2RMSNorm", False, 0.0),
+    _Family("Qwen3Model", "Qwen3DecoderLayer", "Qwen3RMSNorm", False, 0.0),
+    _Family("GemmaModel", "GemmaDecoderLayer", "GemmaRMSNorm", False, 1.0),
+    _Family("Gemma2Model", "Gemma2DecoderLayer", "Gemma2RMSNorm", True, 1.0),
+    _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0),
+)
+_BY_MODEL = {f.model: f for f in _FAMILIES}
+
+
+def supported_architectures() -> tuple[str, ...]:
+    """The decoder stacks ``patch`` knows, by ``transformers`` class name. A model is supported when
+    it is one of them or contains one (``LlamaForCausalLM`` contains a ``LlamaModel``,
+    ``Gemma3ForConditionalGeneration`` a ``Gemma3TextModel``)."""
+    return tuple(f.model for f in _FAMILIES)
+
+
+@dataclass(frozen=True)
+class _Link:
+    """What a patched layer needs beyond its own modules. Not a Module, so the next norm is not
+    registered twice."""
+    family: _Family
+    next_norm: torch.nn.Module  # the next layer's input_layernorm, or the model's final norm
+    hf: bool
+    pdl: bool
+
+
+_LINK = "_addrmsnorm_link"
+
+
+def _eps(norm: torch.nn.Module) -> float:
+    eps = getattr(norm, "variance_epsilon", None)
+    return float(norm.eps if eps is None else eps)
+
+
+def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link: _Link):
+    """``h = residual + x; y = norm(h)`` in one kernel: returns (y, h)."""
+    w = norm.weight
+    hf = link.hf and x.dtype == residual.dtype == w.dtype
+    y, h, _ = ops.fused_add_rmsnorm(x, residual, w, _eps(norm), link.family.offset, False, hf, link.pdl)
+    return y, h
+
+
+def _split(layer, hidden_states, normed):
+    # A pair from the previous patched layer carries the input norm's output already.
+    if normed is None:
+        normed = layer.input_layernorm(hidden_states)
+    return hidden_states, normed
+
+
+def _forward(self, hidden_states, normed=None, **kwargs):
+    """A patched decoder layer. ``kwargs`` are the layer's own (mask, positions, cache, ...),
+    passed to its attention as the unpatched layer does. Returns ``(h, next norm's output)``."""
+    link: _Link = getattr(self, _LINK)
+    residual, x = _split(self, hidden_states, normed)
+    x, _ = self.self_attn(hidden_states=x, **kwargs)
+    if link.family.sandwich:  # Gemma 2/3: the branch is normed before its add
+        x = self.post_attention_layernorm(x)
+        x, residual = _fused(x, residual, self.pre_feedforward_layernorm, link)
+        x = self.post_feedforward_layernorm(self.mlp(x))
+    else:
+        x, residual = _fused(x, residual, self.post_attention_layernorm, link)
+        x = self.mlp(x)
+    y, h = _fused(x, residual, link.next_norm, link)
+    return h, y
+
+
+def _call(self, hidden_states, *args, **kwargs):
+    # Unpack a pair into two positional arguments, so that reentrant gradient checkpointing (which
+    # tracks only top-level tensor arguments) and forward hooks see both tensors.
+    if type(hidden_states) is tuple:
+        return torch.nn.Module.__call__(self, *hidden_states, *args, **kwargs)
+    return torch.nn.Module.__call__(self, hidden_states, *args, **kwargs)
+
+
+def _final_norm_forward(self, hidden_states):
+    if type(hidden_states) is tuple:  # (h, y) from the last patched layer: y is this norm's output
+        return hidden_states[1]
+    return self._addrmsnorm_unpatched.forward(self, hidden_states)
+
+
+_CLASSES: dict = {}
+
+
+def _patched_class(cls: type, body: dict) -> type:
+    # A subclass per original class, made once. GradientCheckpointingLayer's __init_subclass__ wraps
+    # the new forward for checkpointing, as it wraps the original.
+    key = (cls, tuple(body))
+    sub = _CLASSES.get(key)
+    if sub is None:
+        sub = _CLASSES[key] = type("AddRMSNorm" + cls.__name__, (cls,),
+                                   {**body, "_addrmsnorm_unpatched": cls, "__module__": __name__})
+    return sub
+
+
+def _stacks(model: torch.nn.Module):
+    found = [(m, _BY_MODEL[type(m).__name__]) for m in model.modules() if type(m).__name__ in _BY_MODEL]
+    if not found:
+        raise TypeError(
+            f"addrmsnorm.hf.patch: {type(model).__name__} is not supported: it contains none of the decoder "
+            f"stacks {', '.join(supported_architectures())} (addrmsnorm.hf.supported_architectures())")
+    return found
+
+
+def _check_stack(stack, family: _Family):
+    n = getattr(getattr(stack, "config", None), "num_hidden_layers", None)
+    layers = list(stack.layers) if n is None else list(stack.layers[:n])
+    for name, m in [(f"layers[{i}]", layer) for i, layer in enumerate(layers)] + [("norm", stack.norm)]:
+        want = family.norm if name == "norm" else family.layer
+        if _unpatched_type(m).__name__ != want:
+            raise TypeError(f"addrmsnorm.hf.patch: {type(stack).__name__}.{name} is a {type(m).__name__}, not the "
+                            f"{want} it fuses with (was it replaced by another patch?)")
+        norms = ["norm"] if name == "norm" else (
+            ["input_layernorm", "post_attention_layernorm"]
+            + (["pre_feedforward_layernorm", "post_feedforward_layernorm"] if family.sandwich else []))
+        for attr in norms:
+            norm = m if attr == "norm" else getattr(m, attr, None)
+            if norm is None or _unpatched_type(norm).__name__ != family.norm:
+                raise TypeError(
+                    f"addrmsnorm.hf.patch: {type(stack).__name__}.{name}.{attr} is a {type(norm).__name__}, "
+                    f"not a {family.norm}; addrmsnorm reproduces that norm only (was it replaced by "
+                    f"another patch?)")
+    return layers
+
+
+def _unpatched_type(m) -> type:
+    return getattr(type(m), "_addrmsnorm_unpatched", type(m))
+
+
+def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) -> torch.nn.Module:
+    """Fuse every residual add of ``model`` with the RMSNorm that follows it, in place.
+
+    Args:
+        model: an instantiated ``transformers`` model that is, or contains, one of
+            ``supported_architectures()`` (e.g. ``LlamaForCausalLM``).
+        numerics: "hf" (the unpatched model's roundings, per family) or "contract" (the fp32 add,
+            y rounded once). See the module docstring.
+        pdl: launch the fused kernels with programmatic dependent launch (sm_90+), which hides
+            launch latency in decode.
+
+    Returns:
+        ``model`` itself. Patching again re-links the layers with the new arguments;
+        ``unpatch(model)`` undoes it.
+
+    Raises:
+        TypeError naming the model's class when it contains no supported decoder stack, or naming
+        the module when a layer or norm is not of the class the family has (another patch, such as
+        Liger's norm swap, replaced it); ValueError for a bad ``numerics``. The model is unchanged
+        when it raises.
+    """
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics must be one of {', '.join(map(repr, NUMERICS))}, got {numerics!r}")
+    if type(pdl) is not bool:
+        raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"addrmsnorm.hf.patch takes a torch.nn.Module, got {type(model).__name__}")
+    plan = [(stack, family, _check_stack(stack, family)) for stack, family in _stacks(model)]
+    for stack, family, layers in plan:  # checked all first: nothing changes unless all of it can
+        for i, layer in enumerate(layers):
+            next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else stack.norm
+            layer.__class__ = _patched_class(_unpatched_type(layer), {"forward": _forward, "__call__": _call})
+            object.__setattr__(layer, _LINK, _Link(family, next_norm, numerics == "hf", pdl))
+        stack.norm.__class__ = _patched_class(_unpatched_type(stack.norm), {"forward": _final_norm_forward})
+    return model
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """Undo ``patch``: every patched module gets its class back. Returns ``model``."""
+    for m in model.modules():
+        cls = getattr(type(m), "_addrmsnorm_unpatched", None)
+        if cls is not None:
+            m.__class__ = cls
+            m.__dict__.pop(_LINK, None)
+    return model
+
+
+def is_patched(model: torch.nn.Module) -> bool:
+    """Whether any module of ``model`` is patched."""
+    return any(getattr(type(m), "_addrmsnorm_unpatched", None) is not None for m in model.modules())
