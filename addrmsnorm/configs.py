@@ -137,12 +137,29 @@ def forward_weight_args(x_dtype: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((x_dtype, "fp32", WEIGHT_W16)))
 
 
-# Numerics. "contract" rounds y once; "hf" reproduces HF LlamaRMSNorm's roundings (kernels.py). HF
+# Numerics. "contract" rounds y once; "hf" reproduces HF RMSNorms' roundings (kernels.py). HF
 # models carry the residual and the weight in the model dtype, so "hf" takes residual and weight of
 # x's dtype only (validation.py and the C ABI check it), which also keeps the AOT build from
 # compiling variants nobody calls.
 NUMERICS = ("contract", "hf")
 HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
+
+# The kernel's HF_NUMERICS constexpr. HF has two RMSNorm forms, told apart by the weight: stored as
+# is, LlamaRMSNorm's `weight * (h * rstd).to(dtype)` (two roundings); stored as an offset, Gemma's
+# `(h * rstd * (1 + weight.float())).to(dtype)` (one). "hf" with weight_offset != 0 is the second.
+# On fp32 the rounding to the activation dtype is exact, so both are HF_LLAMA there and the build
+# has no HF_GEMMA kernels for fp32.
+CONTRACT, HF_LLAMA, HF_GEMMA = 0, 1, 2
+HF_GEMMA_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
+
+
+def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
+    """HF_NUMERICS for a call (CONTRACT, HF_LLAMA or HF_GEMMA); the C++ runtime's forward.cpp has
+    the same rule."""
+    if not hf:
+        return CONTRACT
+    # abs(w) > 2**-150: the offset is nonzero as fp32, the type the kernel and the C ABI take it in.
+    return HF_GEMMA if abs(weight_offset) > 2.0 ** -150 and x_itemsize == 2 else HF_LLAMA
 
 # Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
 # accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4

@@ -79,9 +79,11 @@ def fused_add_rmsnorm(
         out: optional (..., H) tensor of x's dtype for y. May be ``x`` or ``residual`` itself.
         residual_out: optional (..., H) tensor of residual's dtype for h. May be ``residual`` or ``x``.
         return_rstd: also return rstd, float32 of shape x.shape[:-1].
-        numerics: "contract" (the formula above, y rounded once) or "hf", HF LlamaRMSNorm's
-            roundings: normalize h rounded to residual's dtype, round h * rstd to x's dtype, then
-            multiply by the weight (see kernels.py). "hf" needs residual of x's dtype.
+        numerics: "contract" (the formula above, y rounded once) or "hf", HF's RMSNorm after an
+            add in the model dtype: normalize h rounded to residual's dtype, then, with
+            weight_offset == 0, LlamaRMSNorm's roundings (h * rstd rounded to x's dtype, then times
+            the weight), and with weight_offset != 0 Gemma's (times weight + weight_offset in fp32,
+            rounded once); see kernels.py. "hf" needs residual and weight of x's dtype.
         pdl: launch with programmatic dependent launch (sm_90+; ignored on older GPUs): the
             kernel may start while the previous kernel in the stream is still running and waits
             for it on the GPU before it touches memory, which hides the launch latency in chains

@@ -36,11 +36,13 @@ Points the contract insists on, and how this source honours them:
   chosen by configs.align_elems for the JIT and the AOT build alike; H and the strides are not
   specialized by value, so the two paths compile the same code for the same call.
 * HF numerics (the HF_NUMERICS constexpr, `numerics="hf"` in Python, ADDRMSNORM_FLAG_HF_NUMERICS in
-  C) reproduces HF's LlamaRMSNorm applied after a residual add in the model dtype: it normalizes
-  h rounded to the residual dtype, computes rstd as torch does (mean as sum * fp32(1/H), rsqrtf),
-  and rounds h * rstd to the activation dtype before the weight multiply. It exists for bit
-  compatibility with HF checkpoints' reference outputs; the contract's single rounding is the
-  more accurate of the two.
+  C) reproduces HF's RMSNorm applied after a residual add in the model dtype: it normalizes h
+  rounded to the residual dtype and computes rstd as torch does (mean as sum * fp32(1/H), rsqrtf).
+  Then HF_NUMERICS 1, LlamaRMSNorm's form (Llama, Mistral, Qwen), rounds h * rstd to the
+  activation dtype before the weight multiply; HF_NUMERICS 2, the form of HF's norms of an offset
+  weight (Gemma 1/2/3's `1 + w`), multiplies by the weight in fp32 and rounds once. The launchers
+  pick 2 where weight_offset != 0 (configs.numerics_mode). It exists for compatibility with HF
+  models' outputs; the contract's single rounding of the fp32 sum is the more accurate.
 * What is a specialization and what is an argument. Constexprs are what changes the code's shape,
   its registers or its memory accesses: the tile (BLOCK_H, ROWS_PER_PROGRAM, LOOPED, WEIGHT_FIRST),
   ALIGN, HF_NUMERICS, PDL, and the pointer types (the weight typed, or as int16 bits). Whether rstd
@@ -116,10 +118,11 @@ def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
 
 @triton.jit
 def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
-    # y before its store. The contract: h * rstd * w in fp32, rounded once. HF's LlamaRMSNorm
-    # instead rounds the normalized value to the activation dtype and then multiplies by the
-    # weight: `weight * (h * rstd).to(input_dtype)`.
-    if HF_NUMERICS:
+    # y before its store. The contract: h * rstd * w in fp32, rounded once, and so do HF's norms of
+    # an offset weight (Gemma's `(h * rstd * (1 + w.float())).type_as(h)`: HF_NUMERICS 2). HF's
+    # LlamaRMSNorm (HF_NUMERICS 1) instead rounds the normalized value to the activation dtype and
+    # then multiplies by the weight: `weight * (h * rstd).to(input_dtype)`.
+    if HF_NUMERICS == 1:
         return (h * rstd).to(out_dtype).to(tl.float32) * w
     return h * rstd * w
 
@@ -236,7 +239,7 @@ def fused_add_rmsnorm_fwd(
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
     ALIGN: tl.constexpr,             # H and every row stride are multiples of ALIGN elements
-    HF_NUMERICS: tl.constexpr,       # HF LlamaRMSNorm's roundings instead of the contract's
+    HF_NUMERICS: tl.constexpr,       # 0: the contract; 1, 2: HF's roundings (configs.numerics_mode)
     PDL: tl.constexpr = False,       # grid-dependency control (sm_90+): wait, then release the next
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
 ):

@@ -92,7 +92,7 @@ def launch_forward(
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
             ALIGN=align,
-            HF_NUMERICS=hf,
+            HF_NUMERICS=configs.numerics_mode(hf, weight_offset, xs),
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
             num_warps=cfg.num_warps,

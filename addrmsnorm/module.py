@@ -20,8 +20,8 @@ class FusedAddRMSNorm(torch.nn.Module):
         hidden_size: H, the normalized dimension.
         eps: added to the mean square inside the square root.
         weight_offset: added to the weight in fp32; 1.0 for Gemma's ``(1 + w)`` form.
-        numerics: "contract" (y rounded once, from the fp32 sum) or "hf" (HF LlamaRMSNorm's
-            roundings, bit for bit; see ``kernels.py``).
+        numerics: "contract" (y rounded once, from the fp32 sum) or "hf" (HF's roundings:
+            LlamaRMSNorm's, or with a weight_offset Gemma's; see ``addrmsnorm.fused_add_rmsnorm``).
         pdl: launch with programmatic dependent launch (see ``addrmsnorm.fused_add_rmsnorm``).
         device, dtype: of the weight.
 

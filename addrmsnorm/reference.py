@@ -77,12 +77,16 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, tol: Toleran
                              f"({tol.reason})")
 
 
-def hf_style_ref(x, residual, weight, eps=1e-6):
-    """The common eager PyTorch idiom (as in HF LlamaRMSNorm fed x + residual): add in x's dtype."""
+def hf_style_ref(x, residual, weight, eps=1e-6, weight_offset=0.0):
+    """HF's eager idiom, an add in x's dtype then its RMSNorm: LlamaRMSNorm's
+    ``weight * (h * rstd).to(dtype)``, or with a weight offset Gemma's
+    ``(h * rstd * (weight.float() + offset)).to(dtype)``."""
     h = x + residual
     hf = h.float()
-    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
-    return y, h
+    n = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight_offset != 0.0:
+        return (n * (weight.float() + weight_offset)).to(x.dtype), h
+    return n.to(x.dtype) * weight, h
 
 
 # Tolerances are data with their reasons, in tolerances.py; here keyed by torch dtype.

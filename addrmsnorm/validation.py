@@ -134,7 +134,7 @@ def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
                         f"HF models carry the residual stream in the model dtype")
     if hf and weight.dtype != x.dtype:
         raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
-                        f"HF's LlamaRMSNorm keeps its weight in the model dtype")
+                        f"HF's RMSNorm keeps its weight in the model dtype")
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
     if out is not None and out.dtype != x.dtype:

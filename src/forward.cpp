@@ -66,7 +66,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     const int align_class =
         forward_align_class(pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out,
                             dtype_size(x_dtype), dtype_size(residual_dtype), ends_only);
-    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, hf);
+    const int numerics = numerics_mode(hf, weight_offset, dtype_size(x_dtype));
+    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
 
     LoadedKernel k;

@@ -23,7 +23,8 @@ struct KernelVariant {
     int align_class;       // forward: ALIGN = 1 << align_class (configs.align_classes); backward: 0
                            // (ALIGN 1) or 1 (the vector). ALIGN > 1 also promises 16-byte aligned
                            // pointers, and H and strides multiples of ALIGN
-    bool hf;               // HF_NUMERICS
+    int numerics;          // HF_NUMERICS: 0 the contract, 1 HF LlamaRMSNorm's roundings, 2 HF's
+                           // offset-weight (Gemma) norm's; see numerics_mode below
 };
 
 struct CubinImage {
@@ -48,6 +49,7 @@ extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
 extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << class, class < kNumAlignClasses
 extern const int kNumWeightSlots;
+extern const int kNumNumerics;
 extern const short kVariantIndex[];  // [config][x][residual][weight slot][align_class][hf] -> variant | -1
 
 // The backward: its configs and dispatch rule, [config][x][residual][aligned] -> variant (one for
@@ -87,10 +89,18 @@ int backward_align_class(bool pointers_aligned, long long common, int x_itemsize
 long long backward_programs(long long rows, int config, int sm_count);
 unsigned long long backward_workspace_bytes(long long rows, long long hidden, int config, int sm_count);
 
-inline int variant_index(int config, int x, int residual, int weight, int align_class, bool hf) {
+// configs.numerics_mode: the HF_NUMERICS of a call. HF's norms of an offset weight (Gemma's 1 + w)
+// round once (2), LlamaRMSNorm twice (1); on fp32 the two are one (1). weight_offset is the fp32
+// value the kernel adds.
+inline int numerics_mode(bool hf, float weight_offset, int x_itemsize) {
+    if (!hf) return 0;
+    return (weight_offset != 0.0f && x_itemsize == 2) ? 2 : 1;
+}
+
+inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {
     const int n = kNumDtypes;
     return kVariantIndex[((((config * n + x) * n + residual) * kNumWeightSlots + weight_slot(x, weight)) *
-                              kNumAlignClasses + align_class) * 2 + (hf ? 1 : 0)];
+                              kNumAlignClasses + align_class) * kNumNumerics + numerics];
 }
 
 }  // namespace detail

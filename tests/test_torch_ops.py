@@ -267,30 +267,38 @@ def test_module_loads_an_hf_state_dict_and_matches_the_function():
         addrmsnorm.FusedAddRMSNorm(0)
 
 
-def _hf_given_rstd(h, rstd, weight, dtype):
+def _hf_given_rstd(h, rstd, weight, dtype, weight_offset=0.0):
     """HF's formula after its reduction, fed our rstd: isolates everything but the sum's order."""
-    return (h.float() * rstd.unsqueeze(-1)).to(dtype) * weight
+    n = h.float() * rstd.unsqueeze(-1)
+    if weight_offset != 0.0:  # Gemma's norm: times (offset + w) in fp32, rounded once
+        return (n * (weight.float() + weight_offset)).to(dtype)
+    return n.to(dtype) * weight
 
 
+@pytest.mark.parametrize("weight_offset", [0.0, 1.0])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("H", [128, 4096, 5120] + ([32768] if ON_GPU else [17000]))
-def test_hf_numerics(dtype, H):
-    """numerics="hf" is HF's LlamaRMSNorm on (x + residual) in the model dtype.
+def test_hf_numerics(dtype, H, weight_offset):
+    """numerics="hf" is HF's RMSNorm on (x + residual) in the model dtype: LlamaRMSNorm's form, or
+    with a weight offset Gemma's (``(h * rstd * (1 + w.float())).type_as(h)``).
 
     On the GPU: residual_out is bit-exact; y is bit-exact against HF's formula given our rstd; and
     against HF's formula end to end, y differs only where the last fp32 bit of rstd decides a
-    rounding of h * rstd (torch sums the squares in another order than we do, so the fp32 sums can
+    rounding of y (torch sums the squares in another order than we do, so the fp32 sums can
     differ in their last bit; nothing else differs).
     """
     N = 64 if ON_GPU else 3
     x, r, w = make_inputs(N, H, (dtype, dtype, dtype), DEVICE, seed=H)
+    if weight_offset:
+        w = (w.float() - 1.0).to(w.dtype)  # a Gemma weight: 1 + w is near 1
     eps = 1e-5
-    m = addrmsnorm.FusedAddRMSNorm(H, eps=eps, numerics="hf", device=DEVICE, dtype=x.dtype)
+    m = addrmsnorm.FusedAddRMSNorm(H, eps=eps, weight_offset=weight_offset, numerics="hf", device=DEVICE,
+                                   dtype=x.dtype)
     with torch.no_grad():
         m.weight.copy_(w)
         y, ro = m(x, r)
-    _, _, rstd = OPS.fused_add_rmsnorm(x, r, w, eps, 0.0, True, True)
-    y_hf, h_hf = hf_style_ref(x, r, w, eps)
+    _, _, rstd = OPS.fused_add_rmsnorm(x, r, w, eps, weight_offset, True, True)
+    y_hf, h_hf = hf_style_ref(x, r, w, eps, weight_offset)
     if not ON_GPU:
         # The interpreter truncates fp32 -> bf16 conversions instead of rounding them, so HF's
         # formula is evaluated here with the interpreter's conversion, and our rstd.
@@ -298,13 +306,14 @@ def test_hf_numerics(dtype, H):
             return truncate_to_bf16(t) if x.dtype == torch.bfloat16 else t.to(x.dtype)
         h = cast(x.float() + r.float())
         assert torch.equal(bits(ro), bits(h))
-        want = cast(cast(h.float() * rstd.unsqueeze(-1)).float() * w.float())
+        n = h.float() * rstd.unsqueeze(-1)
+        want = cast(n * (w.float() + weight_offset)) if weight_offset else cast(cast(n).float() * w.float())
         assert torch.equal(bits(y), bits(want))
         rstd_torch = torch.rsqrt(h.float().pow(2).mean(-1) + eps)
         torch.testing.assert_close(rstd, rstd_torch, rtol=4e-7, atol=0)
         return
     assert torch.equal(bits(ro), bits(h_hf)), "residual_out is not HF's x + residual"
-    assert torch.equal(bits(y), bits(_hf_given_rstd(h_hf, rstd, w, x.dtype))), \
+    assert torch.equal(bits(y), bits(_hf_given_rstd(h_hf, rstd, w, x.dtype, weight_offset))), \
         "after the reduction, y is not HF's formula bit for bit"
     # End to end: rstd within 2 fp32 ulp of torch's, and y equal wherever HF's own h * rstd is not
     # within that distance of a rounding boundary of the output dtype.
@@ -313,14 +322,14 @@ def test_hf_numerics(dtype, H):
     assert ((rstd - rstd_hf).abs() <= 2 * torch.finfo(torch.float32).eps * rstd_hf).all()
     differ = y != y_hf
     if differ.any():
-        n_lo = (hf32 * (rstd_hf * (1 - 3e-7)).unsqueeze(-1)).to(x.dtype)
-        n_hi = (hf32 * (rstd_hf * (1 + 3e-7)).unsqueeze(-1)).to(x.dtype)
+        n_lo = _hf_given_rstd(h_hf, rstd_hf * (1 - 3e-7), w, x.dtype, weight_offset)
+        n_hi = _hf_given_rstd(h_hf, rstd_hf * (1 + 3e-7), w, x.dtype, weight_offset)
         decided_by_last_bit = n_lo != n_hi
         assert not (differ & ~decided_by_last_bit).any(), \
             f"{int((differ & ~decided_by_last_bit).sum())} elements differ from HF away from a rounding tie"
-    # And numerics="hf" is not the contract: on 16-bit data the double rounding shows.
+    # And numerics="hf" is not the contract: on 16-bit data its roundings show.
     if dtype != "fp32":
-        y_contract, _ = addrmsnorm.fused_add_rmsnorm(x, r, w, eps)
+        y_contract, _ = addrmsnorm.fused_add_rmsnorm(x, r, w, eps, weight_offset=weight_offset)
         assert not torch.equal(bits(y_contract), bits(y))
 
 

@@ -73,7 +73,7 @@ class Spec:
     residual: str
     weight: str       # fwd: the weight pointer's type (configs.forward_weight_arg); bwd: "any"; dw: its dtype
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
-    hf: bool = False  # HF_NUMERICS (fwd)
+    numerics: int = 0  # HF_NUMERICS (fwd): configs.CONTRACT, HF_LLAMA or HF_GEMMA
 
     @property
     def align_class(self) -> int:
@@ -112,9 +112,11 @@ def all_specs(cfgs, bcfgs):
                     w16 = w == configs.WEIGHT_W16
                     for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=w16):
                         specs.append(Spec("fwd", ci, x, res, w, align))
-                if (x, res) in configs.HF_ACTIVATION_PAIRS:  # HF: the weight of x's dtype only
-                    for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
-                        specs.append(Spec("fwd", ci, x, res, x, align, hf=True))
+                for mode, pairs in ((configs.HF_LLAMA, configs.HF_ACTIVATION_PAIRS),
+                                    (configs.HF_GEMMA, configs.HF_GEMMA_ACTIVATION_PAIRS)):
+                    if (x, res) in pairs:  # HF: the weight of x's dtype only
+                        for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
+                            specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
     return specs
 
 
@@ -184,7 +186,7 @@ def compile_one(job):
             n_args = len(BACKWARD_SCALARS) + 2 + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "ALIGN": align, "HF_NUMERICS": spec.hf, "PDL": configs.pdl_compiled(arch),
+                          "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
@@ -219,6 +221,7 @@ def _write_if_changed(path: Path, text: str | bytes):
 
 DTYPE_INDEX = {d: i for i, d in enumerate(configs.DTYPES)}
 WEIGHT_SLOTS = 3  # the forward's weight slot: 0 x's dtype, 1 fp32, 2 w16 (kernel_table.h: weight_slot)
+N_NUMERICS = 3  # HF_NUMERICS values: configs.CONTRACT, HF_LLAMA, HF_GEMMA (kernel_table.h: kNumNumerics)
 
 
 def weight_slot(spec) -> int:
@@ -345,12 +348,12 @@ addrmsnorm_cubin_blob:
     n_d = len(configs.DTYPES)
     n_a = max(s.align_class for s in specs if s.kind == "fwd") + 1
     n_w = WEIGHT_SLOTS
-    dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a * 2)
+    dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a * N_NUMERICS)
     for si, s in enumerate(specs):
         if s.kind != "fwd":
             continue
         idx = ((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
-                + weight_slot(s)) * n_a + s.align_class) * 2 + int(s.hf)
+                + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS + s.numerics
         assert dense[idx] == -1, s
         dense[idx] = si
 
@@ -369,7 +372,7 @@ addrmsnorm_cubin_blob:
     for s in specs:
         weight = weight_slot(s) if s.kind == "fwd" else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
         lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
-                     f"{weight}, {s.align_class}, {str(s.hf).lower()}}},")
+                     f"{weight}, {s.align_class}, {s.numerics}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
@@ -382,7 +385,8 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumDtypes = {n_d};")
     lines.append(f"const int kNumAlignClasses = {n_a};")
     lines.append(f"const int kNumWeightSlots = {n_w};")
-    lines.append("// [config][x][residual][weight slot][align_class][hf] -> variant, or -1")
+    lines.append(f"const int kNumNumerics = {N_NUMERICS};")
+    lines.append("// [config][x][residual][weight slot][align_class][numerics] -> variant, or -1")
     lines.append("const short kVariantIndex[] = {")
     for i in range(0, len(dense), 24):
         lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")

@@ -128,7 +128,7 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
                      ": HF models carry the residual stream in the model dtype");
     TORCH_CHECK_TYPE(!hf || weight.scalar_type() == x.scalar_type(), "numerics='hf' needs weight of x's dtype (",
                      torch_name(x.scalar_type()), "), got ", torch_name(weight.scalar_type()),
-                     ": HF's LlamaRMSNorm keeps its weight in the model dtype");
+                     ": HF's RMSNorm keeps its weight in the model dtype");
     TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
     if (out != nullptr) {
         TORCH_CHECK_TYPE(out->scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out->scalar_type()),

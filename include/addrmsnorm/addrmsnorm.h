@@ -60,10 +60,13 @@ typedef enum addrmsnorm_dtype {
 /*
  * Flags of addrmsnorm_fused_add_rmsnorm.
  *
- * ADDRMSNORM_FLAG_HF_NUMERICS: reproduce HF LlamaRMSNorm after a residual add in the model dtype,
- * instead of the contract above: normalize h rounded to residual_dtype, compute rstd as torch does
- * (mean = sum * fp32(1/hidden), then rsqrtf), and round h * rstd to x_dtype before multiplying by
- * (weight + weight_offset). Needs residual_dtype == x_dtype.
+ * ADDRMSNORM_FLAG_HF_NUMERICS: reproduce HF's RMSNorm after a residual add in the model dtype,
+ * instead of the contract above: normalize h rounded to residual_dtype and compute rstd as torch
+ * does (mean = sum * fp32(1/hidden), then rsqrtf). Then, with weight_offset == 0, LlamaRMSNorm's
+ * form (Llama, Mistral, Qwen): round h * rstd to x_dtype before multiplying by the weight; with
+ * weight_offset != 0, the form of HF's norms of an offset weight (Gemma 1/2/3's 1 + w): multiply
+ * by (weight + weight_offset) in fp32 and round once. Needs residual_dtype and weight_dtype equal
+ * to x_dtype.
  */
 #define ADDRMSNORM_FLAG_HF_NUMERICS 0x1u
 

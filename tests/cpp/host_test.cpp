@@ -261,15 +261,17 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
         for (const auto& p : kActivationPairs)
             for (int w = 0; w < 3; ++w)
                     for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
-                    for (bool hf : {false, true}) {
+                    for (bool hf : {false, true})
+                    for (float weight_offset : {0.0f, 1.0f}) {
                         if (hf && (p[0] != p[1] || w != p[0])) continue;  // HF: residual and weight of x's dtype
                         const int xs = p[0] == ADDRMSNORM_FLOAT32 ? 4 : 2, rs = p[1] == ADDRMSNORM_FLOAT32 ? 4 : 2;
+                        const int numerics = numerics_mode(hf, weight_offset, xs);
                         // Only the classes the alignment rule can return: with every pointer aligned,
                         // `common` = 1 << align_class asks for exactly that class, if it is built.
                         const bool ends_only = hf || weight_slot(p[0], w) == 2;
                         if (forward_align_class(true, 1LL << align_class, xs, rs, ends_only) != align_class) continue;
                         const int cfg = select_forward_config(H, xs, rs);
-                        const int v = variant_index(cfg, p[0], p[1], w, align_class, hf);
+                        const int v = variant_index(cfg, p[0], p[1], w, align_class, numerics);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].kind, 0);
                         EXPECT_EQ(kVariants[v].config, cfg);
@@ -277,7 +279,7 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                         EXPECT_EQ(kVariants[v].residual_dtype, p[1]);
                         EXPECT_EQ(kVariants[v].weight, w == p[0] ? 0 : w == ADDRMSNORM_FLOAT32 ? 1 : 2);
                         EXPECT_EQ(kVariants[v].align_class, align_class);
-                        EXPECT_EQ(kVariants[v].hf, hf);
+                        EXPECT_EQ(kVariants[v].numerics, numerics);
                         for (int a = 0; a < kNumArchs; ++a) {
                             const CubinImage& img = kImages[v * kNumArchs + a];
                             EXPECT_GT(img.size, 0u);

@@ -1,0 +1,262 @@
+"""addrmsnorm.hf.patch on small transformers models built from configs (random weights, no download).
+
+On the CPU (the interpreter) the models are fp32; on the GPU bf16. Each test compares a patched
+model with the same model unpatched (``unpatch`` restores it exactly), within the model-level
+tolerances of ``addrmsnorm.tolerances`` (HF_MODEL_TOLERANCES), whose reasons say why they are what
+they are.
+"""
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from addrmsnorm import hf  # noqa: E402
+from addrmsnorm.tolerances import HF_MODEL_TOLERANCES  # noqa: E402
+
+from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels  # noqa: E402
+
+pytestmark = needs_kernels
+
+DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+TOL = HF_MODEL_TOLERANCES["bf16" if ON_GPU else "fp32"]
+
+_COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+FAMILIES = {  # name: (config class, model class, extra config, the stack class patched)
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}, "LlamaModel"),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}, "MistralModel"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}, "Qwen2Model"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 32}, "Qwen3Model"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 32}, "GemmaModel"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma2Model"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma3TextModel"),
+}
+# One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
+FORMS = ["llama", "gemma3"]
+
+
+def build(family, seed=0, dtype=DTYPE, **overrides):
+    cfg_cls, model_cls, extra, _ = FAMILIES[family]
+    cfg = getattr(transformers, cfg_cls)(**{**_COMMON, **extra, **overrides})
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(cfg)
+    with torch.no_grad():  # norms that matter: HF initializes them to the identity
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return model.to(device=DEVICE, dtype=dtype).eval()
+
+
+def prompt(batch=2, length=12, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, _COMMON["vocab_size"], (batch, length), generator=g).to(DEVICE)
+
+
+def max_rel(a, b):
+    """max |a - b| / max |b|: differences relative to the tensor's scale."""
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+
+
+def test_supported_architectures():
+    assert hf.supported_architectures() == tuple(f[3] for f in FAMILIES.values())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_patched_model_matches_unpatched(family):
+    """numerics="hf": logits and every hidden state within TOL of the unpatched model, the same
+    greedy generation (KV cache on), and the model's own parameters, untouched."""
+    model = build(family)
+    ids = prompt()
+    params = {n: p for n, p in model.named_parameters()}
+    state = {n: t.data_ptr() for n, t in model.state_dict().items()}
+    with torch.no_grad():
+        ref = model(ids, output_hidden_states=True)
+        ref_gen = model.generate(ids[:1], max_new_tokens=32, do_sample=False, min_new_tokens=32)
+
+    assert hf.patch(model) is model and hf.is_patched(model)
+    stack = model.model
+    assert type(stack.layers[0]).__name__ == "AddRMSNorm" + type(stack.layers[0]).__mro__[1].__name__
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True)
+        gen = model.generate(ids[:1], max_new_tokens=32, do_sample=False, min_new_tokens=32)
+    assert max_rel(out.logits, ref.logits) <= TOL.logits, TOL.reason
+    assert len(out.hidden_states) == len(ref.hidden_states) == _COMMON["num_hidden_layers"] + 1
+    for i, (a, b) in enumerate(zip(out.hidden_states, ref.hidden_states)):
+        assert a.shape == b.shape and max_rel(a, b) <= TOL.logits, f"hidden state {i}"
+    assert torch.equal(gen, ref_gen), "greedy generation differs"
+
+    # Same parameter objects and storage; same state dict.
+    assert {n: p for n, p in model.named_parameters()} == params
+    assert {n: t.data_ptr() for n, t in model.state_dict().items()} == state
+
+    hf.unpatch(model)
+    assert not hf.is_patched(model)
+    with torch.no_grad():
+        again = model(ids)
+    assert torch.equal(again.logits, ref.logits), "unpatch did not restore the model"
+
+
+@pytest.mark.parametrize("family", FORMS)
+def test_contract_numerics(family):
+    """numerics="contract" runs the fp32 add; in fp32 models it agrees with "hf" within TOL (the
+    roundings they differ in are exact there)."""
+    model = build(family)
+    ids = prompt()
+    with torch.no_grad():
+        ref = model(ids).logits
+        out = hf.patch(model, numerics="contract")(ids).logits
+    if not ON_GPU:
+        assert max_rel(out, ref) <= TOL.logits
+    else:  # bf16: a different rounding, within what bf16 models differ by
+        assert max_rel(out, ref) <= TOL.contract_logits
+
+
+@gpu_only
+@pytest.mark.parametrize("family", FORMS)
+def test_contract_is_closer_to_fp64(family):
+    """bf16 with numerics="contract" is closer to the fp64 run of the same model than the unpatched
+    bf16 model is (mean squared logit error over 4 x 128 tokens)."""
+    model64 = build(family, dtype=torch.float64, num_hidden_layers=6)
+    ids = prompt(batch=4, length=128, seed=3)
+    with torch.no_grad():
+        want = model64(ids).logits
+        model = copy.deepcopy(model64).to(torch.bfloat16)
+        err_hf = (model(ids).logits.double() - want).pow(2).mean().item()
+        hf.patch(model, numerics="contract")
+        err_contract = (model(ids).logits.double() - want).pow(2).mean().item()
+    assert err_contract < err_hf, (err_contract, err_hf)
+
+
+def _train(model, steps, ids, compile_model=False):
+    """AdamW steps on a fixed batch; returns the losses and the last step's gradients."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    fwd = torch.compile(model, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager") \
+        if compile_model else model
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss.item())
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        opt.step()
+    return losses, grads
+
+
+@pytest.mark.parametrize("compile_model", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("family", FORMS + (["mistral", "qwen2", "qwen3", "gemma", "gemma2"] if ON_GPU else []))
+def test_training_matches_unpatched(family, compile_model):
+    """3 AdamW steps: every loss and every parameter's gradient at the last step within TOL of the
+    unpatched model. Compiled with fullgraph=True, which fails on any graph break."""
+    if compile_model and family not in FORMS:
+        pytest.skip("compiled: one model of each layer form")
+    base = build(family)
+    ids = prompt(seed=5)
+    ref_losses, ref_grads = _train(copy.deepcopy(base), 3, ids, compile_model)
+    losses, grads = _train(hf.patch(copy.deepcopy(base)), 3, ids, compile_model)
+    for a, b in zip(losses, ref_losses):
+        assert abs(a - b) <= TOL.loss * abs(b), (losses, ref_losses)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        assert max_rel(grads[name], ref_grads[name]) <= TOL.grad, name
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_gradient_checkpointing(use_reentrant):
+    """Checkpointed layers recompute the same kernels: the same loss and gradients, bit for bit,
+    as the patched model without checkpointing (reentrant checkpointing sees both tensors of the
+    pair passed between layers, so no gradient is lost)."""
+    base = build("llama")
+    ids = prompt(seed=7)
+    want_losses, want = _train(hf.patch(copy.deepcopy(base)), 1, ids)
+    model = hf.patch(copy.deepcopy(base))
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    losses, grads = _train(model, 1, ids)
+    assert losses == want_losses
+    assert grads.keys() == want.keys()
+    for name in grads:
+        assert torch.equal(grads[name], want[name]), name
+
+
+def test_compiled_inference_matches_eager():
+    """The patched model under torch.compile(fullgraph=True) gives the eager patched logits."""
+    model = hf.patch(build("gemma3"))
+    ids = prompt()
+    with torch.no_grad():
+        want = model(ids).logits
+        got = torch.compile(model, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")(ids).logits
+    assert max_rel(got, want) <= TOL.logits
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    """A patched model saves the unpatched model's checkpoint: it loads into a plain model."""
+    model = hf.patch(build("qwen3"))
+    model.save_pretrained(tmp_path)
+    loaded = transformers.Qwen3ForCausalLM.from_pretrained(tmp_path, dtype=DTYPE).to(DEVICE).eval()
+    assert not hf.is_patched(loaded)
+    want = model.state_dict()
+    got = loaded.state_dict()
+    assert want.keys() == got.keys()
+    for k in want:
+        assert torch.equal(want[k], got[k]), k
+
+
+def test_pdl_and_repatch():
+    """Patching again re-links with the new arguments; the outputs do not depend on pdl."""
+    model = build("mistral")
+    ids = prompt()
+    with torch.no_grad():
+        a = hf.patch(model)(ids).logits
+        b = hf.patch(model, pdl=True)(ids).logits
+    assert torch.equal(a, b)
+    assert all(getattr(layer, "_addrmsnorm_link").pdl for layer in model.model.layers)
+
+
+def test_unsupported_model_is_named():
+    with pytest.raises(TypeError, match="Linear is not supported"):
+        hf.patch(torch.nn.Linear(4, 4))
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(TypeError, match="GPT2LMHeadModel is not supported.*LlamaModel"):
+        hf.patch(gpt2)
+
+
+def test_replaced_norm_is_refused_and_nothing_changes():
+    """A norm another patch replaced (Liger swaps RMSNorm modules) is refused by name, and the
+    model is left as it was."""
+    model = build("llama")
+    model.model.layers[2].post_attention_layernorm = torch.nn.RMSNorm(_COMMON["hidden_size"], device=DEVICE)
+    with pytest.raises(TypeError, match=r"LlamaModel.layers\[2\].post_attention_layernorm is a RMSNorm"):
+        hf.patch(model)
+    assert not hf.is_patched(model)
+
+
+def test_bad_arguments():
+    model = build("llama")
+    with pytest.raises(ValueError, match="numerics must be one of 'contract', 'hf', got 'fast'"):
+        hf.patch(model, numerics="fast")
+    with pytest.raises(TypeError, match="pdl must be a bool, got int"):
+        hf.patch(model, pdl=1)
+    assert not hf.is_patched(model)
+
+
+def test_patched_layer_alone_normalizes_its_input():
+    """A patched layer given a plain tensor (as the first layer is) runs its own input norm: layer 1
+    called alone on a hidden state returns the unpatched layer's output as the first of its pair,
+    and the next layer's input norm of it as the second."""
+    model = build("llama")
+    ids = prompt()
+    stack = model.model
+    with torch.no_grad():
+        h1 = model(ids, output_hidden_states=True).hidden_states[1]
+        pos = torch.arange(ids.shape[1], device=DEVICE)[None]
+        kwargs = dict(attention_mask=None, position_ids=pos, position_embeddings=stack.rotary_emb(h1, pos))
+        want = stack.layers[1](h1, **kwargs)
+        want_next = stack.layers[2].input_layernorm(want)
+        hf.patch(model)
+        h2, y = stack.layers[1](h1, **kwargs)
+    assert max_rel(h2, want) <= TOL.logits
+    assert max_rel(y, want_next) <= TOL.logits
