@@ -54,8 +54,14 @@ HF_MODEL_TOLERANCES: dict[str, ModelTolerance] = {
                "computed from the saved h and rstd in fp32, HF's by autograd through its ops",
     ),
     "bf16": ModelTolerance(
-        logits=2.0**-5, contract_logits=2.0**-3, loss=2.0**-7, grad=2.0**-3,
-        reason="PLACEHOLDER",
+        logits=2.0**-8, contract_logits=2.0**-5, loss=2.0**-10, grad=2.0**-3,
+        reason="hf: the kernel rounds where HF does, so y differs only by an ulp where the last bit of "
+               "rstd (another summation order) decides a rounding, and such flips propagate; measured "
+               "on the H200: 0 (bit-identical logits) for all seven families. contract: one rounding "
+               "of the fp32 sum where HF rounds twice, which moves logits by bf16 noise amplified over "
+               "the layers (measured <= 1.1e-2). Training: our backward is the contract's gradient in "
+               "fp32 where HF's autograd rounds to bf16 at each op; after 3 AdamW steps (lr 1e-4) "
+               "measured loss <= 2.2e-4 and gradients <= 3.8e-2 (the worst parameter of 7 families)",
     ),
 }
 
