@@ -16,7 +16,9 @@ Liger is applied with rms_norm=True and everything else off (its RoPE, SwiGLU an
 kernels would change other ops than the norms; the comparison is of the norm and the add). Liger
 replaces the LlamaRMSNorm class in transformers' module for the whole process, so its rows run last.
 
-Every time is the median of --repeats runs after warm-up runs, on CUDA events.
+The variants are measured in turn, --rounds times, in one process (the models side by side), after
+two warm-up samples each (which compile); each figure is the median of its rounds. A prefill or
+training sample is the median of 3 timed calls on CUDA events.
 
     python devtools/hf_bench.py --out results.json [--variants unpatched,addrmsnorm,liger]
                                 [--modes eager,compiled] [--what prefill,decode,train]
@@ -25,6 +27,7 @@ Every time is the median of --repeats runs after warm-up runs, on CUDA events.
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import statistics
@@ -86,48 +89,62 @@ def ids(batch: int, length: int, seed: int = 0):
     return torch.randint(0, 32000, (batch, length), device="cuda", generator=g)
 
 
-def prefill(model, compiled: bool, args) -> dict:
-    fwd = torch.compile(model, dynamic=False) if compiled else model
-    out = {}
-    for b, t in ((1, 2048), (8, 512)):
+# Each measurement: name -> (make(model, compiled) -> a callable returning ms for one sample, and how
+# the samples' median becomes the reported figure).
+def _prefill(b, t):
+    def make(model, compiled):
+        fwd = torch.compile(model, dynamic=False) if compiled else model
         x = ids(b, t)
-        with torch.inference_mode():
-            ms = timed(lambda: fwd(x, use_cache=False, logits_to_keep=1), args.warmup, args.repeats)
-        out[f"prefill {b}x{t} tok/s"] = b * t / ms * 1e3
-    return out
+
+        def sample():
+            with torch.inference_mode():
+                return timed(lambda: fwd(x, use_cache=False, logits_to_keep=1), 0, 3)
+        return sample
+    return make, lambda ms: b * t / ms * 1e3
 
 
-def decode(model, compiled: bool, args) -> dict:
-    out = {}
-    d = args.decode_tokens
-    for b in (1, 32):
+def _decode(b, new_tokens):
+    def make(model, compiled):
         x = ids(b, 128, seed=1)
 
         def gen(n):
             return model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                   cache_implementation="static", disable_compile=not compiled, pad_token_id=0)
-        with torch.inference_mode():
-            t1 = timed(lambda: gen(1), args.warmup, args.repeats)
-            tn = timed(lambda: gen(1 + d), args.warmup, args.repeats)
-        out[f"decode b{b} ms/token"] = (tn - t1) / d
-    return out
+
+        def sample():
+            with torch.inference_mode():
+                return (timed(lambda: gen(1 + new_tokens), 0, 1) - timed(lambda: gen(1), 0, 1)) / new_tokens
+        return sample
+    return make, lambda ms: ms
 
 
-def train(model, compiled: bool, args) -> dict:
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    fwd = torch.compile(model, dynamic=False) if compiled else model
-    x = ids(4, 1024, seed=2)
+def _train(b, t):
+    def make(model, compiled):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        fwd = torch.compile(model, dynamic=False) if compiled else model
+        x = ids(b, t, seed=2)
 
-    def step():
-        loss = fwd(x, labels=x).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    ms = timed(step, args.warmup, args.repeats)
-    model.eval()
-    del opt
-    return {"train 4x1024 ms/step": ms}
+        def step():
+            fwd(x, labels=x).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        def sample():
+            model.train()
+            try:
+                return timed(step, 0, 3)
+            finally:
+                model.eval()
+        return sample
+    return make, lambda ms: ms
+
+
+def measurements(decode_tokens: int):
+    return {
+        "prefill": {"prefill 1x2048 tok/s": _prefill(1, 2048), "prefill 8x512 tok/s": _prefill(8, 512)},
+        "decode": {"decode b1 ms/token": _decode(1, decode_tokens), "decode b32 ms/token": _decode(32, decode_tokens)},
+        "train": {"train 4x1024 ms/step": _train(4, 1024)},
+    }
 
 
 def main(argv=None):
@@ -138,31 +155,50 @@ def main(argv=None):
     p.add_argument("--what", default="prefill,decode,train")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--decode-tokens", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5, help="samples per variant, taken in turn")
     args = p.parse_args(argv)
     import transformers
     import addrmsnorm
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "transformers": transformers.__version__, "addrmsnorm_backend": addrmsnorm.backend(),
-            "layers": args.layers}
-    rows = []
-    for variant in args.variants.split(","):
-        model = apply(build(args.layers), variant)
+            "layers": args.layers, "rounds": args.rounds, "decode_tokens": args.decode_tokens}
+    variants = args.variants.split(",")
+    # All models first (Liger's class swap would reach models built after it), each applied once.
+    base = build(args.layers)
+    models = {v: apply(base if i == 0 else copy.deepcopy(base), v) for i, v in enumerate(variants)}
+    table = {}  # (variant, mode) -> {figure: value}
+    for what in args.what.split(","):
         for mode in args.modes.split(","):
-            row = {"variant": variant, "mode": mode}
-            for what in args.what.split(","):
+            for name, (make, figure) in measurements(args.decode_tokens)[what].items():
                 t0 = time.time()
                 torch._dynamo.reset()
-                row.update({"prefill": prefill, "decode": decode, "train": train}[what](model, mode == "compiled", args))
-                print(f"{variant} {mode} {what}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        del model
-        gc.collect()
-        torch.cuda.empty_cache()
+                samplers = {v: make(models[v], mode == "compiled") for v in variants}
+                for s in samplers.values():  # warm-up: compiles, caches, autotuning
+                    s()
+                    s()
+                samples = {v: [] for v in variants}
+                for _ in range(args.rounds):  # in turn, so that drift in the GPU's state hits all alike
+                    for v, s in samplers.items():
+                        samples[v].append(s())
+                for v in variants:
+                    table.setdefault((v, mode), {})[name] = figure(statistics.median(samples[v]))
+                print(f"{mode} {name}: " + ", ".join(f"{v} {table[(v, mode)][name]:.4g}" for v in variants)
+                      + f"  ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+                del samplers
+                gc.collect()
+    rows = [{"variant": v, "mode": m, **figs} for (v, m), figs in table.items()]
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(markdown(rows))
+
+
+def markdown(rows) -> str:
+    names = [k for k in rows[0] if k not in ("variant", "mode")]
+    out = ["| variant | mode | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for r in sorted(rows, key=lambda r: (r["mode"], r["variant"])):
+        out.append(f"| {r['variant']} | {r['mode']} | " + " | ".join(
+            f"{r[n]:,.0f}" if "tok/s" in n else f"{r[n]:.2f}" for n in names) + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def test_contract_numerics(family):
     if not ON_GPU:
         assert max_rel(out, ref) <= TOL.logits
     else:  # bf16: a different rounding, within what bf16 models differ by
-        assert max_rel(out, ref) <= TOL.contract_logits
+        assert max_rel(out, ref) <= TOL.rounding_logits
 
 
 @gpu_only
@@ -183,13 +183,14 @@ def test_gradient_checkpointing(use_reentrant):
 
 
 def test_compiled_inference_matches_eager():
-    """The patched model under torch.compile(fullgraph=True) gives the eager patched logits."""
+    """The patched model under torch.compile(fullgraph=True) gives the eager patched logits, within
+    what inductor's own roundings of the other ops move them by (TOL.rounding_logits)."""
     model = hf.patch(build("gemma3"))
     ids = prompt()
     with torch.no_grad():
         want = model(ids).logits
         got = torch.compile(model, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")(ids).logits
-    assert max_rel(got, want) <= TOL.logits
+    assert max_rel(got, want) <= TOL.rounding_logits
 
 
 def test_save_pretrained_round_trip(tmp_path):
