@@ -261,3 +261,27 @@ def test_patched_layer_alone_normalizes_its_input():
         h2, y = stack.layers[1](h1, **kwargs)
     assert max_rel(h2, want) <= TOL.logits
     assert max_rel(y, want_next) <= TOL.logits
+
+
+def test_gemma3_multimodal_model_patches_its_text_stack():
+    """A model that contains a supported stack is supported: Gemma3ForConditionalGeneration's
+    Gemma3TextModel is patched, its vision tower is left alone."""
+    text = dict(_COMMON, head_dim=32, sliding_window=8, num_hidden_layers=2)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    cfg = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                    image_token_index=255, boi_token_index=253, eoi_token_index=254)
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and "language_model" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    model = model.to(device=DEVICE, dtype=DTYPE).eval()
+    ids = prompt() % 250
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+        out = hf.patch(model)(input_ids=ids).logits
+    patched = [name for name, m in model.named_modules() if type(m).__name__.startswith("AddRMSNorm")]
+    assert patched and all("language_model" in name for name in patched)
+    assert max_rel(out, ref) <= TOL.logits
