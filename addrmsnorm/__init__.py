@@ -9,6 +9,7 @@ The functions below call the ``torch.ops.addrmsnorm`` operators; ``backend()`` s
 tensors go to the C++ extension ("cpp") or the Triton JIT launcher ("triton").
 """
 
+from . import hf  # addrmsnorm.hf.patch(model): transformers decoders (imports no transformers itself)
 from .functional import fused_add_rmsnorm, fused_add_rmsnorm_
 from .module import FusedAddRMSNorm
 from .ops import backend, backend_reason

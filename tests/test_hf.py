@@ -285,3 +285,8 @@ def test_gemma3_multimodal_model_patches_its_text_stack():
     patched = [name for name, m in model.named_modules() if type(m).__name__.startswith("AddRMSNorm")]
     assert patched and all("language_model" in name for name in patched)
     assert max_rel(out, ref) <= TOL.logits
+
+
+def test_reachable_from_the_package():
+    import addrmsnorm
+    assert addrmsnorm.hf.patch is hf.patch
