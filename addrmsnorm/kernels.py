@@ -127,6 +127,63 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
     return h * rstd * w
 
 
+# ----- quantized outputs (fused_add_rmsnorm_quant_fwd) ----------------------------------------------
+#
+# y is the contract's fp32 value. QUANT 1 (static): q = quant(y * (1 / scale)), the scale read from
+# memory. QUANT 2 (dynamic): per token (group_size 0) or per group of 64 or 128 columns (group_size,
+# a runtime argument: the 128-wide amax is the max of two 64-wide ones, so one kernel serves all
+# three): s = max(min(amax|y|, scale_ub), QUANT_AMAX_FLOOR) / qmax, rounded up to a power of two with
+# ue8m0, and q = quant(y * (1 / s)); the scales are written as fp32. quant: int8 clamps to
+# [-128, 127] and rounds half to even; fp8 clamps to +-qmax and converts, which rounds to nearest
+# even. Clamping first also keeps the product y * inv from being contracted into the rounding add.
+
+
+@triton.jit
+def _quantize(v, q_dtype: tl.constexpr):
+    if q_dtype == tl.int8:
+        c = tl.minimum(tl.maximum(v, -128.0), 127.0)
+        # |c| <= 128 < 2**22: adding and subtracting 1.5 * 2**23 leaves c rounded to an integer,
+        # half to even (fp32 round-to-nearest-even); exact, and the interpreter does the same.
+        return ((c + 12582912.0) - 12582912.0).to(tl.int8)
+    qmax: tl.constexpr = 448.0 if q_dtype == tl.float8e4nv else 57344.0
+    return tl.minimum(tl.maximum(v, -qmax), qmax).to(q_dtype)
+
+
+@triton.jit
+def _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, q_dtype: tl.constexpr):
+    """s = max(min(amax, scale_ub), floor) / qmax, then (ue8m0) rounded up to a power of two."""
+    if has_ub != 0:
+        amax = tl.minimum(amax, tl.load(scale_ub_ptr))
+    qmax: tl.constexpr = 127.0 if q_dtype == tl.int8 else (448.0 if q_dtype == tl.float8e4nv else 57344.0)
+    s = tl.math.div_rn(tl.maximum(amax, 1e-10), qmax)  # 1e-10: configs.QUANT_AMAX_FLOOR
+    if ue8m0 != 0:  # 2**ceil(log2(s)) from the bits: bump the exponent unless the mantissa is 0
+        bits = s.to(tl.int32, bitcast=True)
+        e = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+        s = (e << 23).to(tl.float32, bitcast=True)
+    return s
+
+
+@triton.jit
+def _quant_groups(y, rows, row_mask, col0, H, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+                  group_size, has_ub, ue8m0, q_dtype: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
+    """Per-group scales of a [R, B] tile whose first column is col0 (a multiple of 128), written to
+    scales; returns y * (1 / s) per group. group_size is 64 or 128."""
+    G64: tl.constexpr = B // 64
+    a64 = tl.max(tl.reshape(tl.abs(y), [R, G64, 64]), axis=2)
+    if B >= 128:
+        if group_size == 128:  # pairs of 64-wide groups
+            a128 = tl.max(tl.reshape(a64, [R, G64 // 2, 2]), axis=2)
+            a64 = tl.reshape(tl.join(a128, a128), [R, G64])
+    s = _dynamic_scale(a64, scale_ub_ptr, has_ub, ue8m0, q_dtype)
+    inv = tl.math.div_rn(1.0, s)
+    gi = tl.arange(0, G64)
+    per = group_size // 64
+    g = (col0 // 64 + gi) // per
+    smask = row_mask[:, None] & ((col0 + gi * 64) < H)[None, :] & ((gi % per) == 0)[None, :]
+    tl.store(scales_ptr + rows[:, None] * stride_s_row + g[None, :] * stride_s_group, s, mask=smask)
+    return tl.reshape(tl.reshape(y, [R, G64, 64]) * inv[:, :, None], [R, B])
+
+
 @triton.jit
 def _single_pass_rows(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
@@ -135,6 +192,8 @@ def _single_pass_rows(
     eps, weight_offset, write_rstd, weight_dtype,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
     HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+    group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -161,7 +220,24 @@ def _single_pass_rows(
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
     w = _weight_f32(w_raw, weight_dtype) + weight_offset
     y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
-    tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if QUANT == 0:
+        tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        if QUANT == 1:
+            v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
+        else:
+            if group_size == 0:
+                s = _dynamic_scale(tl.max(tl.abs(y), axis=1), scale_ub_ptr, has_ub, ue8m0,
+                                   out_ptr.dtype.element_ty)
+                tl.store(scales_ptr + rows * stride_s_row, s, mask=row_mask)
+                v = y * tl.math.div_rn(1.0, s)[:, None]
+            else:
+                v = _quant_groups(y, rows, row_mask, 0, H, scales_ptr, scale_ub_ptr, stride_s_row,
+                                  stride_s_group, group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
+                                  ROWS_PER_PROGRAM, BLOCK_H)
+        tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
+        if write_y != 0:
+            tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
     # rstd last, in a branch after every other load and store: a branch in the middle would split the
     # kernel for the scheduler (measured: +14 registers at H = 11111), and a predicated store there
     # cost 2-7% at small, latency-bound shapes and 5% at 8184 x 4100 bf16/fp32 (registers).
@@ -176,6 +252,8 @@ def _looped_row(
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset, write_rstd, weight_dtype,
     BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
+    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+    group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
 ):
     # One row per program, walked in BLOCK_H chunks twice.
     row = tl.program_id(0).to(tl.int64)
@@ -203,6 +281,22 @@ def _looped_row(
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
 
+    inv = 1.0  # quantized: 1 / the scale of the whole row (static, or per token)
+    if QUANT == 1:
+        inv = tl.math.div_rn(1.0, tl.load(scale_ptr))
+    if QUANT == 2:
+        if group_size == 0:  # per token: the row's amax before any q is written, in a pass of its own
+            amax = 0.0
+            for start in range(0, H, BLOCK_H):
+                cols = start + tl.arange(0, BLOCK_H)
+                mask = cols < H
+                h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
+                w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+                amax = tl.maximum(amax, tl.max(tl.abs(h * rstd * w), axis=0))
+            s = _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
+            tl.store(scales_ptr + row * stride_s_row, s)
+            inv = tl.math.div_rn(1.0, s)
+
     # Pass 2: reload h from residual_out (not from x + residual: an aliased output overwrote them).
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
@@ -210,7 +304,20 @@ def _looped_row(
         h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
         y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
-        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        if QUANT == 0:
+            tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            v = y * inv
+            if QUANT == 2:
+                if group_size != 0:
+                    one = tl.zeros([1], dtype=tl.int64) + row
+                    v = tl.reshape(_quant_groups(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H,
+                                                 scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+                                                 group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
+                                                 1, BLOCK_H), [BLOCK_H])
+            tl.store(out_row + cols, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
+            if write_y != 0:
+                tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 # H and the strides are not specialized by value: their alignment reaches the kernel only through
@@ -257,13 +364,66 @@ def fused_add_rmsnorm_fwd(
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS)
+                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
+                    out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                           eps, weight_offset, write_rstd, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST)
+                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST,
+                          out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
+
+
+@triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
+                               "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
+                               "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype"])
+def fused_add_rmsnorm_quant_fwd(
+    x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
+    residual_ptr,             # [n_rows, H] residual stream, x's dtype
+    weight_ptr,               # [H] RMSNorm weight, typed as x, or fp32
+    q_ptr,                    # [n_rows, H] quantized y: float8_e4m3fn, float8_e5m2 or int8
+    residual_out_ptr,         # [n_rows, H] new residual h; may alias residual or x
+    y_ptr,                    # [n_rows, H] y in x's dtype; written only if write_y
+    scale_ptr,                # [1] fp32: QUANT 1's scale
+    scales_ptr,               # fp32 scales out, QUANT 2: [n_rows] per token, else [n_rows, H / group_size]
+    scale_ub_ptr,             # [1] fp32 upper bound of amax, read only if has_ub
+    n_rows, H,
+    stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row, stride_y_row,
+    stride_s_row,             # elements between the scales of consecutive rows
+    stride_s_group,           # elements between the scales of consecutive groups of a row
+    eps, weight_offset,
+    group_size,               # QUANT 2: 0 (per token), 64 or 128
+    write_y, has_ub, ue8m0,   # i32 flags
+    weight_dtype,             # i32: the weight's addrmsnorm_dtype
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
+    QUANT: tl.constexpr,      # 1 static, 2 dynamic (per token or per group)
+    PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False,
+):
+    """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    H = (H // ALIGN) * ALIGN
+    stride_x_row = (stride_x_row // ALIGN) * ALIGN
+    stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
+    stride_q_row = (stride_q_row // ALIGN) * ALIGN
+    stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
+    stride_y_row = (stride_y_row // ALIGN) * ALIGN
+    if LOOPED:
+        _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
+                    H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
+                    eps, weight_offset, 0, weight_dtype, BLOCK_H, 0,
+                    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+                    group_size, write_y, has_ub, ue8m0, QUANT)
+    else:
+        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
+                          n_rows, H,
+                          stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
+                          eps, weight_offset, 0, weight_dtype,
+                          BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST,
+                          y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
+                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT)
 
 
 # ----- backward ------------------------------------------------------------------------------------

@@ -51,6 +51,52 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
+# Quantized outputs (addrmsnorm.fused_add_rmsnorm_quant): the largest magnitude of each target dtype,
+# and the floor of amax (an all-zero group gets scale QUANT_AMAX_FLOOR / qmax, and q = 0).
+QUANT_QMAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0, torch.int8: 127.0}
+QUANT_AMAX_FLOOR = 1e-10
+
+
+def quant_cast_ref(v: torch.Tensor, quant_dtype: torch.dtype) -> torch.Tensor:
+    """fp32 -> the quant dtype as the contract says: int8 rounds half to even, then clamps to
+    [-128, 127]; fp8 clamps to +-qmax, then rounds to nearest even (torch's own conversions)."""
+    if quant_dtype == torch.int8:
+        return v.round().clamp(-128, 127).to(torch.int8)
+    qmax = QUANT_QMAX[quant_dtype]
+    return v.clamp(-qmax, qmax).to(quant_dtype)
+
+
+def ue8m0_ref(s: torch.Tensor) -> torch.Tensor:
+    """2 ** ceil(log2(s)), exactly: s itself if it is a power of two, else the next one up."""
+    m, e = torch.frexp(s)  # s = m * 2**e, 0.5 <= m < 1
+    return torch.ldexp(torch.ones_like(s), torch.where(m == 0.5, e - 1, e))
+
+
+def quantize_ref(y: torch.Tensor, quant_dtype: torch.dtype, *, scale: torch.Tensor | None = None,
+                 group_size: int | None = None, scale_ub: torch.Tensor | None = None, ue8m0: bool = False):
+    """q and the fp32 scales from y (..., H), in fp32 as the kernels compute them:
+
+        static     q = quant(y * (1 / scale))                                  scales = scale
+        dynamic    s = max(min(amax|y|, scale_ub), QUANT_AMAX_FLOOR) / qmax    per token: (...)
+                   (ue8m0: 2 ** ceil(log2 s));  q = quant(y * (1 / s))         per group: (..., H / G)
+    """
+    y32 = y.float()
+    if scale is not None:
+        inv = torch.reciprocal(scale.float().reshape(()))
+        return quant_cast_ref(y32 * inv, quant_dtype), scale
+    H = y.shape[-1]
+    G = H if group_size is None else group_size
+    g = y32.reshape(*y.shape[:-1], H // G, G)
+    amax = g.abs().amax(dim=-1)
+    if scale_ub is not None:
+        amax = torch.minimum(amax, scale_ub.float().reshape(()))
+    s = torch.clamp_min(amax, QUANT_AMAX_FLOOR) / QUANT_QMAX[quant_dtype]
+    if ue8m0:
+        s = ue8m0_ref(s)
+    q = quant_cast_ref((g * torch.reciprocal(s).unsqueeze(-1)).reshape(y.shape), quant_dtype)
+    return q, (s.squeeze(-1) if group_size is None else s)
+
+
 def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dresidual_out=None):
     """Gradients (dx, dresidual, dweight) of the contract, by float64 autograd of the reference."""
     xs, rs, ws = (t.detach().double().requires_grad_() for t in (x, residual, weight))
