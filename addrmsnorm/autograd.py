@@ -105,6 +105,35 @@ def _fused_add_rmsnorm_into(keyset, x, residual, weight, out, residual_out, rstd
     torch.autograd.graph.increment_version((out, residual_out) if rstd is None else (out, residual_out, rstd))
 
 
+def _fused_add_rmsnorm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0,
+                             scale_ub=None, column_major_scales=False, ue8m0_scales=False, weight_offset=0.0,
+                             return_y=False, pdl=False):
+    # Quantized outputs are for inference: no backward.
+    _refuse_grad("fused_add_rmsnorm_quant", ("x", "residual", "weight"), (x, residual, weight))
+    with _C._AutoDispatchBelowAutograd():
+        return torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default.redispatch(
+            keyset & _C._after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size,
+            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl)
+
+
+def _fused_add_rmsnorm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
+                                  group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False):
+    _refuse_grad("fused_add_rmsnorm_quant_into", ("x", "residual", "weight", "out", "residual_out",
+                                                  "scales_out", "y"),
+                 (x, residual, weight, out, residual_out, scales_out, y))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
+            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl)
+    torch.autograd.graph.increment_version(tuple(t for t in (out, residual_out, scales_out, y) if t is not None))
+
+
+def register_quant(lib: torch.library.Library) -> None:
+    """The quantized operators' Autograd kernels (Python on both backends, for now)."""
+    lib.impl("fused_add_rmsnorm_quant", _fused_add_rmsnorm_quant, "Autograd", with_keyset=True)
+    lib.impl("fused_add_rmsnorm_quant_into", _fused_add_rmsnorm_quant_into, "Autograd", with_keyset=True)
+
+
 def register(lib: torch.library.Library) -> None:
     """Register the Python Autograd kernels (only where the C++ extension has not registered its own)."""
     lib.impl("fused_add_rmsnorm", _fused_add_rmsnorm, "Autograd", with_keyset=True)

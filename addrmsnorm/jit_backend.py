@@ -12,7 +12,7 @@ import torch
 
 from . import configs
 from . import validation as v
-from .launcher import INTERPRETED, launch_backward, launch_forward, sm_count
+from .launcher import INTERPRETED, launch_backward, launch_forward, launch_quant_forward, sm_count
 
 
 def _check_runnable(device: torch.device) -> None:
@@ -106,3 +106,78 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
         stride_dx=dx_rows.row_stride if separate else H, weight_offset=weight_offset, n_sms=n_sms,
     )
     return dres, dx, dweight
+
+
+# ----- quantized outputs --------------------------------------------------------------------------
+
+TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
+
+
+def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> torch.Tensor:
+    """The scales a quantized call returns: 0 elements (static), [rows] (per token), or [rows, groups]
+    row-major, or column-major with the column stride rounded up to a multiple of 4 rows (the
+    TMA-aligned layout DeepGEMM and FlashInfer's block quant consume)."""
+    if mode == "static":
+        return torch.empty((0,), dtype=torch.float32, device=device)
+    want = v.quant_scales_shape(shape, group_size)
+    if mode == "group" and column_major:
+        n = 1
+        for d in shape[:-1]:
+            n *= d
+        groups = shape[-1] // group_size
+        n_pad = -(-n // TMA_ROW_MULTIPLE) * TMA_ROW_MULTIPLE
+        return torch.empty((groups, n_pad), dtype=torch.float32, device=device).t()[:n].view(want)
+    return torch.empty(want, dtype=torch.float32, device=device)
+
+
+def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
+    xr = call.x
+    if xr.n_rows == 0:
+        return
+    o, ro, y = call.out, call.residual_out, call.y
+    launch_quant_forward(
+        xr.tensor, call.residual.tensor, call.weight.tensor, o.tensor, ro.tensor,
+        None if y is None else y.tensor, scale, call.scales, scale_ub,
+        n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
+        stride_q=o.row_stride, stride_residual_out=ro.row_stride, stride_y=0 if y is None else y.row_stride,
+        stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride,
+        group_size=call.group_size, ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl,
+    )
+
+
+def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
+                            column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
+                            pdl=False):
+    """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (0 elements when static) and y
+    (0 elements unless return_y)."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
+                         column_major=column_major_scales)
+    _check_runnable(call.device)
+    shape, device = call.shape, call.device
+    q = torch.empty(shape, dtype=quant_dtype, device=device)
+    residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
+    y = torch.empty(shape if return_y else (0,), dtype=x.dtype, device=device)
+    mode = v.quant_mode(scale, group_size)
+    scales = alloc_scales(shape, group_size, mode, column_major_scales, device)
+    call.out = v.as_rows("out", q, shape)
+    call.residual_out = v.as_rows("residual_out", residual_out, shape)
+    call.y = v.as_rows("y", y, shape) if return_y else None
+    if mode != "static":
+        call.scales, call.scales_row_stride, call.scales_group_stride = v._scales_geometry(scales, shape, group_size)
+    _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
+    return q, residual_out, scales, y
+
+
+def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
+                                 group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False):
+    """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
+    residual or x exactly, y may alias x exactly."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    if scale is None and scales_out is None:
+        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
+                         "writes the scales there")
+    call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
+                         group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales)
+    _check_runnable(call.device)
+    _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)

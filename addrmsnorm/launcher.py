@@ -13,7 +13,8 @@ import torch
 
 from . import configs
 from .configs import ForwardConfig, align_elems, select_forward_config
-from .kernels import fused_add_rmsnorm_bwd, fused_add_rmsnorm_dweight, fused_add_rmsnorm_fwd
+from .kernels import (fused_add_rmsnorm_bwd, fused_add_rmsnorm_dweight, fused_add_rmsnorm_fwd,
+                      fused_add_rmsnorm_quant_fwd)
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
 INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
@@ -97,6 +98,38 @@ def launch_forward(
             WEIGHT_FIRST=cfg.weight_first,
             num_warps=cfg.num_warps,
             **extra,
+        )
+
+
+def launch_quant_forward(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, q: torch.Tensor,
+    residual_out: torch.Tensor, y: torch.Tensor | None, scale: torch.Tensor | None,
+    scales: torch.Tensor | None, scale_ub: torch.Tensor | None,
+    *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
+    stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
+    eps: float, weight_offset: float, pdl: bool = False,
+) -> None:
+    """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
+    16-byte aligned rows of 16-element multiples). QUANT 1 with ``scale``, else 2 (per token when
+    group_size is 0). Absent tensors are passed as present ones of their type that are not touched."""
+    cfg = select_forward_config(H, x.element_size(), residual.element_size())
+    if n_rows == 1:
+        stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
+    align = configs.vector_elems(x.element_size(), residual.element_size())
+    compiled_pdl = pdl_compiled(x.device)
+    extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
+    f32 = _no_rstd(x.device)
+    with _device_guard(x.device):
+        fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
+            x, residual, weight, q, residual_out, x if y is None else y,
+            f32 if scale is None else scale, f32 if scales is None else scales,
+            f32 if scale_ub is None else scale_ub,
+            n_rows, H, stride_x, stride_residual, stride_q, stride_residual_out, stride_y,
+            stride_s_row, stride_s_group, eps, weight_offset, group_size,
+            int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
+            BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
+            QUANT=1 if scale is not None else 2, PDL=compiled_pdl, WEIGHT_FIRST=cfg.weight_first,
+            num_warps=cfg.num_warps, **extra,
         )
 
 

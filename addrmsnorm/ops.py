@@ -51,6 +51,14 @@ SCHEMAS = {
     "fused_add_rmsnorm_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
                               "Tensor(b!) residual_out, Tensor(c!)? rstd, float eps, "
                               "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
+    "fused_add_rmsnorm_quant": "(Tensor x, Tensor residual, Tensor weight, float eps, ScalarType quant_dtype, "
+                               "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
+                               "bool column_major_scales=False, bool ue8m0_scales=False, float weight_offset=0., "
+                               "bool return_y=False, bool pdl=False) -> (Tensor, Tensor, Tensor, Tensor)",
+    "fused_add_rmsnorm_quant_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
+                                    "Tensor(b!) residual_out, Tensor(c!)? scales_out, Tensor(d!)? y, float eps, "
+                                    "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
+                                    "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False) -> ()",
     "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
                                   "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
 }
@@ -65,6 +73,17 @@ class BackendFallbackWarning(UserWarning):
 _lib = torch.library.Library(NAMESPACE, "DEF")
 for _name, _schema in SCHEMAS.items():
     _lib.define(_name + _schema)
+
+# The quantized operators have a Triton JIT implementation only, for now: it serves CUDA tensors on
+# both backends (the C++ extension does not implement them yet).
+_QUANT_IMPLS = {
+    "fused_add_rmsnorm_quant": jit_backend.fused_add_rmsnorm_quant,
+    "fused_add_rmsnorm_quant_into": jit_backend.fused_add_rmsnorm_quant_into,
+}
+for _name, _fn in _QUANT_IMPLS.items():
+    _lib.impl(_name, _fn, "CPU")
+    _lib.impl(_name, _fn, "CUDA")
+autograd.register_quant(_lib)
 
 _JIT_IMPLS = {
     "fused_add_rmsnorm": jit_backend.fused_add_rmsnorm,
@@ -100,6 +119,29 @@ def _(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
     shape, _, _ = v.check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
     v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant")
+def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
+      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+    shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
+                                                ue8m0=ue8m0_scales, column_major=column_major_scales)
+    v.check_same_shape(shape, {"residual": residual})
+    y = x.new_empty(shape if return_y else (0,))
+    scales = jit_backend.alloc_scales(shape, group_size, mode, column_major_scales, device)
+    return (x.new_empty(shape, dtype=quant_dtype), torch.empty_like(residual, memory_format=torch.contiguous_format),
+            scales, y)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant_into")
+def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
+      ue8m0_scales=False, weight_offset=0.0, pdl=False):
+    if scale is None and scales_out is None:
+        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
+                         "writes the scales there")
+    shape, _, _, _ = v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out,
+                                        residual_out, scales_out, y, ue8m0=ue8m0_scales)
+    v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out, "y": y})
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_backward")
@@ -182,3 +224,5 @@ fused_add_rmsnorm = torch.ops.addrmsnorm.fused_add_rmsnorm.default
 fused_add_rmsnorm_ = torch.ops.addrmsnorm.fused_add_rmsnorm_.default
 fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
 fused_add_rmsnorm_backward = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default
+fused_add_rmsnorm_quant = torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default
+fused_add_rmsnorm_quant_into = torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into.default

@@ -199,6 +199,185 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
     return ForwardCall(shape, H, device, xr, rr, wr, outputs.get("out"), outputs.get("residual_out"))
 
 
+# ----- quantized outputs ------------------------------------------------------------------------
+
+QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+QUANT_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
+QUANT_GROUP_SIZES = (64, 128)
+# fp8 and int8 GEMMs take K (here H) in multiples of 16 and 16-byte aligned rows; the quantized
+# forward is built for that alignment alone (configs.QUANT_ALIGN_ELEMS).
+QUANT_ALIGN = 16
+
+
+class QuantCall(ForwardCall):
+    __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size")
+
+
+def quant_mode(scale, group_size) -> str:
+    """"static", "token" or "group", from which arguments are given."""
+    if scale is not None:
+        return "static"
+    return "token" if not group_size else "group"
+
+
+def _check_scale_tensor(name: str, t, device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32 or t.numel() != 1:
+        raise TypeError(f"{name} must be a 1-element float32 tensor, got {t.dtype} of shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device} but x is on {device}; it must be on x's device")
+
+
+def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
+                     out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
+                     column_major=False):
+    """The rules of a quantized forward that need no memory. Returns (shape, H, device, mode)."""
+    if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
+        raise TypeError(f"quant_dtype must be torch.float8_e4m3fn, torch.float8_e5m2 or torch.int8, "
+                        f"got {quant_dtype}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    x = check_tensor("x", x)
+    if x.dtype not in QUANT_ACTIVATION_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of float16 or bfloat16")
+    if isinstance(residual, torch.Tensor) and residual.dtype != x.dtype:
+        raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
+                        f"dtype ({x.dtype})")
+    if isinstance(weight, torch.Tensor) and weight.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
+                        f"({x.dtype}) or float32")
+    shape, H, device = check_forward_meta(x, residual, weight, None, residual_out)
+    mode = quant_mode(scale, group_size)
+    if scale is not None and group_size:
+        raise ValueError("scale (static) and group_size (per group) exclude each other; pass one")
+    if group_size and group_size not in QUANT_GROUP_SIZES:
+        raise ValueError(f"group_size must be 64 or 128, got {group_size}")
+    if group_size and H % group_size:
+        raise ValueError(f"H={H} is not a multiple of group_size={group_size}")
+    if H % QUANT_ALIGN:
+        raise ValueError(f"H={H} is not a multiple of {QUANT_ALIGN}: quantized outputs need rows of "
+                         f"16-element multiples, as fp8 and int8 GEMMs do")
+    if scale is not None:
+        _check_scale_tensor("scale", scale, device)
+    if scale_ub is not None:
+        if mode == "static":
+            raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
+        _check_scale_tensor("scale_ub", scale_ub, device)
+    if ue8m0 and mode == "static":
+        raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
+    if column_major and mode != "group":
+        raise ValueError("column_major_scales lays out per-group scales; pass group_size")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.dtype != quant_dtype:
+            raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
+        if out.device != device:
+            raise ValueError(f"out is on {out.device} but x is on {device}; all tensors must be on one device")
+    if y_out is not None:
+        y_out = check_tensor("y", y_out)
+        if y_out.dtype != x.dtype:
+            raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
+        if y_out.device != device:
+            raise ValueError(f"y is on {y_out.device} but x is on {device}; all tensors must be on one device")
+    if scales_out is not None:
+        if mode == "static":
+            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+        if not isinstance(scales_out, torch.Tensor):
+            raise TypeError(f"scales_out must be a torch.Tensor, got {type(scales_out).__name__}")
+        want = quant_scales_shape(shape, group_size)
+        if scales_out.dtype != torch.float32 or scales_out.shape != want:
+            raise ValueError(f"scales_out must be float32 of shape {tuple(want)}, got {scales_out.dtype} "
+                             f"{tuple(scales_out.shape)}")
+        if scales_out.device != device:
+            raise ValueError(f"scales_out is on {scales_out.device} but x is on {device}; all tensors must be "
+                             f"on one device")
+    return shape, H, device, mode
+
+
+def quant_scales_shape(shape, group_size) -> torch.Size:
+    return torch.Size(shape[:-1]) if not group_size else torch.Size((*shape[:-1], shape[-1] // group_size))
+
+
+def _scales_geometry(t: torch.Tensor, shape, group_size):
+    """scales_out seen as [rows, groups]: (the 2-D view, row stride, group stride), in elements.
+    ValueError if its leading dimensions do not flatten to rows of one stride, or if two scales
+    could share an address (one of the two strides must step over the whole other dimension)."""
+    n_groups = shape[-1] // group_size if group_size else 1
+    try:
+        t2 = t.view(-1, n_groups) if t.dim() != 2 or not group_size else t
+    except RuntimeError:
+        raise ValueError(f"scales_out: the leading dimensions of a tensor with strides {t.stride()} cannot be "
+                         f"flattened into rows of one stride") from None
+    n = t2.shape[0]
+    rs = t2.stride(0) if n > 1 else 0
+    gs = t2.stride(1) if n_groups > 1 else 0
+    if rs < 0 or gs < 0 or (n > 1 and n_groups > 1 and not (rs >= n_groups * gs or gs >= n * rs)) \
+            or (n > 1 and rs == 0) or (n_groups > 1 and gs == 0):
+        raise ValueError(f"scales_out: strides {tuple(t.stride())} make two scales share an address")
+    return t2, rs, gs
+
+
+def _span_rows(t: torch.Tensor) -> Rows:
+    """Any tensor as one 'row' covering its whole byte extent (for conservative overlap checks)."""
+    if t.numel() == 0:
+        return Rows(t.reshape(1, 0), 0, 0)
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(t.shape, t.stride()))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(t.shape, t.stride())) + 1
+    flat = torch.as_strided(t, (1, hi - lo), (hi - lo, 1), t.storage_offset() + lo)
+    return Rows(flat, 1, hi - lo)
+
+
+def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
+                residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False) -> QuantCall:
+    """Every check of a quantized forward on tensors. out, residual_out, scales_out and y_out may be
+    None (the caller allocates them after this returns)."""
+    shape, H, device, mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
+                                              out, residual_out, scales_out, y_out, ue8m0=ue8m0,
+                                              column_major=column_major)
+    xr = as_rows("x", x, shape)
+    rr = as_rows("residual", residual, shape)
+    wr = Rows(weight, 1, H)
+    outputs = {}
+    for name, t in (("out", out), ("residual_out", residual_out), ("y", y_out)):
+        if t is x:
+            outputs[name] = xr
+        elif t is residual:
+            outputs[name] = rr
+        elif t is not None:
+            outputs[name] = as_rows(name, t, shape)
+    for name, rows in outputs.items():
+        check_no_self_overlap(name, rows)
+    inputs = {"x": xr, "residual": rr, "weight": wr}
+    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
+        if t is not None:
+            inputs[name] = _span_rows(t)
+    check_aliasing(outputs, inputs, QUANT_MAY_ALIAS)
+    for name, rows in {**outputs, **inputs}.items():
+        tensor_rows = rows
+        if name in ("out", "residual_out", "y", "x", "residual", "weight") and tensor_rows.n_rows > 0:
+            if tensor_rows.start % 16 or tensor_rows.row_stride % QUANT_ALIGN and tensor_rows.n_rows > 1:
+                raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
+                                 f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
+    call = QuantCall(shape, H, device, xr, rr, wr, outputs.get("out"), outputs.get("residual_out"))
+    call.y = outputs.get("y")
+    call.group_size = group_size or 0
+    call.scales = None
+    call.scales_row_stride = call.scales_group_stride = 0
+    if scales_out is not None:
+        t2, call.scales_row_stride, call.scales_group_stride = _scales_geometry(scales_out, shape, group_size)
+        call.scales = t2
+        sr = _span_rows(scales_out)
+        for name, rows in {**outputs, **inputs}.items():
+            if _overlaps(sr, rows):
+                raise ValueError(f"scales_out overlaps {name}; it must not share memory with it")
+    return call
+
+
+QUANT_MAY_ALIAS = {"out": (), "residual_out": ("residual", "x"), "y": ("x",)}
+
+
 # ----- overlap of row-strided views -----------------------------------------------------------
 
 def _overlaps(a: Rows, b: Rows) -> bool:
