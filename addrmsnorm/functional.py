@@ -142,3 +142,125 @@ def fused_add_rmsnorm_(
     else:
         ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
     return x, residual
+
+
+def _quant_mode_args(scale, group_size):
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    return 0 if group_size is None else group_size
+
+
+def fused_add_rmsnorm_quant(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    quant_dtype: torch.dtype,
+    scale: torch.Tensor | None = None,
+    group_size: int | None = None,
+    scale_ub: torch.Tensor | None = None,
+    column_major_scales: bool = False,
+    ue8m0_scales: bool = False,
+    weight_offset: float = 0.0,
+    out: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    scales_out: torch.Tensor | None = None,
+    return_y: bool = False,
+    pdl: bool = False,
+):
+    """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset); q = quant(y)``.
+
+    y is the contract's fp32 value (never rounded to x's dtype before it is quantized). The mode
+    follows from the arguments:
+
+    * static (``scale`` given, a 1-element fp32 tensor on x's device): ``q = quant(y * (1 / scale))``.
+    * per token (neither): ``s = max(min(amax|y|, scale_ub), 1e-10) / qmax`` per row, ``q = quant(y / s)``
+      as ``y * (1 / s)``; scales fp32 of shape x.shape[:-1].
+    * per group (``group_size`` 64 or 128): the same per group of columns; scales of shape
+      ``(*x.shape[:-1], H // group_size)``, row-major, or with ``column_major_scales`` column-major
+      with the column stride rounded up to a multiple of 4 rows (DeepGEMM's TMA-aligned layout).
+
+    ``ue8m0_scales`` rounds each dynamic scale up to a power of two (stored as fp32). quant: int8
+    (qmax 127) rounds half to even and clamps to [-128, 127]; float8_e4m3fn (448) and float8_e5m2
+    (57344) clamp to +-qmax and round to nearest even.
+
+    x: float16 or bfloat16, residual of x's dtype, weight of x's dtype or float32; H a multiple of 16,
+    rows 16-byte aligned (what fp8 and int8 GEMMs consume).
+
+    Returns ``(q, residual_out, scales)``, or ``(q, residual_out, scales, y)`` with ``return_y`` (y in
+    x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.
+    """
+    gs = _quant_mode_args(scale, group_size)
+    for name, flag in (("column_major_scales", column_major_scales), ("ue8m0_scales", ue8m0_scales),
+                       ("return_y", return_y), ("pdl", pdl)):
+        if type(flag) is not bool:
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    _check_types(x, residual, weight, eps, weight_offset, pdl)
+    if not isinstance(quant_dtype, torch.dtype):
+        raise TypeError(f"quant_dtype must be a torch.dtype, got {type(quant_dtype).__name__}")
+    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (1-element float32, on x's device), got "
+                            f"{type(t).__name__}")
+    if isinstance(out, torch.Tensor) and out.dtype != quant_dtype:
+        raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
+    if out is None and residual_out is None and scales_out is None:
+        q, h, scales, y = ops.fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
+                                                      column_major_scales, ue8m0_scales, weight_offset, return_y,
+                                                      pdl)
+    else:
+        from .jit_backend import alloc_scales  # the one layout rule for allocated scales
+        from .validation import quant_mode
+        for name, t in (("out", out), ("residual_out", residual_out), ("scales_out", scales_out)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if scales_out is not None and scale is not None:
+            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+        if column_major_scales and scales_out is not None:
+            raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
+                             "layout (pass one or the other)")
+        mode = quant_mode(scale, gs)
+        q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
+        h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
+        scales = scales_out if scales_out is not None else \
+            alloc_scales(x.shape, gs, mode, column_major_scales, x.device) if mode != "static" else None
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
+        ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub,
+                                         ue8m0_scales, weight_offset, pdl)
+    if scale is not None:
+        scales = scale
+    return (q, h, scales, y) if return_y else (q, h, scales)
+
+
+def fused_add_rmsnorm_quant_(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    out: torch.Tensor,
+    quant_dtype: torch.dtype | None = None,
+    scale: torch.Tensor | None = None,
+    group_size: int | None = None,
+    scale_ub: torch.Tensor | None = None,
+    column_major_scales: bool = False,
+    ue8m0_scales: bool = False,
+    weight_offset: float = 0.0,
+    scales_out: torch.Tensor | None = None,
+    pdl: bool = False,
+):
+    """vLLM's convention: ``residual <- x + residual``, ``out <- quant(y)``; x is left as it was.
+
+    Takes the arguments of ``fused_add_rmsnorm_quant``; ``quant_dtype`` defaults to out's dtype and
+    must equal it. Returns ``(out, residual, scales)``.
+    """
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if quant_dtype is not None and quant_dtype != out.dtype:
+        raise TypeError(f"quant_dtype is {quant_dtype} but out has dtype {out.dtype}; they must agree")
+    q, h, scales = fused_add_rmsnorm_quant(
+        x, residual, weight, eps, quant_dtype=out.dtype, scale=scale, group_size=group_size, scale_ub=scale_ub,
+        column_major_scales=column_major_scales, ue8m0_scales=ue8m0_scales, weight_offset=weight_offset,
+        out=out, residual_out=residual, scales_out=scales_out, pdl=pdl)
+    return q, h, scales

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .tolerances import (GRAD_TOLERANCES, INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE,  # noqa: F401
-                         Tolerance, Y_TOLERANCES)
+from .tolerances import (GRAD_TOLERANCES, INTERPRETER_BF16_TOLERANCE, QUANT_Y_RTOL,  # noqa: F401
+                         RSTD_TOLERANCE, Tolerance, Y_TOLERANCES)
 
 
 @dataclass(frozen=True)

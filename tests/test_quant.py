@@ -1,0 +1,252 @@
+"""Quantized outputs (addrmsnorm.fused_add_rmsnorm_quant) against the one reference
+(reference.fused_add_rmsnorm_ref for y, reference.quantize_ref for q and the scales).
+
+The Triton interpreter converts fp32 to float8 wrongly (triton 3.6: it neither rounds to nearest
+even nor saturates; 1.0625 -> 1.125, -500 -> -256), so the float8 cases run on the GPU only; int8
+runs everywhere (the kernel rounds with fp32 arithmetic, which the interpreter does exactly).
+"""
+
+import pytest
+import torch
+
+import addrmsnorm
+from addrmsnorm.reference import QUANT_QMAX, QUANT_Y_RTOL, fused_add_rmsnorm_ref, quant_cast_ref, quantize_ref
+from addrmsnorm import configs
+
+from conftest import DEVICE, ON_GPU, needs_kernels
+from helpers import DTYPES, assert_close, bits, expected_residual_out, make_inputs, y_tolerance
+
+pytestmark = needs_kernels
+
+QDTYPES = {"int8": torch.int8, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FP8_ON_CPU = "the Triton interpreter converts fp32 -> float8 wrongly; float8 runs on the GPU"
+
+
+def _qdtype(name):
+    if name != "int8" and not ON_GPU:
+        pytest.skip(FP8_ON_CPU)
+    return QDTYPES[name]
+
+
+def y_reference(x, r, w, eps, weight_offset=0.0):
+    """The fp32 y the kernel quantizes: the contract's, from h rounded to the residual dtype on the
+    looped path (which reloads h from residual_out)."""
+    ref = fused_add_rmsnorm_ref(x, r, w, eps, weight_offset)
+    cfg = configs.select_forward_config(x.shape[-1], x.element_size(), r.element_size())
+    if cfg.looped:
+        h = expected_residual_out(ref.h, r.dtype).double()
+        y = h * ref.rstd.unsqueeze(-1) * (w.double() + weight_offset)
+    else:
+        y = ref.y
+    return ref, y.float()
+
+
+def check_q(q, y_ref, quant_dtype, inv):
+    """q equals quant(y_ref * inv) except where that value is within 2 * QUANT_Y_RTOL of a rounding
+    boundary; returns the number of such differing elements."""
+    v = y_ref * inv
+    want = quant_cast_ref(v, quant_dtype)
+    differ = q.view(torch.uint8) != want.view(torch.uint8)
+    if differ.any():
+        t = 2 * QUANT_Y_RTOL.rtol
+        near = quant_cast_ref(v * (1 - t), quant_dtype).view(torch.uint8) != \
+            quant_cast_ref(v * (1 + t), quant_dtype).view(torch.uint8)
+        far = differ & ~near
+        assert not far.any(), f"{int(far.sum())} elements of q differ away from a rounding boundary"
+    return int(differ.sum())
+
+
+def _inv_of(scales, shape, group_size):
+    if group_size is None:
+        return (1.0 / scales.float()).unsqueeze(-1)
+    return (1.0 / scales.float()).repeat_interleave(group_size, dim=-1)
+
+
+H_GRID = [16, 64, 256, 4096] + ([8192, 16384, 32768] if ON_GPU else [16512])
+
+
+@pytest.mark.parametrize("qname", list(QDTYPES))
+@pytest.mark.parametrize("mode", ["static", "token", "group64", "group128"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("H", H_GRID)
+def test_quant_matches_reference(qname, mode, dtype, H):
+    quant_dtype = _qdtype(qname)
+    gs = {"group64": 64, "group128": 128}.get(mode)
+    if gs and H % gs:
+        pytest.skip(f"H={H} is not a multiple of group_size={gs}")
+    N = 67 if ON_GPU else 3
+    x, r, w = make_inputs(N, H, (dtype, dtype, dtype), DEVICE, seed=H)
+    eps = 1e-5
+    ref, y32 = y_reference(x, r, w, eps)
+    scale = torch.tensor([0.02 if quant_dtype == torch.int8 else 0.004], device=DEVICE) if mode == "static" else None
+    q, ro, scales, y = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, eps, quant_dtype=quant_dtype, scale=scale,
+                                                          group_size=gs, return_y=True)
+    assert q.dtype == quant_dtype and q.shape == x.shape
+    assert torch.equal(bits(ro), bits(expected_residual_out(ref.h, r.dtype))), "residual_out is not bit-exact"
+    assert_close(y, ref.y, y_tolerance(x.dtype), "y")
+    q_ref, s_ref = quantize_ref(y32, quant_dtype, scale=scale, group_size=gs)
+    if mode == "static":
+        assert scales is scale
+        inv = torch.reciprocal(scale.float())
+    else:
+        assert scales.dtype == torch.float32 and scales.shape == s_ref.shape
+        torch.testing.assert_close(scales, s_ref, rtol=2 * QUANT_Y_RTOL.rtol, atol=0)
+        inv = _inv_of(scales, x.shape, gs)  # q against the kernel's own scales: isolates y's error
+    n = check_q(q, y32, quant_dtype, inv)
+    if dtype == "bf16":
+        assert n <= max(1, q.numel() // 10_000), f"{n} of {q.numel()} elements of q differ"
+
+
+def test_dynamic_scales_are_exact_where_amax_is():
+    """Integer activations and power-of-two weights make every sum of squares exact in fp32, so the
+    kernel's y, amax and scales equal the reference's bit for bit, in every dynamic mode."""
+    N, H = 5, 256
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-8, 9, (N, H), generator=g).to(torch.bfloat16).to(DEVICE)
+    r = torch.randint(-8, 9, (N, H), generator=g).to(torch.bfloat16).to(DEVICE)
+    w = (2.0 ** torch.randint(-2, 3, (H,), generator=g)).to(torch.bfloat16).to(DEVICE)
+    h = x.float() + r.float()
+    rstd = 1.0 / torch.sqrt((h * h).sum(-1) / H + 1e-6)  # exact sum; div and sqrt correctly rounded
+    y32 = h * rstd.unsqueeze(-1) * w.float()
+    for gs in (None, 64, 128):
+        for ue8m0 in (False, True):
+            q, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=gs,
+                                                         ue8m0_scales=ue8m0)
+            q_ref, s_ref = quantize_ref(y32, torch.int8, group_size=gs, ue8m0=ue8m0)
+            assert torch.equal(bits(s), bits(s_ref)), (gs, ue8m0)
+            assert torch.equal(q, q_ref), (gs, ue8m0)
+
+
+def test_ue8m0_scales_are_the_next_power_of_two():
+    x, r, w = make_inputs(4, 512, ("bf16", "bf16", "bf16"), DEVICE, seed=3)
+    _, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128)
+    _, _, s2 = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128, ue8m0_scales=True)
+    m, _ = torch.frexp(s2)
+    assert (m == 0.5).all(), "UE8M0 scales must be powers of two"
+    assert (s2 >= s).all() and (s2 < 2 * s).all()
+
+
+def test_scale_ub_clamps_amax():
+    x, r, w = make_inputs(4, 256, ("bf16", "bf16", "bf16"), DEVICE, seed=4)
+    ub = torch.tensor([0.5], device=DEVICE)
+    _, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, scale_ub=ub)
+    assert torch.equal(s, torch.full_like(s, 0.5 / 127.0))  # every row's amax is above 0.5
+
+
+def test_column_major_tma_aligned_scales():
+    """column_major_scales: the same values as row-major, in [N, G] with stride (1, N rounded up to 4)."""
+    N, H = 5, 512
+    x, r, w = make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=5)
+    q, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128)
+    q2, _, s2 = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128,
+                                                   column_major_scales=True)
+    assert s2.shape == (N, H // 128) and s2.stride() == (1, 8)
+    assert torch.equal(s2, s) and torch.equal(q2, q)
+    # Given as scales_out, any non-overlapping layout is written as it is laid out.
+    out = torch.empty(H // 128, 16, device=DEVICE).t()[:N]
+    addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128, scales_out=out)
+    assert torch.equal(out, s)
+
+
+def test_in_place_vllm_convention_and_strided_rows():
+    """fused_add_rmsnorm_quant_: residual <- h, out <- q, x untouched; rows of a wider buffer."""
+    N, H = 6, 256
+    buf = torch.randn(N, H + 32, dtype=torch.bfloat16, device=DEVICE)
+    x = buf[:, :H]
+    x0 = x.clone()
+    _, r, w = make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=6)
+    q_want, h_want, s_want = addrmsnorm.fused_add_rmsnorm_quant(x.contiguous(), r, w, quant_dtype=torch.int8)
+    out = torch.empty(N, H, dtype=torch.int8, device=DEVICE)
+    o, res, s = addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, out=out)
+    assert o is out and res is r
+    assert torch.equal(out, q_want) and torch.equal(r, h_want) and torch.equal(s, s_want)
+    assert torch.equal(x, x0)
+
+
+def _fresh():
+    x, r, w = make_inputs(4, 256, ("bf16", "bf16", "bf16"), DEVICE, seed=7)
+    return x, r, w
+
+
+@pytest.mark.parametrize("case, exc, words", [
+    (lambda x, r, w: dict(quant_dtype=torch.float16), TypeError, "quant_dtype must be"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, scale=torch.tensor([1.0], dtype=torch.float64, device=x.device)),
+     TypeError, "scale must be a 1-element float32 tensor"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, scale=torch.ones(2, device=x.device)), TypeError,
+     "scale must be a 1-element float32 tensor"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, scale=0.5), TypeError, "scale must be a torch.Tensor"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, group_size=32), ValueError, "group_size must be 64 or 128"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, group_size=True), TypeError, "group_size must be an int"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, group_size=64, scale=torch.ones(1, device=x.device)),
+     ValueError, "exclude each other"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, column_major_scales=True), ValueError, "pass group_size"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, scale=torch.ones(1, device=x.device), ue8m0_scales=True),
+     ValueError, "ue8m0_scales rounds dynamic scales"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, out=torch.empty(4, 256, dtype=torch.int16, device=x.device)),
+     TypeError, "out has dtype"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, out=torch.empty(4, 128, dtype=torch.int8, device=x.device)),
+     ValueError, "out has shape"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, scales_out=torch.empty(5, device=x.device)), ValueError,
+     "scales_out must be float32 of shape"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, group_size=128, scales_out=torch.empty(4, 2, device=x.device)[:, :1].expand(4, 2)),
+     ValueError, "share an address"),
+    (lambda x, r, w: dict(quant_dtype=torch.int8, out=x.view(torch.int8)[:, :256]), ValueError, "out overlaps x"),
+])
+def test_bad_calls_are_refused_by_name_and_change_nothing(case, exc, words):
+    x, r, w = _fresh()
+    kw = case(x, r, w)
+    before = [t.clone() for t in (x, r)]
+    outs = {k: t.clone() for k, t in kw.items() if isinstance(t, torch.Tensor) and k in ("out", "scales_out")}
+    with pytest.raises(exc, match=words):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, **kw)
+    assert torch.equal(x, before[0]) and torch.equal(r, before[1])
+    for k, t in outs.items():
+        assert torch.equal(bits(kw[k]), bits(t)), f"{k} was written"
+
+
+def test_shape_rules():
+    x, r, w = make_inputs(4, 200, ("bf16", "bf16", "bf16"), DEVICE, seed=8)
+    with pytest.raises(ValueError, match="H=200 is not a multiple of 16"):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
+    x, r, w = make_inputs(4, 192, ("bf16", "bf16", "bf16"), DEVICE, seed=8)
+    with pytest.raises(ValueError, match="H=192 is not a multiple of group_size=128"):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128)
+    x, r, w = make_inputs(4, 256, ("fp32", "fp32", "fp32"), DEVICE, seed=8)
+    with pytest.raises(TypeError, match="quantized outputs take x of float16 or bfloat16"):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
+    buf = torch.randn(4, 264, dtype=torch.bfloat16, device=DEVICE)
+    _, r, w = make_inputs(4, 256, ("bf16", "bf16", "bf16"), DEVICE, seed=8)
+    with pytest.raises(ValueError, match="x must start on a 16-byte boundary"):
+        addrmsnorm.fused_add_rmsnorm_quant(buf[:, 8:], r, w, quant_dtype=torch.int8)
+
+
+def test_no_autograd():
+    x, r, w = _fresh()
+    x.requires_grad_()
+    with pytest.raises(RuntimeError, match="fused_add_rmsnorm_quant has no backward, but x requires grad"):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
+    with torch.no_grad():
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
+
+
+def test_operators_opcheck_and_compile():
+    x, r, w = _fresh()
+    ops = torch.ops.addrmsnorm
+    for args in [(torch.int8, None, 0), (torch.int8, torch.tensor([0.02], device=DEVICE), 0), (torch.int8, None, 128)]:
+        torch.library.opcheck(ops.fused_add_rmsnorm_quant.default, (x, r, w, 1e-6, *args))
+    out, ro = torch.empty(4, 256, dtype=torch.int8, device=DEVICE), torch.empty_like(r)
+    torch.library.opcheck(ops.fused_add_rmsnorm_quant_into.default,
+                          (x, r, w, out, ro, torch.empty(4, 2, device=DEVICE), None, 1e-6, None, 128))
+
+    def f(x, r, w):
+        return addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=64, return_y=True)
+    want = f(x, r, w)
+    got = torch.compile(f, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")(x, r, w)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_qmax_table():
+    assert QUANT_QMAX[torch.float8_e4m3fn] == torch.finfo(torch.float8_e4m3fn).max
+    assert QUANT_QMAX[torch.float8_e5m2] == torch.finfo(torch.float8_e5m2).max
+    assert DTYPES["bf16"] == torch.bfloat16
