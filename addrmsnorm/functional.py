@@ -182,11 +182,11 @@ def fused_add_rmsnorm_quant(
       with the column stride rounded up to a multiple of 4 rows (DeepGEMM's TMA-aligned layout).
 
     ``ue8m0_scales`` rounds each dynamic scale up to a power of two (stored as fp32). quant: int8
-    (qmax 127) rounds half to even and clamps to [-128, 127]; float8_e4m3fn (448) and float8_e5m2
-    (57344) clamp to +-qmax and round to nearest even.
+    (qmax 127) rounds half to even and clamps to [-128, 127]; float8_e4m3fn (qmax 448) clamps to
+    +-448 and rounds to nearest even.
 
-    x: float16 or bfloat16, residual of x's dtype, weight of x's dtype or float32; H a multiple of 16,
-    rows 16-byte aligned (what fp8 and int8 GEMMs consume).
+    x: float16 or bfloat16, residual and weight of x's dtype; H a multiple of 16, rows 16-byte
+    aligned (what fp8 and int8 GEMMs consume).
 
     Returns ``(q, residual_out, scales)``, or ``(q, residual_out, scales, y)`` with ``return_y`` (y in
     x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.

@@ -134,8 +134,8 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
 # a runtime argument: the 128-wide amax is the max of two 64-wide ones, so one kernel serves all
 # three): s = max(min(amax|y|, scale_ub), QUANT_AMAX_FLOOR) / qmax, rounded up to a power of two with
 # ue8m0, and q = quant(y * (1 / s)); the scales are written as fp32. quant: int8 clamps to
-# [-128, 127] and rounds half to even; fp8 clamps to +-qmax and converts, which rounds to nearest
-# even. Clamping first also keeps the product y * inv from being contracted into the rounding add.
+# [-128, 127] and rounds half to even; float8_e4m3fn clamps to +-448 and converts, which rounds to
+# nearest even. Clamping first also keeps the product y * inv from being contracted into the rounding add.
 
 
 @triton.jit
@@ -145,8 +145,8 @@ def _quantize(v, q_dtype: tl.constexpr):
         # |c| <= 128 < 2**22: adding and subtracting 1.5 * 2**23 leaves c rounded to an integer,
         # half to even (fp32 round-to-nearest-even); exact, and the interpreter does the same.
         return ((c + 12582912.0) - 12582912.0).to(tl.int8)
-    qmax: tl.constexpr = 448.0 if q_dtype == tl.float8e4nv else 57344.0
-    return tl.minimum(tl.maximum(v, -qmax), qmax).to(q_dtype)
+    tl.static_assert(q_dtype == tl.float8e4nv, "the quantized forward writes int8 or float8_e4m3fn")
+    return tl.minimum(tl.maximum(v, -448.0), 448.0).to(q_dtype)
 
 
 @triton.jit
@@ -154,7 +154,7 @@ def _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, q_dtype: tl.constexpr):
     """s = max(min(amax, scale_ub), floor) / qmax, then (ue8m0) rounded up to a power of two."""
     if has_ub != 0:
         amax = tl.minimum(amax, tl.load(scale_ub_ptr))
-    qmax: tl.constexpr = 127.0 if q_dtype == tl.int8 else (448.0 if q_dtype == tl.float8e4nv else 57344.0)
+    qmax: tl.constexpr = 127.0 if q_dtype == tl.int8 else 448.0
     s = tl.math.div_rn(tl.maximum(amax, 1e-10), qmax)  # 1e-10: configs.QUANT_AMAX_FLOOR
     if ue8m0 != 0:  # 2**ceil(log2(s)) from the bits: bump the exponent unless the mantissa is 0
         bits = s.to(tl.int32, bitcast=True)
@@ -382,7 +382,7 @@ def fused_add_rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
     weight_ptr,               # [H] RMSNorm weight, typed as x, or fp32
-    q_ptr,                    # [n_rows, H] quantized y: float8_e4m3fn, float8_e5m2 or int8
+    q_ptr,                    # [n_rows, H] quantized y: float8_e4m3fn or int8
     residual_out_ptr,         # [n_rows, H] new residual h; may alias residual or x
     y_ptr,                    # [n_rows, H] y in x's dtype; written only if write_y
     scale_ptr,                # [1] fp32: QUANT 1's scale
