@@ -161,6 +161,18 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
     # abs(w) > 2**-150: the offset is nonzero as fp32, the type the kernel and the C ABI take it in.
     return HF_GEMMA if abs(weight_offset) > 2.0 ** -150 and x_itemsize == 2 else HF_LLAMA
 
+# Quantized outputs (kernels.fused_add_rmsnorm_quant_fwd): QUANT 1 (static scale) and 2 (dynamic:
+# per token, or per group of 64 or 128 columns, a runtime argument), for 16-bit activations with
+# residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
+# rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
+# alignment alone (validation.QUANT_ALIGN refuses other rows): 2 modes x 2 targets x 2 dtypes x the
+# 11 16-bit configs = 88 kernels per arch. The order of QUANT_DTYPES is the C ABI's
+# addrmsnorm_quant_dtype.
+QUANT_DTYPES = ("int8", "fp8e4m3")
+QUANT_STATIC, QUANT_DYNAMIC = 1, 2
+QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
+QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr")
+
 # Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
 # accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4
 # for fp32). 4-byte accesses (ALIGN 2 of 16-bit streams, for H = 2 mod 4) were dropped to save

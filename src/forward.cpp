@@ -134,3 +134,86 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_use_primary_context(int d
 }
 
 extern "C" ADDRMSNORM_API const char* addrmsnorm_built_archs(void) { return kArchList; }
+
+namespace {
+
+QuantCall make_quant_call(const void* x, const void* residual, const void* weight, const void* q,
+                          const void* residual_out, const void* y, int64_t rows, int64_t hidden, int64_t stride_x,
+                          int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
+                          addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
+                          uint32_t flags) {
+    return QuantCall{x, residual, weight, q, residual_out, y, rows, hidden, stride_x, stride_residual, stride_q,
+                     stride_residual_out, stride_y, x_dtype, eps, weight_offset, quant, flags};
+}
+
+}  // namespace
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant_check(
+    const void* x, const void* residual, const void* weight, const void* q, const void* residual_out, const void* y,
+    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_q,
+    int64_t stride_residual_out, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
+    const addrmsnorm_quant* quant, uint32_t flags) {
+    return validate_quant(make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden, stride_x,
+                                          stride_residual, stride_q, stride_residual_out, stride_y, x_dtype, eps,
+                                          weight_offset, quant, flags));
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
+    const void* x, const void* residual, const void* weight, void* q, void* residual_out, void* y, int64_t rows,
+    int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out,
+    int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
+    uint32_t flags, addrmsnorm_stream stream) {
+    addrmsnorm_status st = validate_quant(make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden,
+                                                          stride_x, stride_residual, stride_q, stride_residual_out,
+                                                          stride_y, x_dtype, eps, weight_offset, quant, flags));
+    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
+    if (rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
+    const int xs = dtype_size(x_dtype);
+    const int config = select_forward_config(hidden, xs, xs);
+    const addrmsnorm_quant& qd = *quant;
+    const int mode = qd.mode == ADDRMSNORM_QUANT_STATIC ? 1 : 2;
+    const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);
+    if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no quantized kernel was built for these dtypes");
+    LoadedKernel k;
+    st = get_kernel(*d, variant, &k);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+
+    const ForwardConfig& cfg = kConfigs[config];
+    // Absent pointers are passed as present ones the kernel does not touch (it branches on the flags).
+    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pr = reinterpret_cast<CUdeviceptr>(residual),
+                pw = reinterpret_cast<CUdeviceptr>(weight), pq = reinterpret_cast<CUdeviceptr>(q),
+                pro = reinterpret_cast<CUdeviceptr>(residual_out),
+                py = reinterpret_cast<CUdeviceptr>(y != nullptr ? y : x),
+                pscale = reinterpret_cast<CUdeviceptr>(qd.scale != nullptr ? qd.scale : qd.scales),
+                pscales = reinterpret_cast<CUdeviceptr>(qd.scales != nullptr ? qd.scales : qd.scale),
+                pub = reinterpret_cast<CUdeviceptr>(qd.scale_ub != nullptr ? qd.scale_ub : (qd.scales ? qd.scales : qd.scale));
+    int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
+    int64_t s_row = qd.scales_stride_row, s_group = qd.scales_stride_group;
+    int32_t group_size = qd.mode == ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
+    int32_t write_y = y != nullptr ? 1 : 0, has_ub = qd.scale_ub != nullptr ? 1 : 0;
+    int32_t ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0, weight_code = static_cast<int32_t>(x_dtype);
+    CUdeviceptr global_scratch = 0, profile_scratch = 0;
+    // Parameter order of fused_add_rmsnorm_quant_fwd without its constexprs.
+    void* params[] = {&px, &pr, &pw, &pq, &pro, &py, &pscale, &pscales, &pub, &n_rows, &H,
+                      &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
+                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code,
+                      &global_scratch, &profile_scratch};
+    CUlaunchConfig lc = {};
+    lc.gridDimX = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    lc.gridDimY = lc.gridDimZ = 1;
+    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
+    lc.blockDimY = lc.blockDimZ = 1;
+    lc.sharedMemBytes = k.image->shared;
+    lc.hStream = reinterpret_cast<CUstream>(stream);
+    CUlaunchAttribute pdl_attr = {};
+    pdl_attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
+    const bool pdl = (flags & ADDRMSNORM_FLAG_PDL) != 0 && k.image->grid_dependency;
+    lc.attrs = pdl ? &pdl_attr : nullptr;
+    lc.numAttrs = pdl ? 1 : 0;
+    CUresult r = d->cuLaunchKernelEx(&lc, k.function, params, nullptr);
+    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuLaunchKernelEx");
+    return ADDRMSNORM_SUCCESS;
+}

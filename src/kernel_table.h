@@ -15,7 +15,7 @@ struct ForwardConfig {
 };
 
 struct KernelVariant {
-    int kind;              // 0: forward, 1: backward, 2: dweight reduction
+    int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward
     int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype;  // addrmsnorm_dtype values
     int weight;            // forward: the weight slot (weight_slot below); backward: -1 (any weight,
@@ -25,6 +25,8 @@ struct KernelVariant {
                            // pointers, and H and strides multiples of ALIGN
     int numerics;          // HF_NUMERICS: 0 the contract, 1 HF LlamaRMSNorm's roundings, 2 HF's
                            // offset-weight (Gemma) norm's; see numerics_mode below
+    int quant;             // quantized forward: QUANT, 1 (static) or 2 (dynamic); else 0
+    int quant_dtype;       // quantized forward: addrmsnorm_quant_dtype of q; else -1
 };
 
 struct CubinImage {
@@ -58,6 +60,9 @@ extern const int kNumBackwardConfigs;
 extern const ForwardConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
 extern const short kDweightIndex[];
+extern const int kNumQuantDtypes;
+extern const int kQuantAlignElems;  // the one ALIGN the quantized forward is built for
+extern const short kQuantIndex[];   // [config][x][quant dtype][QUANT - 1] -> variant | -1
 extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
@@ -101,6 +106,10 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
     const int n = kNumDtypes;
     return kVariantIndex[((((config * n + x) * n + residual) * kNumWeightSlots + weight_slot(x, weight)) *
                               kNumAlignClasses + align_class) * kNumNumerics + numerics];
+}
+
+inline int quant_variant_index(int config, int x, int quant_dtype, int quant) {
+    return kQuantIndex[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) * 2 + quant - 1];
 }
 
 }  // namespace detail

@@ -259,3 +259,156 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
 
 }  // namespace detail
 }  // namespace addrmsnorm
+
+namespace addrmsnorm {
+namespace detail {
+
+// The quantized forward's rules, in validation.check_quant's order and words (q is the Python API's
+// `out`). Alignment: kQuantAlign elements of every row stride and H, 16-byte pointers.
+addrmsnorm_status validate_quant(const QuantCall& c) {
+    constexpr int64_t kQuantAlign = 16;
+    if (c.flags & ~ADDRMSNORM_FLAG_PDL)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "flags has unknown bits 0x%x (defined for the quantized forward: ADDRMSNORM_FLAG_PDL)",
+                    c.flags & ~ADDRMSNORM_FLAG_PDL);
+    if (c.quant == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant is NULL");
+    const addrmsnorm_quant& qd = *c.quant;
+    if (qd.dtype != ADDRMSNORM_QUANT_INT8 && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "quant->dtype %d is not an addrmsnorm_quant_dtype (ADDRMSNORM_QUANT_INT8 or "
+                    "ADDRMSNORM_QUANT_FLOAT8_E4M3)", (int)qd.dtype);
+    if (qd.mode != ADDRMSNORM_QUANT_STATIC && qd.mode != ADDRMSNORM_QUANT_PER_TOKEN &&
+        qd.mode != ADDRMSNORM_QUANT_PER_GROUP)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->mode %d is not an addrmsnorm_quant_mode", (int)qd.mode);
+    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
+    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
+    if (!std::isfinite(c.weight_offset))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
+    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "x_dtype is %s; quantized outputs take x of float16 or bfloat16", dtype_name(c.x_dtype));
+    const bool is_static = qd.mode == ADDRMSNORM_QUANT_STATIC, per_group = qd.mode == ADDRMSNORM_QUANT_PER_GROUP;
+    if (per_group && qd.group_size != 64 && qd.group_size != 128)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 64 or 128, got %d", (int)qd.group_size);
+    if (!per_group && qd.group_size != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "group_size must be 0 outside ADDRMSNORM_QUANT_PER_GROUP, got %d", (int)qd.group_size);
+    if (c.hidden <= 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
+    if (c.hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
+    if (per_group && c.hidden % qd.group_size != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "H=%lld is not a multiple of group_size=%d",
+                    (long long)c.hidden, (int)qd.group_size);
+    if (c.hidden % kQuantAlign != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "H=%lld is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 "
+                    "and int8 GEMMs do", (long long)c.hidden);
+    if (qd.flags & ~ADDRMSNORM_QUANT_UE8M0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->flags has unknown bits 0x%x (defined: ADDRMSNORM_QUANT_UE8M0)",
+                    qd.flags & ~ADDRMSNORM_QUANT_UE8M0);
+    if (is_static && qd.scale == nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; ADDRMSNORM_QUANT_STATIC reads its scale there");
+    if (!is_static && qd.scale != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is given but the mode is dynamic; pass NULL");
+    if (is_static && qd.scale_ub != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub bounds a dynamic scale; a static scale takes none");
+    if (is_static && (qd.flags & ADDRMSNORM_QUANT_UE8M0))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
+    if (is_static && qd.scales != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
+    if (!is_static && qd.scales == nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales there");
+    const float* f32s[3] = {qd.scale, qd.scale_ub, qd.scales};
+    const char* f32_names[3] = {"scale", "scale_ub", "scales_out"};
+    for (int i = 0; i < 3; ++i)
+        if (f32s[i] != nullptr && reinterpret_cast<uintptr_t>(f32s[i]) % 4 != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to 4 bytes", f32_names[i]);
+    if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
+    if (c.rows > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be < 2^31, got %lld", (long long)c.rows);
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;
+
+    const int xs = dtype_size(c.x_dtype);
+    struct Named { const char* name; const void* p; int64_t stride; int elem; };
+    const Named views[6] = {{"x", c.x, c.stride_x, xs},       {"residual", c.residual, c.stride_residual, xs},
+                            {"weight", c.weight, 0, xs},      {"out", c.q, c.stride_q, 1},
+                            {"residual_out", c.residual_out, c.stride_residual_out, xs},
+                            {"y", c.y, c.stride_y, xs}};
+    Rows r[6];
+    for (int i = 0; i < 6; ++i) {
+        const Named& v = views[i];
+        const bool is_weight = i == 2;
+        if (v.p == nullptr) {
+            if (i == 5) {
+                r[i] = Rows{v.name, 0, 0, 0, 0, v.elem, 0};  // no y: an empty view
+                continue;
+            }
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
+        }
+        int64_t stride = is_weight ? c.hidden : v.stride;
+        const int64_t rows = is_weight ? 1 : c.rows;
+        if (!is_weight && c.rows > 1 && stride < 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name, (long long)stride);
+        if (rows <= 1) stride = c.hidden;
+        if (stride > INT64_MAX / 4)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
+        if (reinterpret_cast<uintptr_t>(v.p) % 16 != 0 || (rows > 1 && stride % kQuantAlign != 0))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s must start on a 16-byte boundary and have a row stride that is a multiple of 16 elements "
+                        "(quantized outputs take aligned rows)", v.name);
+        r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
+    }
+    for (int i = 3; i < 6; ++i)
+        if (r[i].rows > 1 && r[i].stride_elems < c.hidden)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself",
+                        r[i].name, (long long)r[i].stride_elems, (long long)c.hidden);
+    // scale and scale_ub: one fp32 each, inputs.
+    Rows sc{"scale", reinterpret_cast<uintptr_t>(qd.scale), 4, 4, qd.scale ? 1 : 0, 4, 1};
+    Rows ub{"scale_ub", reinterpret_cast<uintptr_t>(qd.scale_ub), 4, 4, qd.scale_ub ? 1 : 0, 4, 1};
+    const Rows *x = &r[0], *res = &r[1], *w = &r[2], *qo = &r[3], *rout = &r[4], *yo = &r[5];
+    const Rows* outputs[3] = {qo, rout, yo};
+    for (int i = 0; i < 3; ++i)
+        for (int j = i + 1; j < 3; ++j)
+            if (overlaps(*outputs[i], *outputs[j]))
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s and %s overlap in memory; outputs must not share memory",
+                            outputs[i]->name, outputs[j]->name);
+    // residual_out may be residual or x exactly; y may be x exactly; q aliases nothing.
+    for (const Rows* o : outputs) {
+        const Rows* inputs[5] = {x, res, w, &sc, &ub};
+        for (const Rows* in : inputs) {
+            if (!overlaps(*o, *in)) continue;
+            const bool may_alias = (o == rout && (in == res || in == x)) || (o == yo && in == x);
+            if (may_alias && exact_alias(*o, *in)) continue;
+            if (may_alias)
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, shape, dtype and strides)",
+                            o->name, in->name, in->name);
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s",
+                        o->name, in->name, o->name, in->name);
+        }
+    }
+    if (!is_static) {
+        const int64_t groups = per_group ? c.hidden / qd.group_size : 1;
+        const int64_t rs = c.rows > 1 ? qd.scales_stride_row : 0, gs = groups > 1 ? qd.scales_stride_group : 0;
+        if (rs < 0 || gs < 0 || (c.rows > 1 && rs == 0) || (groups > 1 && gs == 0) ||
+            (c.rows > 1 && groups > 1 && !(rs >= groups * gs || gs >= c.rows * rs)))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "scales_out: strides (%lld, %lld) make two scales share an address",
+                        (long long)qd.scales_stride_row, (long long)qd.scales_stride_group);
+        // The scales' byte extent, as one row, against everything else.
+        const int64_t span = 4 * ((c.rows - 1) * rs + (groups - 1) * gs + 1);
+        Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 4, span / 4};
+        const Rows* all[8] = {x, res, w, qo, rout, yo, &sc, &ub};
+        for (const Rows* t : all)
+            if (overlaps(so, *t))
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
+                            t->name);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace detail
+}  // namespace addrmsnorm

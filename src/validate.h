@@ -41,7 +41,25 @@ struct BackwardCall {
     uint32_t flags;
 };
 
+struct QuantCall {
+    const void* x;
+    const void* residual;
+    const void* weight;
+    const void* q;
+    const void* residual_out;
+    const void* y;              // may be NULL
+    int64_t rows, hidden;
+    int64_t stride_x, stride_residual, stride_q, stride_residual_out, stride_y;
+    addrmsnorm_dtype x_dtype;
+    float eps, weight_offset;
+    const addrmsnorm_quant* quant;
+    uint32_t flags;
+};
+
 int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype
+
+// The quantized forward's checks (validation.check_quant's rules).
+addrmsnorm_status validate_quant(const QuantCall& c);
 
 // The backward's checks that need no device (the workspace size needs one: see backward.cpp).
 addrmsnorm_status validate_backward(const BackwardCall& c);

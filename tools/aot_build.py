@@ -56,7 +56,8 @@ def _load(name):
 configs = _load("configs")
 
 # "w16": a 16-bit weight's int16 bits (configs.WEIGHT_W16); "any": the backward's untyped weight.
-TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W16: "i16", "any": "u8"}
+TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W16: "i16", "any": "u8",
+                "int8": "i8", "fp8e4m3": "fp8e4nv"}
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
@@ -74,12 +75,17 @@ class Spec:
     weight: str       # fwd: the weight pointer's type (configs.forward_weight_arg); bwd: "any"; dw: its dtype
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
     numerics: int = 0  # HF_NUMERICS (fwd): configs.CONTRACT, HF_LLAMA or HF_GEMMA
+    quant: int = 0     # QUANT (qfwd): configs.QUANT_STATIC or QUANT_DYNAMIC
+    q: str = ""        # qfwd: the quantized output's dtype, one of configs.QUANT_DTYPES
 
     @property
     def align_class(self) -> int:
-        """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward."""
+        """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward;
+        0 for the quantized forward (built for the vector alone)."""
         if self.kind == "bwd":
             return int(self.align > 1)
+        if self.kind == "qfwd":
+            return 0
         return self.align.bit_length() - 1
 
 
@@ -117,6 +123,13 @@ def all_specs(cfgs, bcfgs):
                     if (x, res) in pairs:  # HF: the weight of x's dtype only
                         for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
                             specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
+    for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows
+        if 2 not in {r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg}:
+            continue
+        for x, res in configs.QUANT_ACTIVATION_PAIRS:
+            for q in configs.QUANT_DTYPES:
+                for mode in (configs.QUANT_STATIC, configs.QUANT_DYNAMIC):
+                    specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
     return specs
 
 
@@ -124,6 +137,10 @@ BACKWARD_SCALARS = {"n_rows": "i32", "H": "i32", "stride_dy_row": "i64", "stride
                     "stride_h_row": "i64", "stride_dres_row": "i64", "stride_dx_row": "i64",
                     "weight_offset": "fp32"}
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
+QUANT_SCALARS = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
+                 "stride_q_row": "i64", "stride_residual_out_row": "i64", "stride_y_row": "i64",
+                 "stride_s_row": "i64", "stride_s_group": "i64", "eps": "fp32", "weight_offset": "fp32",
+                 "group_size": "i32", "write_y": "i32", "has_ub": "i32", "ue8m0": "i32", "weight_dtype": "i32"}
 
 
 def signature(spec: Spec):
@@ -140,6 +157,14 @@ def signature(spec: Spec):
     if spec.kind == "dw":
         return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight), "n_partials": "i32", "H": "i32",
                 "BLOCK_P": "constexpr", "BLOCK_C": "constexpr"}
+    if spec.kind == "qfwd":
+        sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
+               "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
+               "scale_ptr": "*fp32", "scales_ptr": "*fp32", "scale_ub_ptr": "*fp32"}
+        sig.update(QUANT_SCALARS)
+        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "QUANT", "PDL", "WEIGHT_FIRST"):
+            sig[name] = "constexpr"
+        return sig
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
@@ -175,8 +200,10 @@ def compile_one(job):
         constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
         num_warps, n_args = configs.DWEIGHT_WARPS, 4
     else:
-        kernel = kernels.fused_add_rmsnorm_bwd if spec.kind == "bwd" else kernels.fused_add_rmsnorm_fwd
-        aligned_args = BACKWARD_ALIGNED_POINTER_ARGS if spec.kind == "bwd" else configs.ALIGNED_POINTER_ARGS
+        kernel = {"bwd": kernels.fused_add_rmsnorm_bwd, "fwd": kernels.fused_add_rmsnorm_fwd,
+                  "qfwd": kernels.fused_add_rmsnorm_quant_fwd}[spec.kind]
+        aligned_args = {"bwd": BACKWARD_ALIGNED_POINTER_ARGS, "fwd": configs.ALIGNED_POINTER_ARGS,
+                        "qfwd": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.kind]
         if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
             attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
                      for a in aligned_args}
@@ -184,6 +211,11 @@ def compile_one(job):
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
             n_args = len(BACKWARD_SCALARS) + 2 + 9
+        elif spec.kind == "qfwd":
+            constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
+                          "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
+                          "WEIGHT_FIRST": cfg.weight_first}
+            n_args = len(QUANT_SCALARS) + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
@@ -204,7 +236,7 @@ def compile_one(job):
     meta = {"name": md.name, "num_warps": md.num_warps, "shared": md.shared,
             "global_scratch_size": md.global_scratch_size, "global_scratch_align": md.global_scratch_align,
             "profile_scratch_size": md.profile_scratch_size, "num_params": n_params,
-            "grid_dependency": spec.kind == "fwd" and configs.pdl_compiled(arch)}
+            "grid_dependency": spec.kind in ("fwd", "qfwd") and configs.pdl_compiled(arch)}
     tmp = cubin_path.with_suffix(".tmp")
     tmp.write_bytes(compiled.asm["cubin"])
     tmp.replace(cubin_path)
@@ -226,7 +258,7 @@ N_NUMERICS = 3  # HF_NUMERICS values: configs.CONTRACT, HF_LLAMA, HF_GEMMA (kern
 
 def weight_slot(spec) -> int:
     return 0 if spec.weight == spec.x else 1 if spec.weight == "fp32" else 2
-KINDS = {"fwd": 0, "bwd": 1, "dw": 2}  # KernelVariant::kind
+KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3}  # KernelVariant::kind
 
 
 ITEMSIZE_PAIRS = ((2, 2), (2, 4), (4, 2), (4, 4))
@@ -370,9 +402,10 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumVariants = {len(specs)};")
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
-        weight = weight_slot(s) if s.kind == "fwd" else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
+        weight = weight_slot(s) if s.kind in ("fwd", "qfwd") else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
+        q = configs.QUANT_DTYPES.index(s.q) if s.q else -1
         lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
-                     f"{weight}, {s.align_class}, {s.numerics}}},")
+                     f"{weight}, {s.align_class}, {s.numerics}, {s.quant}, {q}}},")
     lines.append("};")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
@@ -410,6 +443,19 @@ addrmsnorm_cubin_blob:
         lines.append("    " + ", ".join(str(v) for v in bdense[i:i + 24]) + ",")
     lines.append("};")
     lines.append(f"const short kDweightIndex[] = {{{', '.join(str(v) for v in dw_index)}}};  // [weight dtype]")
+    # Quantized forward: [config][x][quant dtype][QUANT - 1] -> variant.
+    n_q = len(configs.QUANT_DTYPES)
+    qdense = [-1] * (len(cfgs) * n_d * n_q * 2)
+    for si, s in enumerate(specs):
+        if s.kind == "qfwd":
+            qdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * 2 + s.quant - 1] = si
+    lines.append(f"const int kNumQuantDtypes = {n_q};")
+    lines.append(f"const int kQuantAlignElems = {configs.vector_elems(2, 2)};")
+    lines.append("// [config][x][quant dtype][QUANT - 1] -> variant, or -1")
+    lines.append("const short kQuantIndex[] = {")
+    for i in range(0, len(qdense), 24):
+        lines.append("    " + ", ".join(str(v) for v in qdense[i:i + 24]) + ",")
+    lines.append("};")
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
@@ -481,13 +527,14 @@ def main():
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.fused_add_rmsnorm_fwd, kernels.fused_add_rmsnorm_bwd,
-                                                 kernels.fused_add_rmsnorm_dweight))
+                                                 kernels.fused_add_rmsnorm_dweight,
+                                                 kernels.fused_add_rmsnorm_quant_fwd))
     kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
     if args.list:
         kinds = {k: sum(1 for s in specs if s.kind == k) for k in KINDS}
         for arch in archs:
             print(f"sm_{arch}: {len(specs)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
-                  f"{kinds['dw']} dweight reduction)")
+                  f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward)")
         return
     if args.sample:
         picked = []
@@ -500,7 +547,7 @@ def main():
     cache_dir.mkdir(parents=True, exist_ok=True)
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
-        cfg = {"fwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
+        cfg = {"fwd": cfgs, "qfwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
         for arch in archs:
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key

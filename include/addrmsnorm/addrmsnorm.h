@@ -140,6 +140,73 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
     float eps, float weight_offset, uint32_t flags);
 
 /*
+ * Quantized outputs: the forward above, writing q = quant(y) (and optionally y) where it writes
+ * out, for fp8/int8 serving, whose next GEMM takes quantized input. y is the contract's fp32 value.
+ *
+ *   ADDRMSNORM_QUANT_STATIC     q = quant(y * (1 / scale)), one fp32 scale read from device memory
+ *   ADDRMSNORM_QUANT_PER_TOKEN  s = max(min(amax|y| of the row, scale_ub), 1e-10) / qmax per row,
+ *                               rounded up to a power of two with ADDRMSNORM_QUANT_UE8M0;
+ *                               q = quant(y * (1 / s)); s written to scales
+ *   ADDRMSNORM_QUANT_PER_GROUP  the same per group of group_size (64 or 128) columns of a row
+ *
+ * quant: INT8 (qmax 127) rounds half to even, then clamps to [-128, 127]; FLOAT8_E4M3 (qmax 448)
+ * clamps to +-448, then rounds to nearest even.
+ */
+typedef enum addrmsnorm_quant_dtype {
+    ADDRMSNORM_QUANT_INT8 = 0,
+    ADDRMSNORM_QUANT_FLOAT8_E4M3 = 1
+} addrmsnorm_quant_dtype;
+
+typedef enum addrmsnorm_quant_mode {
+    ADDRMSNORM_QUANT_STATIC = 1,
+    ADDRMSNORM_QUANT_PER_TOKEN = 2,
+    ADDRMSNORM_QUANT_PER_GROUP = 3
+} addrmsnorm_quant_mode;
+
+/* addrmsnorm_quant.flags: round dynamic scales up to a power of two (DeepSeek-V3's UE8M0). */
+#define ADDRMSNORM_QUANT_UE8M0 0x1u
+
+typedef struct addrmsnorm_quant {
+    addrmsnorm_quant_mode mode;
+    addrmsnorm_quant_dtype dtype;  /* of q */
+    int32_t group_size;            /* PER_GROUP: 64 or 128; otherwise 0 */
+    uint32_t flags;                /* 0, or ADDRMSNORM_QUANT_UE8M0 (dynamic modes) */
+    const float *scale;            /* STATIC: device pointer to one fp32 scale; otherwise NULL */
+    const float *scale_ub;         /* dynamic: NULL, or a device pointer to one fp32 bound of amax */
+    float *scales;                 /* dynamic: fp32 scales, out; STATIC: NULL */
+    int64_t scales_stride_row;     /* elements between the scales of consecutive rows (>= 0) */
+    int64_t scales_stride_group;   /* PER_GROUP: elements between consecutive groups of a row. Row-major
+                                      [rows, hidden / group_size]: (hidden / group_size, 1); DeepGEMM's
+                                      column-major, TMA-aligned layout: (1, rows rounded up to 4) */
+} addrmsnorm_quant;
+
+/*
+ *   x, residual, weight, residual_out: as addrmsnorm_fused_add_rmsnorm, with residual and weight of
+ *                  x_dtype, which is FLOAT16 or BFLOAT16
+ *   q              [rows, hidden] of quant->dtype, out; must not overlap anything
+ *   y              [rows, hidden] of x_dtype, out, or NULL; may be x exactly
+ *   hidden         a multiple of 16; x, residual, weight, q, residual_out and y start on 16-byte
+ *                  boundaries, and every row stride is a multiple of 16 elements (fp8 and int8 GEMMs
+ *                  take such rows)
+ *   flags          0, or ADDRMSNORM_FLAG_PDL
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
+    const void *x, const void *residual, const void *weight,
+    void *q, void *residual_out, void *y,
+    int64_t rows, int64_t hidden,
+    int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
+    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant,
+    uint32_t flags, addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_fused_add_rmsnorm_quant, without the driver. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant_check(
+    const void *x, const void *residual, const void *weight,
+    const void *q, const void *residual_out, const void *y,
+    int64_t rows, int64_t hidden,
+    int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
+    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant, uint32_t flags);
+
+/*
  * Backward of addrmsnorm_fused_add_rmsnorm (contract numerics), for training. With
  * n = h * rstd and g = dy * (weight + weight_offset), per row:
  *

@@ -438,3 +438,111 @@ TEST(BackwardValidation, BadCalls) {
     c.hidden = 0;
     expect_bwd_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be in [1, 2^31)");
 }
+
+// ----- quantized outputs ------------------------------------------------------------------------
+
+TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    for (long long H : {16LL, 64LL, 128LL, 4096LL, 16384LL, 16400LL, 262144LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (int q = 0; q < kNumQuantDtypes; ++q)
+                for (int mode : {1, 2}) {
+                    const int cfg = select_forward_config(H, 2, 2);
+                    const int v = quant_variant_index(cfg, x, q, mode);
+                    ASSERT_GE(v, 0) << "H=" << H;
+                    EXPECT_EQ(kVariants[v].kind, 3);
+                    EXPECT_EQ(kVariants[v].config, cfg);
+                    EXPECT_EQ(kVariants[v].x_dtype, x);
+                    EXPECT_EQ(kVariants[v].quant, mode);
+                    EXPECT_EQ(kVariants[v].quant_dtype, q);
+                    for (int a = 0; a < kNumArchs; ++a) {
+                        const CubinImage& img = kImages[v * kNumArchs + a];
+                        EXPECT_GT(img.size, 0u);
+                        EXPECT_EQ(img.num_warps, kConfigs[cfg].num_warps);
+                        EXPECT_EQ(img.grid_dependency, kArchs[a] >= 90);
+                    }
+                }
+}
+
+struct QuantCallArgs {
+    alignas(16) static char buf[1 << 16];
+    // Disjoint 16-byte aligned regions of one buffer (never dereferenced: the check reads no memory).
+    static const char* at(size_t offset) { return buf + offset; }
+    int64_t rows = 4, hidden = 128;
+    const char* x = at(0);
+    const char* r = at(4096);
+    const char* w = at(8192);
+    const char* q = at(12288);
+    const char* ro = at(16384);
+    const char* y = nullptr;
+    float* scales = reinterpret_cast<float*>(buf + 20480);
+    addrmsnorm_quant quant{ADDRMSNORM_QUANT_PER_GROUP, ADDRMSNORM_QUANT_FLOAT8_E4M3, 64, 0, nullptr, nullptr, nullptr, 2, 1};
+    int64_t sx = 128, sr = 128, sq = 128, sro = 128, sy = 128;
+    addrmsnorm_dtype xd = ADDRMSNORM_BFLOAT16;
+    float eps = 1e-6f;
+    uint32_t flags = 0;
+    addrmsnorm_status check() {
+        quant.scales = scales;
+        return addrmsnorm_fused_add_rmsnorm_quant_check(x, r, w, q, ro, y, rows, hidden, sx, sr, sq, sro, sy, xd, eps,
+                                                        0.0f, &quant, flags);
+    }
+};
+alignas(16) char QuantCallArgs::buf[1 << 16];
+
+void expect_quant_error(QuantCallArgs c, addrmsnorm_status want, const std::string& needle) {
+    const addrmsnorm_status got = c.check();
+    EXPECT_EQ(got, want) << addrmsnorm_last_error();
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos)
+        << "message \"" << addrmsnorm_last_error() << "\" does not mention \"" << needle << "\"";
+}
+
+TEST(QuantValidation, GoodCallsPass) {
+    QuantCallArgs c;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.quant.mode = ADDRMSNORM_QUANT_PER_TOKEN;
+    c.quant.group_size = 0;
+    c.quant.flags = ADDRMSNORM_QUANT_UE8M0;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.y = c.x;  // y may be x exactly
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(QuantValidation, BadCalls) {
+    QuantCallArgs c;
+    c.quant.dtype = static_cast<addrmsnorm_quant_dtype>(7);
+    expect_quant_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "quant->dtype 7 is not");
+    c = QuantCallArgs();
+    c.quant.group_size = 32;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 64 or 128, got 32");
+    c = QuantCallArgs();
+    c.hidden = 192;
+    c.quant.group_size = 128;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "H=192 is not a multiple of group_size=128");
+    c = QuantCallArgs();
+    c.quant.mode = ADDRMSNORM_QUANT_PER_TOKEN;
+    c.quant.group_size = 0;
+    c.hidden = 120;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "H=120 is not a multiple of 16");
+    c = QuantCallArgs();
+    c.xd = ADDRMSNORM_FLOAT32;
+    expect_quant_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "quantized outputs take x of float16 or bfloat16");
+    c = QuantCallArgs();
+    c.quant.mode = ADDRMSNORM_QUANT_STATIC;
+    c.quant.group_size = 0;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL");
+    c = QuantCallArgs();
+    c.x = QuantCallArgs::at(8);
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "x must start on a 16-byte boundary");
+    c = QuantCallArgs();
+    c.q = c.x;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps x");
+    c = QuantCallArgs();
+    c.quant.scales_stride_row = 1;  // rows of 2 groups, stride 1 and 1: two scales on one address
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "make two scales share an address");
+    c = QuantCallArgs();
+    c.scales = reinterpret_cast<float*>(const_cast<char*>(c.w));
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps weight");
+    c = QuantCallArgs();
+    c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits");
+}
