@@ -128,14 +128,10 @@ def _fused_add_rmsnorm_quant_into(keyset, x, residual, weight, out, residual_out
     torch.autograd.graph.increment_version(tuple(t for t in (out, residual_out, scales_out, y) if t is not None))
 
 
-def register_quant(lib: torch.library.Library) -> None:
-    """The quantized operators' Autograd kernels (Python on both backends, for now)."""
-    lib.impl("fused_add_rmsnorm_quant", _fused_add_rmsnorm_quant, "Autograd", with_keyset=True)
-    lib.impl("fused_add_rmsnorm_quant_into", _fused_add_rmsnorm_quant_into, "Autograd", with_keyset=True)
-
-
 def register(lib: torch.library.Library) -> None:
     """Register the Python Autograd kernels (only where the C++ extension has not registered its own)."""
     lib.impl("fused_add_rmsnorm", _fused_add_rmsnorm, "Autograd", with_keyset=True)
     lib.impl("fused_add_rmsnorm_", _fused_add_rmsnorm_, "Autograd", with_keyset=True)
     lib.impl("fused_add_rmsnorm_into", _fused_add_rmsnorm_into, "Autograd", with_keyset=True)
+    lib.impl("fused_add_rmsnorm_quant", _fused_add_rmsnorm_quant, "Autograd", with_keyset=True)
+    lib.impl("fused_add_rmsnorm_quant_into", _fused_add_rmsnorm_quant_into, "Autograd", with_keyset=True)

@@ -172,6 +172,13 @@ QUANT_DTYPES = ("int8", "fp8e4m3")
 QUANT_STATIC, QUANT_DYNAMIC = 1, 2
 QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr")
+# float8_e4m3fn is a type of sm_89 and newer (Triton refuses it below): sm_80 gets the int8 kernels only.
+QUANT_FP8_MIN_ARCH = 89
+
+
+def quant_built_for(q: str, arch: int) -> bool:
+    """Whether the quantized forward writing q is built for arch (e.g. 90)."""
+    return q != "fp8e4m3" or arch >= QUANT_FP8_MIN_ARCH
 
 # Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
 # accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4

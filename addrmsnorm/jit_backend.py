@@ -130,6 +130,16 @@ def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) 
     return torch.empty(want, dtype=torch.float32, device=device)
 
 
+def _check_quant_arch(device: torch.device, quant_dtype) -> None:
+    """float8 is a type of sm_89 and newer (configs.quant_built_for); the C runtime says the same."""
+    if device.type != "cuda" or quant_dtype != torch.float8_e4m3fn:
+        return
+    major, minor = torch.cuda.get_device_capability(device)
+    if major * 10 + minor < configs.QUANT_FP8_MIN_ARCH:
+        raise RuntimeError(f"addrmsnorm: unsupported GPU architecture: float8_e4m3fn outputs need a GPU of compute "
+                           f"capability 8.9 or newer; this one runs sm_{major}{minor} kernels")
+
+
 def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
     xr = call.x
     if xr.n_rows == 0:
@@ -154,6 +164,7 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales)
     _check_runnable(call.device)
+    _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
     q = torch.empty(shape, dtype=quant_dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
@@ -180,4 +191,5 @@ def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales)
     _check_runnable(call.device)
+    _check_quant_arch(call.device, out.dtype)
     _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)

@@ -74,22 +74,13 @@ _lib = torch.library.Library(NAMESPACE, "DEF")
 for _name, _schema in SCHEMAS.items():
     _lib.define(_name + _schema)
 
-# The quantized operators have a Triton JIT implementation only, for now: it serves CUDA tensors on
-# both backends (the C++ extension does not implement them yet).
-_QUANT_IMPLS = {
-    "fused_add_rmsnorm_quant": jit_backend.fused_add_rmsnorm_quant,
-    "fused_add_rmsnorm_quant_into": jit_backend.fused_add_rmsnorm_quant_into,
-}
-for _name, _fn in _QUANT_IMPLS.items():
-    _lib.impl(_name, _fn, "CPU")
-    _lib.impl(_name, _fn, "CUDA")
-autograd.register_quant(_lib)
-
 _JIT_IMPLS = {
     "fused_add_rmsnorm": jit_backend.fused_add_rmsnorm,
     "fused_add_rmsnorm_": jit_backend.fused_add_rmsnorm_,
     "fused_add_rmsnorm_into": jit_backend.fused_add_rmsnorm_into,
     "fused_add_rmsnorm_backward": jit_backend.fused_add_rmsnorm_backward,
+    "fused_add_rmsnorm_quant": jit_backend.fused_add_rmsnorm_quant,
+    "fused_add_rmsnorm_quant_into": jit_backend.fused_add_rmsnorm_quant_into,
 }
 for _name, _fn in _JIT_IMPLS.items():
     _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise

@@ -100,6 +100,10 @@ addrmsnorm_status load(const Driver& d, ContextState& s, int variant, CUfunction
         return ADDRMSNORM_SUCCESS;
     }
     const CubinImage& img = kImages[variant * kNumArchs + s.arch_index];
+    if (img.size == 0)  // the one kind of kernel an arch lacks: configs.quant_built_for
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_ARCH,
+                    "float8_e4m3fn outputs need a GPU of compute capability 8.9 or newer; this one runs sm_%d kernels",
+                    kArchs[s.arch_index]);
     if (img.global_scratch_size != 0 || img.profile_scratch_size != 0)
         return fail(ADDRMSNORM_ERROR_CUDA, "kernel %d needs scratch memory, which this runtime does not allocate",
                     variant);
@@ -147,6 +151,7 @@ addrmsnorm_status preload_all(const Driver& d) {
     if (st != ADDRMSNORM_SUCCESS) return st;
     for (int v = 0; v < kNumVariants; ++v) {
         if (s->functions[v].load(std::memory_order_acquire) != nullptr) continue;
+        if (kImages[v * kNumArchs + s->arch_index].size == 0) continue;  // not built for this arch
         CUfunction f;
         st = load(d, *s, v, &f);
         if (st != ADDRMSNORM_SUCCESS) return st;

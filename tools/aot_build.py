@@ -355,7 +355,11 @@ def generate(out: Path, archs, cfgs, bcfgs, specs, keys, cache_dir: Path):
     for si, spec in enumerate(specs):
         row = []
         for arch in archs:
-            key = keys[(si, arch)]
+            key = keys.get((si, arch))
+            if key is None:  # not built for this arch (configs.quant_built_for): an empty image
+                row.append({"offset": 0, "size": 0, "num_warps": 0, "shared": 0, "global_scratch_size": 0,
+                            "profile_scratch_size": 0, "name": "", "grid_dependency": False})
+                continue
             data = (cache_dir / f"{key}.cubin").read_bytes()
             meta = json.loads((cache_dir / f"{key}.json").read_text())
             while len(blob) % 16:
@@ -531,9 +535,10 @@ def main():
                                                  kernels.fused_add_rmsnorm_quant_fwd))
     kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
     if args.list:
-        kinds = {k: sum(1 for s in specs if s.kind == k) for k in KINDS}
         for arch in archs:
-            print(f"sm_{arch}: {len(specs)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
+            built = [s for s in specs if s.kind != "qfwd" or configs.quant_built_for(s.q, arch)]
+            kinds = {k: sum(1 for s in built if s.kind == k) for k in KINDS}
+            print(f"sm_{arch}: {len(built)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
                   f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward)")
         return
     if args.sample:
@@ -549,6 +554,8 @@ def main():
     for si, spec in enumerate(specs):
         cfg = {"fwd": cfgs, "qfwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
         for arch in archs:
+            if spec.kind == "qfwd" and not configs.quant_built_for(spec.q, arch):
+                continue
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key
             jobs.append((spec, cfg, arch, str(cache_dir), key))

@@ -39,6 +39,13 @@ using InPlaceFn = void(const Tensor&, const Tensor&, const Tensor&, double, doub
 using IntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                     const std::optional<Tensor>&, double, double, bool, bool);
 
+using QuantFn = std::tuple<Tensor, Tensor, Tensor, Tensor>(
+    const Tensor&, const Tensor&, const Tensor&, double, c10::ScalarType, const std::optional<Tensor>&, int64_t,
+    const std::optional<Tensor>&, bool, bool, double, bool, bool);
+using QuantIntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const std::optional<Tensor>&, const std::optional<Tensor>&, double,
+                         const std::optional<Tensor>&, int64_t, const std::optional<Tensor>&, bool, double, bool);
+
 template <typename Fn>
 const c10::TypedOperatorHandle<Fn>& op(const char* name) {
     // One handle per signature: each operator here has its own.
@@ -181,9 +188,47 @@ void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, co
     if (rstd.has_value() && rstd->defined()) bump(*rstd);
 }
 
+// ----- quantized outputs: inference only -------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rmsnorm_quant_autograd(
+    c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
+    c10::ScalarType quant_dtype, const std::optional<Tensor>& scale, int64_t group_size,
+    const std::optional<Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,
+    bool return_y, bool pdl) {
+    refuse_grad("fused_add_rmsnorm_quant", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op<QuantFn>("addrmsnorm::fused_add_rmsnorm_quant")
+        .redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
+                    column_major_scales, ue8m0_scales, weight_offset, return_y, pdl);
+}
+
+void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual,
+                                           const Tensor& weight, const Tensor& out, const Tensor& residual_out,
+                                           const std::optional<Tensor>& scales_out, const std::optional<Tensor>& y,
+                                           double eps, const std::optional<Tensor>& scale, int64_t group_size,
+                                           const std::optional<Tensor>& scale_ub, bool ue8m0_scales,
+                                           double weight_offset, bool pdl) {
+    const Tensor none;
+    refuse_grad("fused_add_rmsnorm_quant_into",
+                {{"x", &x}, {"residual", &residual}, {"weight", &weight}, {"out", &out}, {"residual_out", &residual_out},
+                 {"scales_out", scales_out.has_value() ? &*scales_out : &none}, {"y", y.has_value() ? &*y : &none}});
+    {
+        at::AutoDispatchBelowADInplaceOrView below;
+        op<QuantIntoFn>("addrmsnorm::fused_add_rmsnorm_quant_into")
+            .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
+                        eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl);
+    }
+    bump(out);
+    bump(residual_out);
+    if (scales_out.has_value() && scales_out->defined()) bump(*scales_out);
+    if (y.has_value() && y->defined()) bump(*y);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(addrmsnorm, Autograd, m) {
+    m.impl("fused_add_rmsnorm_quant", &fused_add_rmsnorm_quant_autograd);
+    m.impl("fused_add_rmsnorm_quant_into", &fused_add_rmsnorm_quant_into_autograd);
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm_autograd);
     m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm__autograd);
     m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into_autograd);

@@ -21,6 +21,8 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "addrmsnorm/addrmsnorm.h"
 
@@ -39,6 +41,8 @@ const char* torch_name(c10::ScalarType t) {
         case c10::kInt: return "torch.int32";
         case c10::kLong: return "torch.int64";
         case c10::kBool: return "torch.bool";
+        case c10::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
+        case c10::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
         default: return c10::toString(t);
     }
 }
@@ -344,9 +348,216 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     return {dres, dx, dweight};
 }
 
+// ----- quantized outputs ---------------------------------------------------------------------------
+// validation.check_quant_meta's rules in its order and words; the C ABI then checks alignment and
+// overlap. Scales are laid out as jit_backend.alloc_scales lays them out.
+
+constexpr int64_t kTmaRowMultiple = 4;  // jit_backend.TMA_ROW_MULTIPLE
+
+addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t) {
+    if (t == c10::kChar) return ADDRMSNORM_QUANT_INT8;
+    if (t == c10::ScalarType::Float8_e4m3fn) return ADDRMSNORM_QUANT_FLOAT8_E4M3;
+    TORCH_CHECK_TYPE(false, "quant_dtype must be torch.float8_e4m3fn or torch.int8, got ", torch_name(t));
+}
+
+void check_scale_tensor(const char* name, const at::Tensor& t, const at::Tensor& x) {
+    TORCH_CHECK_TYPE(t.scalar_type() == c10::kFloat && t.numel() == 1, name,
+                     " must be a 1-element float32 tensor, got ", torch_name(t.scalar_type()), " of shape ",
+                     shape_str(t.sizes()));
+    TORCH_CHECK_VALUE(t.device() == x.device(), name, " is on ", t.device(), " but x is on ", x.device(),
+                      "; it must be on x's device");
+}
+
+std::vector<int64_t> scales_shape(c10::IntArrayRef shape, int64_t group_size) {
+    std::vector<int64_t> s(shape.begin(), shape.end() - 1);
+    if (group_size) s.push_back(shape.back() / group_size);
+    return s;
+}
+
+// The checks that need no memory. Returns the mode: 1 static, 2 per token, 3 per group.
+int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                     c10::ScalarType quant_dtype, const std::optional<at::Tensor>& scale, int64_t group_size,
+                     const std::optional<at::Tensor>& scale_ub, const at::Tensor* out, const at::Tensor* residual_out,
+                     const std::optional<at::Tensor>* scales_out, const std::optional<at::Tensor>* y, bool ue8m0,
+                     bool column_major) {
+    to_quant_dtype(quant_dtype);
+    to_dtype("x", x);
+    TORCH_CHECK_TYPE(x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16, "x has dtype ",
+                     torch_name(x.scalar_type()), "; quantized outputs take x of float16 or bfloat16");
+    TORCH_CHECK_TYPE(residual.scalar_type() == x.scalar_type(), "residual has dtype ",
+                     torch_name(residual.scalar_type()), "; quantized outputs need residual of x's dtype (",
+                     torch_name(x.scalar_type()), ")");
+    TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(), "weight has dtype ", torch_name(weight.scalar_type()),
+                     "; quantized outputs need weight of x's dtype (", torch_name(x.scalar_type()),
+                     "), as a checkpoint has it");
+    // validation.check_forward_meta(x, residual, weight, None, residual_out)
+    to_dtype("residual", residual);
+    to_dtype("weight", weight);
+    if (residual_out != nullptr) to_dtype("residual_out", *residual_out);
+    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
+    const int64_t H = x.size(-1);
+    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
+    if (residual_out != nullptr)
+        TORCH_CHECK_TYPE(residual_out->scalar_type() == residual.scalar_type(), "residual_out has dtype ",
+                         torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
+                         torch_name(residual.scalar_type()), ")");
+    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
+                      ", expected (", H, ",)");
+    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
+    check_device("residual", residual, x);
+    check_device("weight", weight, x);
+    if (residual_out != nullptr) check_device("residual_out", *residual_out, x);
+    const int mode = scale.has_value() ? 1 : group_size ? 3 : 2;
+    TORCH_CHECK_VALUE(!(scale.has_value() && group_size), "scale (static) and group_size (per group) exclude each other; pass one");
+    TORCH_CHECK_VALUE(!group_size || group_size == 64 || group_size == 128, "group_size must be 64 or 128, got ", group_size);
+    TORCH_CHECK_VALUE(!group_size || H % group_size == 0, "H=", H, " is not a multiple of group_size=", group_size);
+    TORCH_CHECK_VALUE(H % 16 == 0, "H=", H,
+                      " is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 and int8 "
+                      "GEMMs do");
+    if (scale.has_value()) check_scale_tensor("scale", *scale, x);
+    if (scale_ub.has_value()) {
+        TORCH_CHECK_VALUE(mode != 1, "scale_ub bounds a dynamic scale; a static scale takes none");
+        check_scale_tensor("scale_ub", *scale_ub, x);
+    }
+    TORCH_CHECK_VALUE(!(ue8m0 && mode == 1), "ue8m0_scales rounds dynamic scales; a static scale is used as given");
+    TORCH_CHECK_VALUE(!(column_major && mode != 3), "column_major_scales lays out per-group scales; pass group_size");
+    if (out != nullptr) {
+        TORCH_CHECK_TYPE(out->scalar_type() == quant_dtype, "out has dtype ", torch_name(out->scalar_type()),
+                         "; it must be quant_dtype (", torch_name(quant_dtype), ")");
+        TORCH_CHECK_VALUE(out->device() == x.device(), "out is on ", out->device(), " but x is on ", x.device(),
+                          "; all tensors must be on one device");
+    }
+    if (y != nullptr && y->has_value()) {
+        const at::Tensor& t = **y;
+        to_dtype("y", t);
+        TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), "y has dtype ", torch_name(t.scalar_type()),
+                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
+        TORCH_CHECK_VALUE(t.device() == x.device(), "y is on ", t.device(), " but x is on ", x.device(),
+                          "; all tensors must be on one device");
+    }
+    if (scales_out != nullptr && scales_out->has_value()) {
+        const at::Tensor& t = **scales_out;
+        TORCH_CHECK_VALUE(mode != 1, "scales_out receives dynamic scales; a static call has none to write");
+        const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
+        TORCH_CHECK_VALUE(t.scalar_type() == c10::kFloat && t.sizes() == c10::IntArrayRef(want),
+                          "scales_out must be float32 of shape ", shape_str(want), ", got ",
+                          torch_name(t.scalar_type()), " ", shape_str(t.sizes()));
+        TORCH_CHECK_VALUE(t.device() == x.device(), "scales_out is on ", t.device(), " but x is on ", x.device(),
+                          "; all tensors must be on one device");
+    }
+    return mode;
+}
+
+// (row stride, group stride) of scales seen as [rows, groups] (validation._scales_geometry): the
+// leading dimensions must flatten to rows of one stride; the C ABI checks that no two scales share
+// an address.
+std::pair<int64_t, int64_t> scales_geometry(const at::Tensor& t, int64_t groups) {
+    const int64_t nd = groups > 1 ? t.dim() - 1 : t.dim();  // the row dimensions
+    int64_t rows = 1, stride = -1, expected = 0;
+    for (int64_t i = nd - 1; i >= 0; --i) {
+        const int64_t n = t.size(i);
+        rows *= n;
+        if (n == 1) continue;
+        if (stride < 0) {
+            stride = t.stride(i);
+        } else {
+            TORCH_CHECK_VALUE(t.stride(i) == expected || t.numel() == 0, "scales_out: the leading dimensions of a tensor "
+                              "with strides ", shape_str(t.strides()), " cannot be flattened into rows of one stride");
+        }
+        expected = t.stride(i) * n;
+    }
+    const int64_t gs = groups > 1 ? t.stride(-1) : 0;
+    return {rows > 1 ? stride : 0, gs};
+}
+
+at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major) {
+    if (mode == 1) return at::empty({0}, x.options().dtype(c10::kFloat));
+    const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
+    if (mode == 3 && column_major) {
+        int64_t n = 1;
+        for (int64_t i = 0; i + 1 < x.dim(); ++i) n *= x.size(i);
+        const int64_t groups = x.size(-1) / group_size;
+        const int64_t n_pad = (n + kTmaRowMultiple - 1) / kTmaRowMultiple * kTmaRowMultiple;
+        return at::empty({groups, n_pad}, x.options().dtype(c10::kFloat)).t().slice(0, 0, n).view(want);
+    }
+    return at::empty(want, x.options().dtype(c10::kFloat));
+}
+
+void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
+                  const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
+                  const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
+                  bool ue8m0, double eps, double weight_offset, bool pdl) {
+    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
+    const RowView vx = as_rows("x", x, x.sizes()), vr = as_rows("residual", residual, x.sizes());
+    const RowView vq = as_rows("out", q, x.sizes()), vro = as_rows("residual_out", residual_out, x.sizes());
+    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
+    if (vx.rows == 0) return;
+    const int64_t H = x.size(-1), groups = mode == 3 ? H / group_size : 1;
+    addrmsnorm_quant qd{};
+    qd.mode = mode == 1 ? ADDRMSNORM_QUANT_STATIC : mode == 2 ? ADDRMSNORM_QUANT_PER_TOKEN : ADDRMSNORM_QUANT_PER_GROUP;
+    qd.dtype = to_quant_dtype(q.scalar_type());
+    qd.group_size = mode == 3 ? static_cast<int32_t>(group_size) : 0;
+    qd.flags = ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u;
+    qd.scale = scale.has_value() ? scale->data_ptr<float>() : nullptr;
+    qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
+    if (scales != nullptr) {
+        qd.scales = scales->data_ptr<float>();
+        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, groups);
+    }
+    const c10::Device device = x.device();
+    const c10::DeviceGuard guard(device);
+    const auto stream = reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    const addrmsnorm_dtype xd = to_dtype("x", x);
+    with_context(device, [&] {
+        return addrmsnorm_fused_add_rmsnorm_quant(
+            x.data_ptr(), residual.data_ptr(), weight.data_ptr(), q.data_ptr(), residual_out.data_ptr(),
+            y != nullptr ? y->data_ptr() : nullptr, vx.rows, H, vx.stride, vr.stride, vq.stride, vro.stride, vy.stride,
+            xd, static_cast<float>(eps), static_cast<float>(weight_offset), &qd, pdl ? ADDRMSNORM_FLAG_PDL : 0u, stream);
+    });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_quant(
+    const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
+    const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl) {
+    check_scalars(eps, weight_offset);
+    const int mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
+                                      nullptr, nullptr, ue8m0_scales, column_major_scales);
+    as_rows("x", x, x.sizes());
+    as_rows("residual", residual, x.sizes());
+    const auto contiguous = c10::MemoryFormat::Contiguous;
+    at::Tensor q = at::empty(x.sizes(), x.options().dtype(quant_dtype).memory_format(contiguous));
+    at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(contiguous));
+    at::Tensor y = at::empty(return_y ? x.sizes() : c10::IntArrayRef{0}, x.options().memory_format(contiguous));
+    at::Tensor scales = alloc_scales(x, mode, group_size, column_major_scales);
+    launch_quant(x, residual, weight, q, residual_out, return_y ? &y : nullptr, scale, mode == 1 ? nullptr : &scales,
+                 scale_ub, mode, group_size, ue8m0_scales, eps, weight_offset, pdl);
+    return {q, residual_out, scales, y};
+}
+
+void fused_add_rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                                  const at::Tensor& out, const at::Tensor& residual_out,
+                                  const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y,
+                                  double eps, const std::optional<at::Tensor>& scale, int64_t group_size,
+                                  const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset,
+                                  bool pdl) {
+    check_scalars(eps, weight_offset);
+    TORCH_CHECK_VALUE(scale.has_value() || scales_out.has_value(),
+                      "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
+                      "there");
+    const int mode = check_quant_meta(x, residual, weight, out.scalar_type(), scale, group_size, scale_ub, &out,
+                                      &residual_out, &scales_out, &y, ue8m0_scales, false);
+    launch_quant(x, residual, weight, out, residual_out, y.has_value() ? &*y : nullptr, scale,
+                 scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
+                 weight_offset, pdl);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
+    m.impl("fused_add_rmsnorm_quant", &fused_add_rmsnorm_quant);
+    m.impl("fused_add_rmsnorm_quant_into", &fused_add_rmsnorm_quant_into);
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
     m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm_);
     m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into);

@@ -457,6 +457,10 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
                     EXPECT_EQ(kVariants[v].quant_dtype, q);
                     for (int a = 0; a < kNumArchs; ++a) {
                         const CubinImage& img = kImages[v * kNumArchs + a];
+                        if (q == ADDRMSNORM_QUANT_FLOAT8_E4M3 && kArchs[a] < 89) {  // no float8 before sm_89
+                            EXPECT_EQ(img.size, 0u);
+                            continue;
+                        }
                         EXPECT_GT(img.size, 0u);
                         EXPECT_EQ(img.num_warps, kConfigs[cfg].num_warps);
                         EXPECT_EQ(img.grid_dependency, kArchs[a] >= 90);
