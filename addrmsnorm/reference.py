@@ -90,7 +90,9 @@ def quantize_ref(y: torch.Tensor, quant_dtype: torch.dtype, *, scale: torch.Tens
     amax = g.abs().amax(dim=-1)
     if scale_ub is not None:
         amax = torch.minimum(amax, scale_ub.float().reshape(()))
-    s = torch.clamp_min(amax, QUANT_AMAX_FLOOR) / QUANT_QMAX[quant_dtype]
+    # A tensor divisor: torch divides a CUDA tensor by a Python scalar as a multiply by its
+    # reciprocal, which is not the correctly rounded quotient the kernels compute.
+    s = torch.clamp_min(amax, QUANT_AMAX_FLOOR) / amax.new_tensor(QUANT_QMAX[quant_dtype])
     if ue8m0:
         s = ue8m0_ref(s)
     q = quant_cast_ref((g * torch.reciprocal(s).unsqueeze(-1)).reshape(y.shape), quant_dtype)

@@ -106,7 +106,9 @@ def test_dynamic_scales_are_exact_where_amax_is():
     r = torch.randint(-8, 9, (N, H), generator=g).to(torch.bfloat16).to(DEVICE)
     w = (2.0 ** torch.randint(-2, 3, (H,), generator=g)).to(torch.bfloat16).to(DEVICE)
     h = x.float() + r.float()
-    rstd = 1.0 / torch.sqrt((h * h).sum(-1) / H + 1e-6)  # exact sum; div and sqrt correctly rounded
+    # exact sum; div and sqrt correctly rounded (a tensor divisor: torch multiplies by the reciprocal
+    # of a Python scalar on CUDA)
+    rstd = torch.reciprocal(torch.sqrt((h * h).sum(-1) / h.new_tensor(float(H)) + 1e-6))
     y32 = h * rstd.unsqueeze(-1) * w.float()
     for gs in (None, 64, 128):
         for ue8m0 in (False, True):
