@@ -312,6 +312,8 @@ def _scales_geometry(t: torch.Tensor, shape, group_size):
         raise ValueError(f"scales_out: the leading dimensions of a tensor with strides {t.stride()} cannot be "
                          f"flattened into rows of one stride") from None
     n = t2.shape[0]
+    if n == 0:  # no rows, no scales written
+        return t2, 0, 0
     rs = t2.stride(0) if n > 1 else 0
     gs = t2.stride(1) if n_groups > 1 else 0
     if rs < 0 or gs < 0 or (n > 1 and n_groups > 1 and not (rs >= n_groups * gs or gs >= n * rs)) \
@@ -357,6 +359,8 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     check_aliasing(outputs, inputs, QUANT_MAY_ALIAS)
     for name, rows in {**outputs, **inputs}.items():
         tensor_rows = rows
+        if xr.n_rows == 0:
+            break  # no rows: nothing is read or written (the C ABI looks at no pointer)
         if name in ("out", "residual_out", "y", "x", "residual", "weight") and tensor_rows.n_rows > 0:
             if tensor_rows.start % 16 or tensor_rows.row_stride % QUANT_ALIGN and tensor_rows.n_rows > 1:
                 raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "

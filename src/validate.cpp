@@ -307,8 +307,6 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     if (qd.flags & ~ADDRMSNORM_QUANT_UE8M0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->flags has unknown bits 0x%x (defined: ADDRMSNORM_QUANT_UE8M0)",
                     qd.flags & ~ADDRMSNORM_QUANT_UE8M0);
-    if (is_static && qd.scale == nullptr)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; ADDRMSNORM_QUANT_STATIC reads its scale there");
     if (!is_static && qd.scale != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is given but the mode is dynamic; pass NULL");
     if (is_static && qd.scale_ub != nullptr)
@@ -317,9 +315,6 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
     if (is_static && qd.scales != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
-    if (!is_static && qd.scales == nullptr)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales there");
     const float* f32s[3] = {qd.scale, qd.scale_ub, qd.scales};
     const char* f32_names[3] = {"scale", "scale_ub", "scales_out"};
     for (int i = 0; i < 3; ++i)
@@ -328,7 +323,12 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
     if (c.rows > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be < 2^31, got %lld", (long long)c.rows);
-    if (c.rows == 0) return ADDRMSNORM_SUCCESS;
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: no pointer is used
+    if (is_static && qd.scale == nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; ADDRMSNORM_QUANT_STATIC reads its scale there");
+    if (!is_static && qd.scales == nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales there");
 
     const int xs = dtype_size(c.x_dtype);
     struct Named { const char* name; const void* p; int64_t stride; int elem; };

@@ -229,3 +229,100 @@ def test_both_backends_raise_the_same_errors():
                        f"weight_offset={weight_offset} hf={hf})"
         seen[a[0]] = seen.get(a[0], 0) + 1
     assert seen.get("ok", 0) >= 30 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen
+
+
+# ----- the quantized forward ------------------------------------------------------------------------
+
+class _Quant(__import__("ctypes").Structure):
+    import ctypes as _c
+    _fields_ = [("mode", _c.c_int), ("dtype", _c.c_int), ("group_size", _c.c_int32), ("flags", _c.c_uint32),
+                ("scale", _c.c_void_p), ("scale_ub", _c.c_void_p), ("scales", _c.c_void_p),
+                ("scales_stride_row", _c.c_int64), ("scales_stride_group", _c.c_int64)]
+
+
+def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
+    try:
+        validation.check_scalar("eps", eps, positive=True)
+        validation.check_quant(x, r, w, q.dtype, scale, gs, ub, q, rout, scales, y, ue8m0=ue8m0)
+        return "ok"
+    except TypeError:
+        return "type"
+    except ValueError:
+        return "value"
+
+
+def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
+    N, H = x.shape
+    mode = 1 if scale is not None else (3 if gs else 2)
+    qd = _Quant(mode, 0 if q.dtype == torch.int8 else 1, gs, 1 if ue8m0 else 0,
+                scale.data_ptr() if scale is not None else None, ub.data_ptr() if ub is not None else None,
+                scales.data_ptr() if scales is not None else None,
+                scales.stride(0) if scales is not None and scales.dim() > 0 else 0,
+                scales.stride(1) if scales is not None and scales.dim() > 1 else 0)
+    import ctypes
+    st = lib.addrmsnorm_fused_add_rmsnorm_quant_check(
+        x.data_ptr(), r.data_ptr(), w.data_ptr(), q.data_ptr(), rout.data_ptr(), y.data_ptr() if y is not None else None,
+        N, H, x.stride(0), r.stride(0), q.stride(0), rout.stride(0), y.stride(0) if y is not None else H,
+        c_library.DTYPE_ENUM[x.dtype], eps, 0.0, ctypes.byref(qd), 0)
+    return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+
+
+def test_random_quantized_calls_get_the_same_verdict():
+    import ctypes
+
+    lib = c_library.load(LIB_PATH)
+    f = lib.addrmsnorm_fused_add_rmsnorm_quant_check
+    f.restype = ctypes.c_int
+    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
+                                                                    ctypes.c_void_p, ctypes.c_uint32])
+    rng = random.Random(3)
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+
+    def view(dtype, N, H, aligned=True):
+        item = torch.tensor([], dtype=dtype).element_size()
+        stride = rng.choice([H, H, H + 16, 2 * H, H + rng.randint(1, 5), max(H // 2, 1)])
+        span = max(((N - 1) * stride + H) * item, 0)
+        step = 16 if aligned and rng.random() < 0.9 else item
+        off = rng.randrange(0, len(buf) - span - 64, step)
+        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
+
+    def f32(n):
+        off = rng.randrange(0, len(buf) - 4 * n - 8, 4)
+        return buf[off:off + 4 * n].view(torch.float32)
+
+    seen = {"ok": 0, "value": 0, "type": 0}
+    for _ in range(1000):
+        N, H = rng.choice([0, 1, 2, 5]), rng.choice([0, 16, 64, 120, 128, 192, 256])
+        xd = rng.choice([torch.float16, torch.bfloat16, torch.bfloat16, torch.float32])
+        qdt = rng.choice([torch.int8, torch.float8_e4m3fn])
+        x, r = view(xd, N, H), view(xd, N, H)
+        w = view(xd, 1, max(H, 1))[0, :H]
+        q = view(qdt, N, H)
+        rout = r if rng.random() < 0.2 else (x if rng.random() < 0.1 else view(xd, N, H))
+        y = None if rng.random() < 0.6 else (x if rng.random() < 0.3 and rout is not x else view(xd, N, H))
+        mode = rng.choice(["static", "token", "group"])
+        gs = rng.choice([64, 64, 128, 32]) if mode == "group" else 0
+        scale = f32(1) if mode == "static" else None
+        ub = f32(1) if mode != "static" and rng.random() < 0.3 else None
+        ue8m0 = rng.random() < 0.2
+        scales = None
+        if mode != "static":
+            G = H // gs if gs and H % gs == 0 else 1
+            n = max(N, 1) * max(G, 1)
+            flat = f32(n + 8)
+            # The C ABI takes the scales' shape from rows and hidden: only their strides are drawn.
+            if mode == "token":
+                scales = torch.as_strided(flat, (N,), (rng.choice([1, 1, 2, 0]),))
+            elif rng.random() < 0.5:
+                scales = torch.as_strided(flat, (N, G), (G, 1))
+            else:
+                scales = torch.as_strided(flat, (N, G), (1, rng.choice([N, N + 3, 1])))
+        eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.8 else _scalar(rng)
+        py = _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps)
+        c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps)
+        assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} x={xd} q={qdt} "
+                         f"mode={mode} gs={gs} ue8m0={ue8m0} eps={eps} y={y is not None} ub={ub is not None} "
+                         f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0)} "
+                         f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
