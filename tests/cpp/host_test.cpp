@@ -533,7 +533,10 @@ TEST(QuantValidation, BadCalls) {
     c = QuantCallArgs();
     c.quant.mode = ADDRMSNORM_QUANT_STATIC;
     c.quant.group_size = 0;
+    c.scales = nullptr;
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL");
+    c.rows = 0;  // no rows: no pointer is looked at
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c = QuantCallArgs();
     c.x = QuantCallArgs::at(8);
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "x must start on a 16-byte boundary");
