@@ -85,3 +85,51 @@ def backward(lib, dy, dresidual_out, h, rstd, weight, weight_offset=0.0):
     if st != 0:
         raise RuntimeError(lib.addrmsnorm_last_error().decode())
     return dres, dx, dweight
+
+
+# ----- quantized outputs -------------------------------------------------------------------------
+
+QUANT_MODES = {"static": 1, "token": 2, "group": 3}  # addrmsnorm_quant_mode
+QUANT_DTYPE_ENUM = {torch.int8: 0, torch.float8_e4m3fn: 1}  # addrmsnorm_quant_dtype
+QUANT_UE8M0 = 0x1
+
+
+class Quant(ctypes.Structure):
+    """addrmsnorm_quant."""
+    _fields_ = [("mode", ctypes.c_int), ("dtype", ctypes.c_int), ("group_size", ctypes.c_int32),
+                ("flags", ctypes.c_uint32), ("scale", ctypes.c_void_p), ("scale_ub", ctypes.c_void_p),
+                ("scales", ctypes.c_void_p), ("scales_stride_row", ctypes.c_int64),
+                ("scales_stride_group", ctypes.c_int64)]
+
+
+def declare_quant(lib) -> None:
+    args = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
+                                                           ctypes.POINTER(Quant), ctypes.c_uint32]
+    f = lib.addrmsnorm_fused_add_rmsnorm_quant
+    f.restype, f.argtypes = ctypes.c_int, args + [ctypes.c_void_p]
+    g = lib.addrmsnorm_fused_add_rmsnorm_quant_check
+    g.restype, g.argtypes = ctypes.c_int, args
+
+
+def quant_desc(q: torch.Tensor, *, scale=None, group_size=0, scale_ub=None, scales=None, ue8m0=False) -> Quant:
+    """The descriptor of a quantized call, from tensors (scales 1-D per token, or 2-D per group)."""
+    mode = "static" if scale is not None else ("group" if group_size else "token")
+    return Quant(QUANT_MODES[mode], QUANT_DTYPE_ENUM[q.dtype], group_size, QUANT_UE8M0 if ue8m0 else 0,
+                 scale.data_ptr() if scale is not None else None, scale_ub.data_ptr() if scale_ub is not None else None,
+                 scales.data_ptr() if scales is not None else None,
+                 scales.stride(0) if scales is not None and scales.dim() > 0 else 0,
+                 scales.stride(1) if scales is not None and scales.dim() > 1 else 0)
+
+
+def forward_quant(lib, x, residual, weight, q, residual_out, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant):
+    """One quantized call on 2-D row-strided tensors, on torch's current stream; raises on failure."""
+    declare_quant(lib)
+    N, H = x.shape
+    desc = quant_desc(q, **quant)
+    st = lib.addrmsnorm_fused_add_rmsnorm_quant(
+        x.data_ptr(), residual.data_ptr(), weight.data_ptr(), q.data_ptr(), residual_out.data_ptr(),
+        y.data_ptr() if y is not None else None, N, H, x.stride(0), residual.stride(0), q.stride(0),
+        residual_out.stride(0), y.stride(0) if y is not None else H, DTYPE_ENUM[x.dtype], eps, weight_offset,
+        ctypes.byref(desc), flags, torch.cuda.current_stream().cuda_stream)
+    if st != 0:
+        raise RuntimeError(lib.addrmsnorm_last_error().decode())

@@ -252,3 +252,51 @@ def test_operators_opcheck_and_compile():
 def test_qmax_table():
     assert QUANT_QMAX[torch.float8_e4m3fn] == torch.finfo(torch.float8_e4m3fn).max
     assert DTYPES["bf16"] == torch.bfloat16
+
+
+# ----- the C ABI and the two backends (GPU) ----------------------------------------------------------
+
+MODES = [dict(scale=0.02), dict(), dict(group_size=64), dict(group_size=128, ue8m0=True),
+         dict(scale_ub=0.5)]
+
+
+def _quant_kwargs(m, device):
+    kw = dict(m)
+    for k in ("scale", "scale_ub"):
+        if k in kw:
+            kw[k] = torch.tensor([kw[k]], device=device)
+    return kw
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the C ABI and the cpp backend launch compiled cubins")
+@pytest.mark.parametrize("qname", ["int8", "e4m3"])
+@pytest.mark.parametrize("mode", range(len(MODES)))
+@pytest.mark.parametrize("H", [128, 4096, 5120, 32768])
+def test_c_abi_and_both_backends_give_the_same_bits(qname, mode, H):
+    """The C ABI through ctypes, the operator (on whichever backend serves CUDA) and the Triton JIT
+    backend called directly: the same q, residual_out, scales and y, bit for bit."""
+    from addrmsnorm import c_library, jit_backend
+    lib_path = c_library.library_path()
+    if lib_path is None:
+        pytest.skip("no C++ library")
+    quant_dtype = QDTYPES[qname]
+    N = 33
+    x, r, w = make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=H + mode)
+    kw = _quant_kwargs(MODES[mode], DEVICE)
+    gs = kw.get("group_size", 0)
+    ue8m0 = kw.get("ue8m0", False)
+    want = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=quant_dtype, return_y=True, **kw)
+    jit = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, quant_dtype, kw.get("scale"), gs, kw.get("scale_ub"),
+                                              False, ue8m0, 0.0, True, False)
+    lib = c_library.load(lib_path)
+    q = torch.empty(N, H, dtype=quant_dtype, device=DEVICE)
+    ro, y = torch.empty_like(r), torch.empty_like(x)
+    scales = None if "scale" in kw else torch.empty(want[2].shape, device=DEVICE)
+    c_library.forward_quant(lib, x, r, w, q, ro, y, scale=kw.get("scale"), group_size=gs,
+                            scale_ub=kw.get("scale_ub"), scales=scales, ue8m0=ue8m0)
+    torch.cuda.synchronize()
+    for name, a, b, c in (("q", want[0], jit[0], q), ("residual_out", want[1], jit[1], ro), ("y", want[3], jit[3], y)):
+        assert torch.equal(bits(a), bits(c)), f"{name}: the C ABI differs from the operator"
+        assert torch.equal(bits(a), bits(b)), f"{name}: the JIT backend differs from the operator"
+    if scales is not None:
+        assert torch.equal(bits(want[2]), bits(scales)) and torch.equal(bits(want[2]), bits(jit[2]))

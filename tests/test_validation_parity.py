@@ -233,13 +233,6 @@ def test_both_backends_raise_the_same_errors():
 
 # ----- the quantized forward ------------------------------------------------------------------------
 
-class _Quant(__import__("ctypes").Structure):
-    import ctypes as _c
-    _fields_ = [("mode", _c.c_int), ("dtype", _c.c_int), ("group_size", _c.c_int32), ("flags", _c.c_uint32),
-                ("scale", _c.c_void_p), ("scale_ub", _c.c_void_p), ("scales", _c.c_void_p),
-                ("scales_stride_row", _c.c_int64), ("scales_stride_group", _c.c_int64)]
-
-
 def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
     try:
         validation.check_scalar("eps", eps, positive=True)
@@ -252,14 +245,10 @@ def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
 
 
 def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
-    N, H = x.shape
-    mode = 1 if scale is not None else (3 if gs else 2)
-    qd = _Quant(mode, 0 if q.dtype == torch.int8 else 1, gs, 1 if ue8m0 else 0,
-                scale.data_ptr() if scale is not None else None, ub.data_ptr() if ub is not None else None,
-                scales.data_ptr() if scales is not None else None,
-                scales.stride(0) if scales is not None and scales.dim() > 0 else 0,
-                scales.stride(1) if scales is not None and scales.dim() > 1 else 0)
     import ctypes
+
+    N, H = x.shape
+    qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0)
     st = lib.addrmsnorm_fused_add_rmsnorm_quant_check(
         x.data_ptr(), r.data_ptr(), w.data_ptr(), q.data_ptr(), rout.data_ptr(), y.data_ptr() if y is not None else None,
         N, H, x.stride(0), r.stride(0), q.stride(0), rout.stride(0), y.stride(0) if y is not None else H,
@@ -268,13 +257,8 @@ def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
 
 
 def test_random_quantized_calls_get_the_same_verdict():
-    import ctypes
-
     lib = c_library.load(LIB_PATH)
-    f = lib.addrmsnorm_fused_add_rmsnorm_quant_check
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
-                                                                    ctypes.c_void_p, ctypes.c_uint32])
+    c_library.declare_quant(lib)
     rng = random.Random(3)
     buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
 
