@@ -192,3 +192,19 @@ def test_backward_byte_model_and_table():
     assert t[2] == "| 4 × 8 | bwd | 100 · 5% · 3.0µs | 90 · 4% · 3.5µs ✗ |"
     md = writers.markdown_report(HEADER, ROWS + rows, ["A", "B"], {}, "p.png")
     assert "Byte model of the backward" in md and "| 4 × 8 | bwd |" in md
+
+
+def test_quant_byte_model_and_table():
+    from addrmsnorm.bench import quant
+
+    # bf16: read x and residual (4 bytes), write h and q (3 bytes) per element; the weight once; scales
+    assert quant.quant_bytes(8, 256, "static fp8") == 8 * 256 * 7 + 256 * 2 + 4
+    assert quant.quant_bytes(8, 256, "per-token int8") == 8 * 256 * 7 + 256 * 2 + 8 * 4
+    assert quant.quant_bytes(8, 256, "per-group 128 fp8, column-major UE8M0") == 8 * 256 * 7 + 256 * 2 + 8 * 2 * 4
+    rows = [dict(section="quant", mode="static fp8", impl="addrmsnorm", N=8, H=256, gbs=100.0, pct_roofline=2.0,
+                 us_median=1.0, note=""),
+            dict(section="quant", mode="static fp8", impl="FlashInfer", N=8, H=256, note="failed: ImportError: x"),
+            dict(section="quant_decode", mode="static fp8", impl="addrmsnorm", N=1, H=4096, us_median=1.25)]
+    t = quant.table(rows)
+    assert "| static fp8 | 8 × 256 | 100 · 2% · 1.0µs | failed: ImportError: x |" in t
+    assert "| 1 × 4096 | 1.25 | n/a |" in t

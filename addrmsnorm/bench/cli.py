@@ -255,6 +255,11 @@ def run(args) -> int:
 
         rows += backward.run(roof.gbs, log=_log)
         _log("training rows done")
+    if not args.no_quant:
+        from addrmsnorm.bench import quant
+
+        rows += quant.run(roof.gbs, log=_log)
+        _log("quantized-output rows done")
     if not args.no_overhead:
         for impl in live:
             base = dict(section="cpu_overhead", impl=impl.name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16")
@@ -386,6 +391,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="output folder (default results/<gpu>-<date>)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode-chain latency")
     ap.add_argument("--no-backward", action="store_true", help="skip the training (backward) rows")
+    ap.add_argument("--no-quant", action="store_true", help="skip the quantized-output (fp8/int8) rows")
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")

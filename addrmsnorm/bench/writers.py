@@ -145,6 +145,13 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = backward_doc.split("Byte model of the backward")[1].split("Timing:")[0].strip()
         lines += ["#### Training: backward, and forward + backward (GB/s · % of roofline · µs per call)", "",
                   "Byte model of the backward " + model, "", bwd, ""]
+    from .quant import __doc__ as quant_doc, table as quant_table
+
+    qt = quant_table(rows)
+    if qt:
+        model = quant_doc.split("Byte model")[1].split("Timing:")[0].strip()
+        lines += ["#### Quantized outputs (GB/s · % of roofline · µs per call; ✗: q off the reference)", "",
+                  "Byte model " + model, "", qt, ""]
     lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
 
