@@ -505,6 +505,8 @@ addrmsnorm_cubin_blob:
     RSTD_TOLERANCE = tols.RSTD_TOLERANCE
     tol_lines.append(f"// rstd: {RSTD_TOLERANCE.reason}")
     tol_lines.append(f"#define ADDRMSNORM_RSTD_RTOL {RSTD_TOLERANCE.rtol!r}")
+    tol_lines.append(f"// quantized outputs: {tols.QUANT_Y_RTOL.reason}")
+    tol_lines.append(f"#define ADDRMSNORM_QUANT_Y_RTOL {tols.QUANT_Y_RTOL.rtol!r}")
     _write_if_changed(out / "tolerances.inc", "\n".join(tol_lines) + "\n")
     return len(blob)
 

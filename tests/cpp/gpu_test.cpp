@@ -446,3 +446,141 @@ TEST_F(Gpu, PdlChainGivesTheSameBits) {
 }
 
 }  // namespace
+
+// ---- quantized outputs ---------------------------------------------------------------------------
+namespace {
+
+// float8_e4m3fn codes 0..126 (127 is NaN), decoded; the encoder picks the nearest, ties to the even
+// code, after the clamp to +-448: what the contract asks of the kernel.
+float e4m3_decode(int code) {
+    const int e = (code >> 3) & 0xF, m = code & 7;
+    return e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7);
+}
+
+uint8_t e4m3_encode(float v) {
+    const float a = std::fmin(std::fabs(v), 448.0f);
+    int best = 0;
+    float best_d = INFINITY;
+    for (int c = 0; c < 127; ++c) {
+        const float d = std::fabs(e4m3_decode(c) - a);
+        if (d < best_d || (d == best_d && (c & 1) == 0)) { best = c; best_d = d; }
+    }
+    return static_cast<uint8_t>(best | (v < 0 && best != 0 ? 0x80 : 0));
+}
+
+uint8_t quant_ref(float v, addrmsnorm_quant_dtype q) {
+    if (q == ADDRMSNORM_QUANT_FLOAT8_E4M3) return e4m3_encode(v);
+    const float c = std::nearbyint(std::fmin(std::fmax(v, -128.0f), 127.0f));  // half to even (default mode)
+    return static_cast<uint8_t>(static_cast<int8_t>(c));
+}
+
+int device_cc() {
+    CUdevice dev;
+    int major = 0, minor = 0;
+    g_driver->cuCtxGetDevice(&dev);
+    g_driver->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    g_driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    return major * 10 + minor;
+}
+
+// One quantized call against the reference: residual_out bit-exact; scales within 2 QUANT_Y_RTOL of
+// the reference's; q equal to quant(y * (1 / s)) with the kernel's own s, except where that value
+// lies within 2 QUANT_Y_RTOL of a rounding boundary.
+void run_quant_case(int64_t N, int64_t H, addrmsnorm_dtype xd, addrmsnorm_quant_dtype qd, addrmsnorm_quant_mode mode,
+                    int group_size, bool ue8m0, uint32_t seed) {
+    const std::string what = "N=" + std::to_string(N) + " H=" + std::to_string(H) + " x" + std::to_string(xd) +
+                             " q" + std::to_string(qd) + " mode" + std::to_string(mode) + " g" +
+                             std::to_string(group_size) + (ue8m0 ? " ue8m0" : "");
+    std::mt19937 rng(seed);
+    Rows x(xd, N, H, H), r(xd, N, H, H), ro(xd, N, H, H);
+    fill_random(x, rng, 1.0f);
+    fill_random(r, rng, 4.0f);
+    HostTensor w(xd, static_cast<size_t>(H));
+    std::normal_distribution<float> nd(1.0f, 0.1f);
+    for (int64_t j = 0; j < H; ++j) w.set(static_cast<size_t>(j), nd(rng));
+    DeviceBuffer dw(w.bytes.size()), dq(static_cast<size_t>(N * H)), dscale(4);
+    g_driver->cuMemcpyHtoD_v2(dw.ptr, w.bytes.data(), w.bytes.size());
+    const float static_scale = qd == ADDRMSNORM_QUANT_INT8 ? 0.02f : 0.004f;
+    g_driver->cuMemcpyHtoD_v2(dscale.ptr, &static_scale, 4);
+    const int64_t groups = mode == ADDRMSNORM_QUANT_PER_GROUP ? H / group_size : 1;
+    DeviceBuffer dscales(static_cast<size_t>(N * groups) * 4);
+    x.upload();
+    r.upload();
+    ro.upload();
+    addrmsnorm_quant q{};
+    q.mode = mode;
+    q.dtype = qd;
+    q.group_size = mode == ADDRMSNORM_QUANT_PER_GROUP ? group_size : 0;
+    q.flags = ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u;
+    q.scale = mode == ADDRMSNORM_QUANT_STATIC ? static_cast<const float*>(dscale.p()) : nullptr;
+    q.scales = mode == ADDRMSNORM_QUANT_STATIC ? nullptr : static_cast<float*>(dscales.p());
+    q.scales_stride_row = groups;
+    q.scales_stride_group = 1;
+    const float eps = 1e-6f;
+    API(addrmsnorm_fused_add_rmsnorm_quant(x.dev.p(), r.dev.p(), dw.p(), dq.p(), ro.dev.p(), nullptr, N, H, H, H, H, H,
+                                           H, xd, eps, 0.0f, &q, 0, nullptr));
+    CU(g_driver->cuCtxSynchronize());
+    std::vector<uint8_t> got(static_cast<size_t>(N * H));
+    std::vector<float> scales(static_cast<size_t>(N * groups), static_scale);
+    g_driver->cuMemcpyDtoH_v2(got.data(), dq.ptr, got.size());
+    if (mode != ADDRMSNORM_QUANT_STATIC) g_driver->cuMemcpyDtoH_v2(scales.data(), dscales.ptr, scales.size() * 4);
+    ro.download();
+    const Expected e = reference(x, r, w, eps, 0.0);
+    const bool looped = H > 16384;  // the looped path computes y from h as stored (configs.SINGLE_PASS_MAX_H)
+    const double t = 2 * ADDRMSNORM_QUANT_Y_RTOL;
+    const float qmax = qd == ADDRMSNORM_QUANT_INT8 ? 127.0f : 448.0f;
+    int64_t bad_q = 0, bad_s = 0, bad_ro = 0, near = 0;
+    for (int64_t i = 0; i < N; ++i) {
+        std::vector<float> y(static_cast<size_t>(H));
+        for (int64_t j = 0; j < H; ++j) {
+            const double h = looped ? e.residual_out.get(static_cast<size_t>(i * H + j))
+                                    : static_cast<double>(x.get(i, j)) + r.get(i, j);
+            y[j] = static_cast<float>(h * e.rstd[i] * w.get(static_cast<size_t>(j)));
+            if (std::memcmp(ro.host.at(static_cast<size_t>(i * H + j)), e.residual_out.at(static_cast<size_t>(i * H + j)),
+                            esize(xd)) != 0)
+                ++bad_ro;
+        }
+        for (int64_t g = 0; g < groups; ++g) {
+            const int64_t c0 = g * (H / groups), c1 = c0 + H / groups;
+            const float s = scales[static_cast<size_t>(i * groups + g)];
+            if (mode != ADDRMSNORM_QUANT_STATIC) {
+                float amax = 0;
+                for (int64_t j = c0; j < c1; ++j) amax = std::fmax(amax, std::fabs(y[j]));
+                float want = std::fmax(amax, 1e-10f) / qmax;
+                if (ue8m0) want = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(static_cast<double>(want)))));
+                if (ue8m0 ? (s != want && s != 2 * want && 2 * s != want)
+                          : std::fabs(s - want) > t * want)
+                    ++bad_s;
+            }
+            const float inv = 1.0f / s;
+            for (int64_t j = c0; j < c1; ++j) {
+                const float v = y[j] * inv;
+                if (got[i * H + j] == quant_ref(v, qd)) continue;
+                if (quant_ref(static_cast<float>(v * (1 - t)), qd) != quant_ref(static_cast<float>(v * (1 + t)), qd))
+                    ++near;
+                else
+                    ++bad_q;
+            }
+        }
+    }
+    EXPECT_EQ(bad_ro, 0) << what << ": residual_out not bit-exact";
+    EXPECT_EQ(bad_s, 0) << what << ": scales off the reference";
+    EXPECT_EQ(bad_q, 0) << what << ": q differs away from a rounding boundary";
+    EXPECT_LE(near, std::max<int64_t>(1, N * H / 10000)) << what << ": too many q at rounding boundaries differ";
+}
+
+}  // namespace
+
+TEST_F(Gpu, QuantizedOutputsAgainstTheReference) {
+    const bool fp8 = device_cc() >= 89;
+    uint32_t seed = 5000;
+    for (int64_t H : {128LL, 4096LL, 20480LL})
+        for (addrmsnorm_dtype xd : {ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT16})
+            for (addrmsnorm_quant_dtype qd : {ADDRMSNORM_QUANT_INT8, ADDRMSNORM_QUANT_FLOAT8_E4M3}) {
+                if (qd == ADDRMSNORM_QUANT_FLOAT8_E4M3 && !fp8) continue;
+                run_quant_case(19, H, xd, qd, ADDRMSNORM_QUANT_STATIC, 0, false, seed++);
+                run_quant_case(19, H, xd, qd, ADDRMSNORM_QUANT_PER_TOKEN, 0, false, seed++);
+                run_quant_case(19, H, xd, qd, ADDRMSNORM_QUANT_PER_GROUP, 64, false, seed++);
+                run_quant_case(1, H, xd, qd, ADDRMSNORM_QUANT_PER_GROUP, 128, true, seed++);
+            }
+}
