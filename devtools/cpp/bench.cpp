@@ -4,7 +4,8 @@
 // of ../shared/BENCHMARKING.md, and the percent of a copy roofline measured in the same run (the
 // larger of a device-to-device memcpy and a two-read-two-write copy kernel). Each graph rotates
 // through enough distinct buffer sets that one replay moves more than 4x the L2: cold L2 by rotation.
-// Then the CPU cost of one eager call: 1,000 calls at N=1, H=4096, one synchronize at the end,
+// Then the quantized outputs (static, per token, per group of 128) at a few shapes. Then the CPU
+// cost of one eager call: 1,000 calls at N=1, H=4096, one synchronize at the end,
 // against a bare cuLaunchKernel of an empty kernel measured the same way.
 //
 //     addrmsnorm-bench [NxH ...]
@@ -239,6 +240,66 @@ int main(int argc, char** argv) {
         for (const Set& b : bufs)
             for (CUdeviceptr p : {b.x, b.r, b.o, b.ro}) D->cuMemFree_v2(p);
         D->cuMemFree_v2(w);
+    }
+
+    // Quantized outputs, bf16 in, float8_e4m3fn out (int8 on GPUs without float8): static, per token,
+    // per group of 128 (column-major scales, UE8M0). Byte model: read x and residual, write h and q
+    // (7 bytes per element), the weight once, the scales written.
+    if (!overhead_only) {
+        int major = 0, minor = 0;
+        D->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+        D->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+        const addrmsnorm_quant_dtype qd = major * 10 + minor >= 89 ? ADDRMSNORM_QUANT_FLOAT8_E4M3 : ADDRMSNORM_QUANT_INT8;
+        std::printf("\nQuantized outputs (%s), bf16 in:\n\n| mode | N x H | µs median | min | max | GB/s | %% roofline |\n"
+                    "|---|---|---|---|---|---|---|\n", qd == ADDRMSNORM_QUANT_INT8 ? "int8" : "float8_e4m3fn");
+        const long long qshapes[][2] = {{1, 4096}, {2048, 4096}, {16384, 4096}, {16384, 8192}, {8192, 14336}};
+        for (addrmsnorm_quant_mode mode : {ADDRMSNORM_QUANT_STATIC, ADDRMSNORM_QUANT_PER_TOKEN, ADDRMSNORM_QUANT_PER_GROUP}) {
+            for (auto& g : qshapes) {
+                const long long N = g[0], H = g[1];
+                const long long groups = mode == ADDRMSNORM_QUANT_PER_GROUP ? H / 128 : 1;
+                const long long n_pad = (N + 3) / 4 * 4;
+                const double bytes = 7.0 * N * H + 2.0 * H + (mode == ADDRMSNORM_QUANT_STATIC ? 4.0 : 4.0 * N * groups);
+                const int sets = static_cast<int>(std::min<double>(64, std::max<double>(1, std::ceil(4.0 * l2 / bytes))));
+                struct QSet { CUdeviceptr x, r, q, ro, s; };
+                std::vector<QSet> bufs;
+                const size_t n = static_cast<size_t>(N * H);
+                for (int i = 0; i < sets; ++i)
+                    bufs.push_back({alloc(n * 2), alloc(n * 2), alloc(n), alloc(n * 2), alloc(static_cast<size_t>(n_pad * groups) * 4)});
+                CUdeviceptr w = alloc(static_cast<size_t>(H) * 2), scale = alloc(4);
+                const float one_over_100 = 0.01f;
+                CHECK_CU(D->cuMemcpyHtoD_v2(scale, &one_over_100, 4));
+                bool ok = true;
+                const Timing t = time_graph(sets, [&](int i) {
+                    const QSet& b = bufs[i];
+                    addrmsnorm_quant q{};
+                    q.mode = mode;
+                    q.dtype = qd;
+                    q.group_size = mode == ADDRMSNORM_QUANT_PER_GROUP ? 128 : 0;
+                    q.flags = mode == ADDRMSNORM_QUANT_PER_GROUP ? ADDRMSNORM_QUANT_UE8M0 : 0u;
+                    q.scale = mode == ADDRMSNORM_QUANT_STATIC ? reinterpret_cast<const float*>(scale) : nullptr;
+                    q.scales = mode == ADDRMSNORM_QUANT_STATIC ? nullptr : reinterpret_cast<float*>(b.s);
+                    q.scales_stride_row = 1;  // per token: one per row; per group: column-major, TMA-aligned
+                    q.scales_stride_group = mode == ADDRMSNORM_QUANT_PER_GROUP ? n_pad : 0;
+                    if (addrmsnorm_fused_add_rmsnorm_quant((void*)b.x, (void*)b.r, (void*)w, (void*)b.q, (void*)b.ro, nullptr,
+                                                           N, H, H, H, H, H, H, ADDRMSNORM_BFLOAT16, 1e-6f, 0.f, &q, 0,
+                                                           reinterpret_cast<addrmsnorm_stream>(g_stream)) != ADDRMSNORM_SUCCESS)
+                        ok = false;
+                });
+                const char* mname = mode == ADDRMSNORM_QUANT_STATIC ? "static" : mode == ADDRMSNORM_QUANT_PER_TOKEN
+                                                                               ? "per token" : "per group 128";
+                if (!ok) {
+                    std::printf("| %s | %lldx%lld | failed: %s |\n", mname, N, H, addrmsnorm_last_error());
+                } else {
+                    const double gbs = bytes / t.median / 1e3;
+                    std::printf("| %s | %lldx%lld | %.2f | %.2f | %.2f | %.0f | %.1f%% |\n", mname, N, H, t.median, t.min,
+                                t.max, gbs, 100.0 * gbs / roof);
+                }
+                for (const QSet& b : bufs)
+                    for (CUdeviceptr p : {b.x, b.r, b.q, b.ro, b.s}) D->cuMemFree_v2(p);
+                D->cuMemFree_v2(w);
+                D->cuMemFree_v2(scale);
+            }
+        }
     }
 
     // CPU cost of one eager call.
