@@ -354,10 +354,6 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         if (rows <= 1) stride = c.hidden;
         if (stride > INT64_MAX / 4)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
-        if (reinterpret_cast<uintptr_t>(v.p) % 16 != 0 || (rows > 1 && stride % kQuantAlign != 0))
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s must start on a 16-byte boundary and have a row stride that is a multiple of 16 elements "
-                        "(quantized outputs take aligned rows)", v.name);
         r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
     }
     for (int i = 3; i < 6; ++i)
@@ -390,14 +386,26 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                         o->name, in->name, o->name, in->name);
         }
     }
+    // Alignment after the overlap checks, outputs first: validation.check_quant's order.
+    const Rows* aligned[6] = {qo, rout, yo, x, res, w};
+    for (const Rows* v : aligned) {
+        if (v->rows == 0 || v->ptr == 0) continue;  // no y
+        if (v->ptr % 16 != 0 || (v->rows > 1 && v->stride_elems % kQuantAlign != 0))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s must start on a 16-byte boundary and have a row stride that is a multiple of 16 elements "
+                        "(quantized outputs take aligned rows)", v->name);
+    }
     if (!is_static) {
         const int64_t groups = per_group ? c.hidden / qd.group_size : 1;
         const int64_t rs = c.rows > 1 ? qd.scales_stride_row : 0, gs = groups > 1 ? qd.scales_stride_group : 0;
         if (rs < 0 || gs < 0 || (c.rows > 1 && rs == 0) || (groups > 1 && gs == 0) ||
-            (c.rows > 1 && groups > 1 && !(rs >= groups * gs || gs >= c.rows * rs)))
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "scales_out: strides (%lld, %lld) make two scales share an address",
-                        (long long)qd.scales_stride_row, (long long)qd.scales_stride_group);
+            (c.rows > 1 && groups > 1 && !(rs >= groups * gs || gs >= c.rows * rs))) {
+            if (per_group)  // the words of validation._scales_geometry, which prints the tensor's strides
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out: strides (%lld, %lld) make two scales share an address",
+                            (long long)qd.scales_stride_row, (long long)qd.scales_stride_group);
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out: strides (%lld,) make two scales share an address",
+                        (long long)qd.scales_stride_row);
+        }
         // The scales' byte extent, as one row, against everything else.
         const int64_t span = 4 * ((c.rows - 1) * rs + (groups - 1) * gs + 1);
         Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 4, span / 4};

@@ -310,3 +310,48 @@ def test_random_quantized_calls_get_the_same_verdict():
                          f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
+
+
+@pytest.mark.skipif(DEVICE != "cuda" or addrmsnorm.backend() != "cpp",
+                    reason="needs the cpp backend on a GPU, to compare with the Triton backend")
+def test_both_backends_raise_the_same_quantized_errors():
+    """The quantized operators: the C++ extension (its checks, then the C ABI's) and the Triton backend
+    (validation.py) raise the same exception with the same first line, call by call."""
+    ops_ = torch.ops.addrmsnorm
+    rng = random.Random(4)
+    buf = torch.zeros(1 << 18, dtype=torch.uint8, device=DEVICE)
+
+    def view(dtype, N, H):
+        item = torch.tensor([], dtype=dtype).element_size()
+        stride = rng.choice([H, H, H + 16, H + rng.randint(1, 5), max(H // 2, 1)])
+        span = max(((N - 1) * stride + H) * item, 0)
+        off = rng.randrange(0, len(buf) - span - 64, 16 if rng.random() < 0.9 else item)
+        return torch.as_strided(buf[off:off + span].view(dtype), (N, H), (stride, 1))
+
+    seen = {}
+    for i in range(400):
+        N, H = rng.choice([1, 2, 5]), rng.choice([16, 64, 120, 128, 256])
+        xd = rng.choice([torch.bfloat16, torch.bfloat16, torch.float16, torch.float32])
+        qd = rng.choice([torch.int8, torch.float8_e4m3fn, torch.float16])
+        x, r = view(xd, N, H), view(rng.choice([xd, xd, torch.float16]), N, H)
+        w = view(rng.choice([xd, xd, torch.float32]), 1, H)[0]
+        gs = rng.choice([0, 0, 64, 128, 32])
+        scale = torch.full((1,), 0.02, device=DEVICE) if rng.random() < 0.3 else None
+        ub = torch.full((1,), 1.0, device=DEVICE) if rng.random() < 0.2 else None
+        ue8m0 = rng.random() < 0.2
+        eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.8 else _scalar(rng)
+        if i % 2:
+            a = _outcome(lambda: ops_.fused_add_rmsnorm_quant(x, r, w, eps, qd, scale, gs, ub, False, ue8m0, 0.0, False))
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_quant(x, r, w, eps, qd, scale, gs, ub, False, ue8m0, 0.0,
+                                                                      False))
+        else:
+            out, rout = view(qd, N, H), view(xd, N, H)
+            groups = H // gs if gs and H % gs == 0 else 1
+            scales = None if scale is not None else view(torch.float32, N, groups) if gs else view(torch.float32, 1, N)[0]
+            a = _outcome(lambda: ops_.fused_add_rmsnorm_quant_into(x, r, w, out, rout, scales, None, eps, scale, gs, ub,
+                                                                   ue8m0, 0.0))
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_quant_into(x, r, w, out, rout, scales, None, eps, scale,
+                                                                           gs, ub, ue8m0, 0.0))
+        assert a == b, f"cpp: {a}\ntriton: {b}\n(call {i}: N={N} H={H} x={xd} q={qd} gs={gs} eps={eps})"
+        seen[a[0]] = seen.get(a[0], 0) + 1
+    assert seen.get("ok", 0) >= 10 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen
