@@ -125,16 +125,21 @@ def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, tol: Toleran
                              f"({tol.reason})")
 
 
-def hf_style_ref(x, residual, weight, eps=1e-6, weight_offset=0.0):
-    """HF's eager idiom, an add in x's dtype then its RMSNorm: LlamaRMSNorm's
+def hf_norm_ref(h, rstd, weight, dtype, weight_offset=0.0):
+    """HF's RMSNorm after its reduction, given rstd of shape h.shape[:-1]: LlamaRMSNorm's
     ``weight * (h * rstd).to(dtype)``, or with a weight offset Gemma's
     ``(h * rstd * (weight.float() + offset)).to(dtype)``."""
+    n = h.float() * rstd.unsqueeze(-1)
+    if weight_offset != 0.0:
+        return (n * (weight.float() + weight_offset)).to(dtype)
+    return n.to(dtype) * weight
+
+
+def hf_style_ref(x, residual, weight, eps=1e-6, weight_offset=0.0):
+    """HF's eager idiom: an add in x's dtype, then its RMSNorm (hf_norm_ref), rstd as torch computes it."""
     h = x + residual
     hf = h.float()
-    n = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
-    if weight_offset != 0.0:
-        return (n * (weight.float() + weight_offset)).to(x.dtype), h
-    return n.to(x.dtype) * weight, h
+    return hf_norm_ref(h, torch.rsqrt(hf.pow(2).mean(-1) + eps), weight, x.dtype, weight_offset), h
 
 
 # Tolerances are data with their reasons, in tolerances.py; here keyed by torch dtype.

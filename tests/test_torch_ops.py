@@ -10,7 +10,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import jit_backend, ops
-from addrmsnorm.reference import hf_style_ref, truncate_to_bf16
+from addrmsnorm.reference import hf_norm_ref, hf_style_ref, truncate_to_bf16
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
 from helpers import DTYPE_COMBOS, bits, check_forward, combo_id, make_inputs
@@ -267,14 +267,6 @@ def test_module_loads_an_hf_state_dict_and_matches_the_function():
         addrmsnorm.FusedAddRMSNorm(0)
 
 
-def _hf_given_rstd(h, rstd, weight, dtype, weight_offset=0.0):
-    """HF's formula after its reduction, fed our rstd: isolates everything but the sum's order."""
-    n = h.float() * rstd.unsqueeze(-1)
-    if weight_offset != 0.0:  # Gemma's norm: times (offset + w) in fp32, rounded once
-        return (n * (weight.float() + weight_offset)).to(dtype)
-    return n.to(dtype) * weight
-
-
 @pytest.mark.parametrize("weight_offset", [0.0, 1.0])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("H", [128, 4096, 5120] + ([32768] if ON_GPU else [17000]))
@@ -313,7 +305,7 @@ def test_hf_numerics(dtype, H, weight_offset):
         torch.testing.assert_close(rstd, rstd_torch, rtol=4e-7, atol=0)
         return
     assert torch.equal(bits(ro), bits(h_hf)), "residual_out is not HF's x + residual"
-    assert torch.equal(bits(y), bits(_hf_given_rstd(h_hf, rstd, w, x.dtype, weight_offset))), \
+    assert torch.equal(bits(y), bits(hf_norm_ref(h_hf, rstd, w, x.dtype, weight_offset))), \
         "after the reduction, y is not HF's formula bit for bit"
     # End to end: rstd within 2 fp32 ulp of torch's, and y equal wherever HF's own h * rstd is not
     # within that distance of a rounding boundary of the output dtype.
@@ -322,8 +314,8 @@ def test_hf_numerics(dtype, H, weight_offset):
     assert ((rstd - rstd_hf).abs() <= 2 * torch.finfo(torch.float32).eps * rstd_hf).all()
     differ = y != y_hf
     if differ.any():
-        n_lo = _hf_given_rstd(h_hf, rstd_hf * (1 - 3e-7), w, x.dtype, weight_offset)
-        n_hi = _hf_given_rstd(h_hf, rstd_hf * (1 + 3e-7), w, x.dtype, weight_offset)
+        n_lo = hf_norm_ref(h_hf, rstd_hf * (1 - 3e-7), w, x.dtype, weight_offset)
+        n_hi = hf_norm_ref(h_hf, rstd_hf * (1 + 3e-7), w, x.dtype, weight_offset)
         decided_by_last_bit = n_lo != n_hi
         assert not (differ & ~decided_by_last_bit).any(), \
             f"{int((differ & ~decided_by_last_bit).sum())} elements differ from HF away from a rounding tie"

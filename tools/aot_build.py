@@ -345,6 +345,12 @@ def _rule_cases() -> str:
                     programs = configs.backward_programs(rows, cfg, sms)
                     ws = 4 * configs.backward_workspace_floats(rows, H, cfg, sms)
                     out.append(f"{{{rows}, {H}, {xs}, {rs}, {sms}, {programs}, {ws}ull}},")
+    out += ["#endif", "#ifdef ADDRMSNORM_NUMERICS_CASES",
+            "// {hf, weight_offset, x_itemsize, HF_NUMERICS}: configs.numerics_mode, which kernel_table.h restates"]
+    for hf in (False, True):
+        for offset in (0.0, 1.0, -1.0, 0.5, 1e-30, 1e-45, 7e-46, -0.0):
+            for xs in (2, 4):
+                out.append(f"{{{str(hf).lower()}, {offset!r}f, {xs}, {configs.numerics_mode(hf, offset, xs)}}},")
     out.append("#endif")
     return "\n".join(out) + "\n"
 

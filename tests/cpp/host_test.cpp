@@ -367,6 +367,26 @@ TEST(Dispatch, GeneratedBackwardGridMatchesThePythonRule) {
     }
 }
 
+struct NumericsCase {
+    bool hf;
+    float weight_offset;
+    int x_itemsize, mode;
+};
+const NumericsCase kNumericsCases[] = {
+#define ADDRMSNORM_NUMERICS_CASES
+#include "rule_cases.inc"
+#undef ADDRMSNORM_NUMERICS_CASES
+};
+
+// kernel_table.h's numerics_mode is written by hand: hold it to configs.numerics_mode's answers,
+// including offsets that are zero only once rounded to fp32 (7e-46) and those that are not (1e-45).
+TEST(Dispatch, NumericsModeMatchesThePythonRule) {
+    using namespace addrmsnorm::detail;
+    for (const NumericsCase& c : kNumericsCases)
+        EXPECT_EQ(numerics_mode(c.hf, c.weight_offset, c.x_itemsize), c.mode)
+            << "hf=" << c.hf << " weight_offset=" << c.weight_offset << " x_itemsize=" << c.x_itemsize;
+}
+
 TEST(Dispatch, BuiltArchsAreListed) {
     const std::string archs = addrmsnorm_built_archs();
     EXPECT_NE(archs.find("sm_"), std::string::npos);
