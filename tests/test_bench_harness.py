@@ -201,10 +201,39 @@ def test_quant_byte_model_and_table():
     assert quant.quant_bytes(8, 256, "static fp8") == 8 * 256 * 7 + 256 * 2 + 4
     assert quant.quant_bytes(8, 256, "per-token int8") == 8 * 256 * 7 + 256 * 2 + 8 * 4
     assert quant.quant_bytes(8, 256, "per-group 128 fp8, column-major UE8M0") == 8 * 256 * 7 + 256 * 2 + 8 * 2 * 4
+    # with y: 2 more bytes per element written
+    assert quant.quant_bytes(8, 256, "per-group 128 fp8, column-major, with y") == 8 * 256 * 9 + 256 * 2 + 8 * 2 * 4
     rows = [dict(section="quant", mode="static fp8", impl="addrmsnorm", N=8, H=256, gbs=100.0, pct_roofline=2.0,
                  us_median=1.0, note=""),
             dict(section="quant", mode="static fp8", impl="FlashInfer", N=8, H=256, note="failed: ImportError: x"),
-            dict(section="quant_decode", mode="static fp8", impl="addrmsnorm", N=1, H=4096, us_median=1.25)]
+            dict(section="quant_decode", mode="static fp8", impl="addrmsnorm", N=1, H=4096, us_median=1.25),
+            dict(section="quant_decode", mode="static fp8", impl="addrmsnorm (PDL)", N=1, H=4096, us_median=1.0),
+            dict(section="quant_decode", mode="static fp8", impl="FlashInfer (PDL)", N=1, H=4096, us_median=2.0)]
     t = quant.table(rows)
     assert "| static fp8 | 8 × 256 | 100 · 2% · 1.0µs | failed: ImportError: x |" in t
-    assert "| 1 × 4096 | 1.25 | n/a |" in t
+    assert "| 1 × 4096 | 1.25 | 1.00 | 2.00 |" in t
+    # the decode target takes our faster variant: 1.0 against FlashInfer's 2.0 is 0.50x, met
+    assert "| 1 × 4096 | 1.00 µs | FlashInfer (PDL) 2.00 µs (0.50×) | met |" in t
+
+
+def test_quant_targets_bulk_and_cpu():
+    from addrmsnorm.bench import quant
+
+    N, H = 16384, 4096  # bulk: N * H >= 16M
+    rows = [dict(section="quant", mode="static fp8", impl="addrmsnorm", N=N, H=H, gbs=3900.0, pct_roofline=98.0,
+                 us_median=1.0, note=""),
+            dict(section="quant", mode="static fp8", impl="FlashInfer", N=N, H=H, gbs=3950.0, pct_roofline=99.0,
+                 us_median=1.0, note=""),
+            dict(section="quant", mode="per-token fp8", impl="addrmsnorm", N=N, H=H, gbs=3800.0, pct_roofline=97.5,
+                 us_median=1.0, note=""),
+            dict(section="quant", mode="per-token fp8", impl="torch.compile (same math)", N=N, H=H, gbs=3700.0,
+                 pct_roofline=95.0, us_median=1.0, note=""),
+            dict(section="quant_cpu", mode="", impl=quant.PLAIN_OP, N=1, H=4096, us_median=10.0),
+            dict(section="quant_cpu", mode="", impl="quant op into outputs, per-token fp8", N=1, H=4096,
+                 us_median=12.5)]
+    t = quant.targets(rows)
+    assert t.startswith("Targets (issue 14): met at 1 of 3.")
+    # behind the best peer: missed even above 97% of the roofline
+    assert "| static fp8 | 16384 × 4096 | 3900 GB/s, 98.0% | FlashInfer 3950 GB/s (0.987×) | **missed** |" in t
+    assert "| per-token fp8 | 16384 × 4096 | 3800 GB/s, 97.5% | torch.compile (same math) 3700 GB/s (1.027×) | met |" in t
+    assert "plain op 10.00 µs (1.25×) | **missed** |" in t

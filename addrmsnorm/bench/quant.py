@@ -8,7 +8,7 @@ Byte model (bytes the kernel must move at the least, per call; bf16 x and residu
     plus   the weight (once), the static scale (4 bytes), and the dynamic scales written:
            4 bytes per row (per token) or per row and group (per group).
 
-So 7 bytes per element, against the plain forward's 8. return_y (not timed here) adds 2.
+So 7 bytes per element, against the plain forward's 8. return_y adds 2 (the "with y" mode).
 
 Timing: CUDA-graph replay over rotating buffer sets, inputs and outputs alike (every call writes
 fresh addresses, and the L2 is cold by size; timing.py). The decode chain is static fp8 at 1 x 4096,
@@ -22,9 +22,21 @@ import torch
 import addrmsnorm
 from addrmsnorm.reference import QUANT_QMAX, fused_add_rmsnorm_ref, quantize_ref
 
-from .timing import sets_for_cold_l2, time_graph
+from .timing import sets_for_cold_l2, time_eager_cpu, time_graph
 
-SHAPES = [(16384, 2048), (16384, 4096), (16384, 8192), (8192, 14336), (2048, 4096)]
+def _standard_shapes():
+    """The bulk shape (N * H >= 16M) at every H of the report's standard grid that the quantized kernels
+    take (a multiple of 16), then the mid-size shapes."""
+    from .cli import STANDARD_H, bulk_rows
+
+    return [(bulk_rows(h), h) for h in STANDARD_H if h % 16 == 0] + MID_SHAPES
+
+
+MID_SHAPES = [(2048, 4096), (512, 4096)]
+BULK_ELEMENTS = 1 << 24
+BULK_MIN_PCT = 97.0          # issue 14: bulk >= 97% of the same-run roofline and >= the best peer
+DECODE_MAX_FI_PDL = 0.8      # the static fp8 decode chain <= 0.8x FlashInfer's with PDL
+CPU_MAX_RATIO = 1.2          # the quantized torch op's eager CPU cost <= 1.2x the plain in-place op's
 DECODE_SHAPES = [(1, 4096), (1, 8192)]
 CHAIN = 64
 EPS = 1e-6
@@ -34,13 +46,17 @@ MODES = {  # name: (quant dtype, Python API keywords); scale is filled in per ca
     "per-token int8": (torch.int8, {}),
     "per-group 128 fp8, column-major UE8M0": (torch.float8_e4m3fn,
                                               {"group_size": 128, "column_major_scales": True, "ue8m0_scales": True}),
+    # FlashInfer's fused_add_rmsnorm_fp8_block_quant always writes y (bf16) too: this mode does the same work.
+    "per-group 128 fp8, column-major, with y": (torch.float8_e4m3fn,
+                                                {"group_size": 128, "column_major_scales": True, "return_y": True}),
 }
 
 
 def quant_bytes(N: int, H: int, mode: str, xs: int = 2) -> int:
     kw = MODES[mode][1]
     scales = 4 if "scale" in kw else 4 * N * (H // kw["group_size"] if "group_size" in kw else 1)
-    return N * H * (3 * xs + 1) + H * xs + scales
+    y = N * H * xs if kw.get("return_y") else 0
+    return N * H * (3 * xs + 1) + y + H * xs + scales
 
 
 def _ours(mode):
@@ -56,6 +72,12 @@ def _ours(mode):
     return make
 
 
+def _ours_pdl_step(x, r, w, scale):
+    """One static fp8 decode step with programmatic dependent launch (in place: r <- h)."""
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    return lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, EPS, out=q, scale=scale, pdl=True)
+
+
 class _Compiled:
     """torch.compile of the same math (the contract's fp32 y, then the mode's quantization)."""
 
@@ -64,6 +86,8 @@ class _Compiled:
         qmax = QUANT_QMAX[self.qd]
         gs = self.kw.get("group_size")
         qd = self.qd
+        ret_y = self.kw.get("return_y", False)
+        ue8m0 = self.kw.get("ue8m0_scales", False)
 
         def f(x, r, w, scale):
             h = x.float() + r.float()
@@ -75,28 +99,39 @@ class _Compiled:
                 g = y if gs is None else y.unflatten(-1, (-1, gs))
                 amax = g.abs().amax(-1, keepdim=True)
                 s = amax.clamp_min(1e-10) / qmax
+                if ue8m0:
+                    s = torch.exp2(torch.ceil(torch.log2(s)))
                 v = (g * (1.0 / s)).flatten(-2) if gs is not None else g * (1.0 / s)
             if qd == torch.int8:
                 q = v.round().clamp(-128, 127).to(torch.int8)
             else:
                 q = v.clamp(-qmax, qmax).to(qd)
-            return q, h.to(r.dtype), s
+            return (q, h.to(r.dtype), s, y.to(x.dtype)) if ret_y else (q, h.to(r.dtype), s)
         self.fn = torch.compile(f, fullgraph=True)
 
     def __call__(self, x, r, w, scale):
         return lambda: self.fn(x, r, w, scale if "scale" in self.kw else None)
 
 
-def _flashinfer(mode):
-    """FlashInfer's fused_add_rmsnorm_quant (static fp8, in place: residual <- h, out <- q)."""
-    if mode != "static fp8":
-        return None
-    from flashinfer.norm import fused_add_rmsnorm_quant  # noqa: F401 - import error: not available
+def _flashinfer(mode, pdl=False):
+    """FlashInfer's fused_add_rmsnorm_quant (static fp8) and fused_add_rmsnorm_fp8_block_quant (1 x 128 groups,
+    column-major scales, y written too); in place: residual <- h. Each call returns q for the check."""
+    from flashinfer.norm import fused_add_rmsnorm_fp8_block_quant, fused_add_rmsnorm_quant
 
-    def make(x, r, w, scale):
-        q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-        return lambda: fused_add_rmsnorm_quant(q, x, r, w, scale, EPS)
-    return make
+    if mode == "static fp8":
+        def make(x, r, w, scale):
+            q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+            return lambda: (fused_add_rmsnorm_quant(q, x, r, w, scale, EPS, enable_pdl=pdl), q)[1]
+        return make
+    if mode == "per-group 128 fp8, column-major, with y":
+        def make(x, r, w, scale):
+            n, h = x.shape
+            q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+            y = torch.empty_like(x)
+            s = torch.empty(h // 128, (n + 3) // 4 * 4, dtype=torch.float32, device=x.device)
+            return lambda: (fused_add_rmsnorm_fp8_block_quant(q, s, y, x, r, w, EPS, enable_pdl=pdl), q)[1]
+        return make
+    return None
 
 
 def _vllm(mode):
@@ -108,7 +143,7 @@ def _vllm(mode):
 
     def make(x, r, w, scale):
         q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-        return lambda: op(q, x, r, w, scale, EPS)
+        return lambda: (op(q, x, r, w, scale, EPS), q)[1]
     return make
 
 
@@ -138,14 +173,13 @@ def _check(make, x, r, w, scale, mode) -> str:
     ref = fused_add_rmsnorm_ref(x, r, w, EPS)
     q_ref, _ = quantize_ref(ref.y.float(), qd, scale=scale if "scale" in kw else None, group_size=kw.get("group_size"),
                             ue8m0=kw.get("ue8m0_scales", False))
-    q = out[0] if isinstance(out, tuple) else None
-    if q is None:  # the in-place peers: q is the buffer they were handed
-        return ""
+    q = out[0] if isinstance(out, tuple) else out
     differ = (q.float() != q_ref.float()).float().mean().item()
     return "" if differ < 1e-3 else f"q differs from the reference in {100 * differ:.2f}% of elements"
 
 
-def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
+def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
+    shapes = _standard_shapes() if shapes is None else shapes
     rows = []
     for mode in MODES:
         impls = _impls(mode)
@@ -176,7 +210,13 @@ def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
         gen = torch.Generator(device="cuda").manual_seed(N + H)
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
         scale = torch.tensor([0.01], device="cuda")
-        for name, make in _impls("static fp8").items():
+        chain_impls = dict(_impls("static fp8"))
+        chain_impls["addrmsnorm (PDL)"] = _ours_pdl_step
+        try:
+            chain_impls["FlashInfer (PDL)"] = _flashinfer("static fp8", pdl=True)
+        except Exception:  # noqa: BLE001 - not installed
+            pass
+        for name, make in chain_impls.items():
             base = dict(section="quant_decode", mode="static fp8", impl=name, N=N, H=H, x_dtype="bf16",
                         residual_dtype="bf16")
             try:
@@ -191,7 +231,7 @@ def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
 
                     def step():
                         state["r"] = make.fn(x, state["r"], w, scale)[1]
-                else:  # the peers work in place on r
+                else:  # ours with PDL and the peers work in place on r
                     step = make(x, r, w, scale)
 
                 def chain(_):
@@ -203,7 +243,93 @@ def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
             except Exception as e:  # noqa: BLE001
                 rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
         log(f"quant decode chain {N}x{H} done")
+    rows += cpu_cost()
+    log("quant CPU cost done")
     return rows
+
+
+PLAIN_OP = "plain in-place op (fused_add_rmsnorm_)"
+
+
+def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
+    """Wall µs per eager call at 1 x 4096 bf16: the quantized torch operators beside the plain in-place
+    operator, and the Python API over them."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+    r = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.ones(H, device="cuda", dtype=torch.bfloat16)
+    q = torch.empty(N, H, dtype=torch.float8_e4m3fn, device="cuda")
+    s = torch.empty(N, dtype=torch.float32, device="cuda")
+    scale = torch.tensor([0.01], device="cuda")
+    ops = torch.ops.addrmsnorm
+    fp8 = torch.float8_e4m3fn
+    calls = {
+        PLAIN_OP: lambda: ops.fused_add_rmsnorm_.default(x, r, w, EPS),
+        "quant op into outputs, static fp8 (fused_add_rmsnorm_quant_into)":
+            lambda: ops.fused_add_rmsnorm_quant_into.default(x, r, w, q, r, None, None, EPS, scale),
+        "quant op into outputs, per-token fp8":
+            lambda: ops.fused_add_rmsnorm_quant_into.default(x, r, w, q, r, s, None, EPS),
+        "quant op allocating, static fp8 (fused_add_rmsnorm_quant)":
+            lambda: ops.fused_add_rmsnorm_quant.default(x, r, w, EPS, fp8, scale),
+        "Python API addrmsnorm.fused_add_rmsnorm_quant_, static fp8":
+            lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, EPS, out=q, scale=scale),
+    }
+    rows = []
+    for name, call in calls.items():
+        base = dict(section="quant_cpu", mode="", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
+        try:
+            us = time_eager_cpu(call)
+            rows.append(dict(base, us_median=us, us_min=us, us_max=us))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
+    return rows
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def targets(rows: list[dict]) -> str:
+    """Issue 14's targets, each marked met or missed, from this run's own rows."""
+    bulk = [r for r in rows if r["section"] == "quant" and r["N"] * r["H"] >= BULK_ELEMENTS]
+    t = ["| target | mode | shape | ours | best peer | |", "|---|---|---|---|---|---|"]
+    met = total = 0
+    for mode, N, H in dict.fromkeys((r["mode"], r["N"], r["H"]) for r in bulk):
+        sel = [r for r in bulk if (r["mode"], r["N"], r["H"]) == (mode, N, H) and r.get("gbs")]
+        mine = next((r for r in sel if r["impl"] == "addrmsnorm"), None)
+        peers = [r for r in sel if r["impl"] != "addrmsnorm" and not r.get("note")]
+        best = max(peers, key=lambda r: r["gbs"], default=None)
+        if mine is None:
+            continue
+        ok = mine["pct_roofline"] >= BULK_MIN_PCT and (best is None or mine["gbs"] >= best["gbs"])
+        met, total = met + ok, total + 1
+        t.append(f"| bulk ≥ {BULK_MIN_PCT:.0f}% and ≥ the best peer | {mode} | {N} × {H} | "
+                 f"{mine['gbs']:.0f} GB/s, {mine['pct_roofline']:.1f}% | "
+                 + (f"{best['impl']} {best['gbs']:.0f} GB/s ({mine['gbs'] / best['gbs']:.3f}×)" if best else "none")
+                 + f" | {_mark(ok)} |")
+    dec = {(r["N"], r["H"], r["impl"]): r.get("us_median") for r in rows if r["section"] == "quant_decode"}
+    for N, H in dict.fromkeys((k[0], k[1]) for k in dec):
+        mine = min((v for k, v in dec.items() if k[:2] == (N, H) and k[2].startswith("addrmsnorm") and v),
+                   default=None)
+        fi = dec.get((N, H, "FlashInfer (PDL)"))
+        if mine is None or fi is None:
+            continue
+        ok = mine <= DECODE_MAX_FI_PDL * fi
+        met, total = met + ok, total + 1
+        t.append(f"| decode chain ≤ {DECODE_MAX_FI_PDL}× FlashInfer (PDL) | static fp8 | {N} × {H} | {mine:.2f} µs | "
+                 f"FlashInfer (PDL) {fi:.2f} µs ({mine / fi:.2f}×) | {_mark(ok)} |")
+    cpu = {r["impl"]: r.get("us_median") for r in rows if r["section"] == "quant_cpu"}
+    plain = cpu.get(PLAIN_OP)
+    for name, v in cpu.items():
+        if name == PLAIN_OP or not plain or not v or not name.startswith("quant op"):
+            continue
+        ok = v <= CPU_MAX_RATIO * plain
+        met, total = met + ok, total + 1
+        t.append(f"| eager CPU cost ≤ {CPU_MAX_RATIO}× the plain in-place op | {name} | 1 × 4096 | {v:.2f} µs | "
+                 f"plain op {plain:.2f} µs ({v / plain:.2f}×) | {_mark(ok)} |")
+    if total == 0:
+        return ""
+    return "\n".join([f"Targets (issue 14): met at {met} of {total}.", "", *t])
 
 
 def table(rows: list[dict]) -> str:
@@ -225,12 +351,20 @@ def table(rows: list[dict]) -> str:
         out.append(f"| {k[0]} | {k[1]} × {k[2]} | " + " | ".join(cells) + " |")
     dec = [r for r in rows if r["section"] == "quant_decode"]
     if dec:
-        out += ["", "| static fp8 decode chain, µs per call | " + " | ".join(names) + " |",
-                "|---|" + "---|" * len(names)]
+        dnames = list(dict.fromkeys(r["impl"] for r in dec))
+        out += ["", "| static fp8 decode chain, µs per call | " + " | ".join(dnames) + " |",
+                "|---|" + "---|" * len(dnames)]
         for N, H in dict.fromkeys((r["N"], r["H"]) for r in dec):
             cells = []
-            for n in names:
+            for n in dnames:
                 r = next((r for r in dec if r["N"] == N and r["H"] == H and r["impl"] == n), None)
                 cells.append("n/a" if r is None else r.get("note") or f"{r['us_median']:.2f}")
             out.append(f"| {N} × {H} | " + " | ".join(cells) + " |")
+    cpu = [r for r in rows if r["section"] == "quant_cpu"]
+    if cpu:
+        out += ["", "| eager CPU cost at 1 × 4096 bf16 (1,000 calls, one synchronize) | µs per call |", "|---|---|"]
+        out += [f"| {r['impl']} | {r.get('note') or format(r['us_median'], '.2f')} |" for r in cpu]
+    tg = targets(rows)
+    if tg:
+        out += ["", tg]
     return "\n".join(out)
