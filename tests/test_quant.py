@@ -256,7 +256,7 @@ def test_qmax_table():
 
 # ----- the C ABI and the two backends (GPU) ----------------------------------------------------------
 
-MODES = [dict(scale=0.02), dict(), dict(group_size=64), dict(group_size=128, ue8m0=True),
+MODES = [dict(scale=0.02), dict(), dict(group_size=64), dict(group_size=128, ue8m0_scales=True),
          dict(scale_ub=0.5)]
 
 
@@ -284,7 +284,7 @@ def test_c_abi_and_both_backends_give_the_same_bits(qname, mode, H):
     x, r, w = make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=H + mode)
     kw = _quant_kwargs(MODES[mode], DEVICE)
     gs = kw.get("group_size", 0)
-    ue8m0 = kw.get("ue8m0", False)
+    ue8m0 = kw.get("ue8m0_scales", False)
     want = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=quant_dtype, return_y=True, **kw)
     jit = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, quant_dtype, kw.get("scale"), gs, kw.get("scale_ub"),
                                               False, ue8m0, 0.0, True, False)

@@ -205,7 +205,10 @@ def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
                     rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
                 finally:
                     sets = calls = None
-            log(f"quant {mode} {N}x{H} done")
+            log(f"quant {mode} {N}x{H}: " + "; ".join(
+                f"{r['impl']} {r['gbs']:.0f} GB/s ({r['pct_roofline']:.1f}%){' ' + r['note'] if r['note'] else ''}"
+                if r.get("gbs") else f"{r['impl']} {r.get('note')}"
+                for r in rows if (r["section"], r["mode"], r["N"], r["H"]) == ("quant", mode, N, H)))
     for N, H in DECODE_SHAPES:  # the decode chain, static fp8
         gen = torch.Generator(device="cuda").manual_seed(N + H)
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
@@ -242,7 +245,9 @@ def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
                                  us_max=t.max_us / CHAIN))
             except Exception as e:  # noqa: BLE001
                 rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
-        log(f"quant decode chain {N}x{H} done")
+        log(f"quant decode chain {N}x{H}: " + "; ".join(
+            f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
+            for r in rows if (r["section"], r["N"], r["H"]) == ("quant_decode", N, H)))
     rows += cpu_cost()
     log("quant CPU cost done")
     return rows

@@ -137,7 +137,13 @@ struct Rows {
     }
     float get(int64_t r, int64_t c) const { return host.get(static_cast<size_t>(r * stride + c)); }
     void set(int64_t r, int64_t c, float v) { host.set(static_cast<size_t>(r * stride + c), v); }
-    void upload() { g_driver->cuMemcpyHtoD_v2(dev.ptr, host.bytes.data(), host.bytes.size()); }
+    // A copy from pageable memory may return before its DMA lands, and only the legacy stream is ordered
+    // after it. Kernels here run on non-blocking streams too, so the upload waits for the copy (seen on the
+    // H200: a late upload of ro's fill overwrote part of residual_out in EightThreadsOnTheirOwnStreams).
+    void upload() {
+        g_driver->cuMemcpyHtoD_v2(dev.ptr, host.bytes.data(), host.bytes.size());
+        g_driver->cuCtxSynchronize();
+    }
     void download() { g_driver->cuMemcpyDtoH_v2(host.bytes.data(), dev.ptr, host.bytes.size()); }
 };
 
