@@ -51,6 +51,20 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
+def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None):
+    """(reference, fp32 y) for the quantized kernels: the contract's y where a row fits one pass; on the
+    looped path (H above the single-pass limit) the kernel reloads h from residual_out for its second
+    pass, so y there is the same rstd times h rounded to the residual dtype (h_stored: the residual_out
+    the kernel wrote; default h rounded by torch)."""
+    from . import configs
+
+    ref = fused_add_rmsnorm_ref(x, residual, weight, eps, weight_offset)
+    if not configs.select_forward_config(x.shape[-1], x.element_size(), residual.element_size()).looped:
+        return ref, ref.y.float()
+    h = (ref.h.to(residual.dtype) if h_stored is None else h_stored).double()
+    return ref, (h * ref.rstd.unsqueeze(-1) * (weight.double() + weight_offset)).float()
+
+
 # Quantized outputs (addrmsnorm.fused_add_rmsnorm_quant): the largest magnitude of each target dtype,
 # and the floor of amax (an all-zero group gets scale QUANT_AMAX_FLOOR / qmax, and q = 0).
 QUANT_QMAX = {torch.float8_e4m3fn: 448.0, torch.int8: 127.0}

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import addrmsnorm
-from addrmsnorm.reference import QUANT_QMAX, QUANT_Y_RTOL, fused_add_rmsnorm_ref, quant_cast_ref, quantize_ref
-from addrmsnorm import configs
+from addrmsnorm.reference import (QUANT_QMAX, QUANT_Y_RTOL, fused_add_rmsnorm_ref, quant_cast_ref, quant_y_ref,
+                                  quantize_ref)
 
 from conftest import DEVICE, ON_GPU, needs_kernels
 from helpers import DTYPES, assert_close, bits, expected_residual_out, make_inputs, y_tolerance
@@ -29,16 +29,9 @@ def _qdtype(name):
 
 
 def y_reference(x, r, w, eps, weight_offset=0.0):
-    """The fp32 y the kernel quantizes: the contract's, from h rounded to the residual dtype on the
-    looped path (which reloads h from residual_out)."""
-    ref = fused_add_rmsnorm_ref(x, r, w, eps, weight_offset)
-    cfg = configs.select_forward_config(x.shape[-1], x.element_size(), r.element_size())
-    if cfg.looped:
-        h = expected_residual_out(ref.h, r.dtype).double()
-        y = h * ref.rstd.unsqueeze(-1) * (w.double() + weight_offset)
-    else:
-        y = ref.y
-    return ref, y.float()
+    """The fp32 y the kernel quantizes (reference.quant_y_ref), with h rounded as this backend stores it."""
+    h = fused_add_rmsnorm_ref(x, r, w, eps, weight_offset).h
+    return quant_y_ref(x, r, w, eps, weight_offset, h_stored=expected_residual_out(h, r.dtype))
 
 
 def check_q(q, y_ref, quant_dtype, inv):
