@@ -165,11 +165,20 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # per token, or per group of 64 or 128 columns, a runtime argument), for 16-bit activations with
 # residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
-# alignment alone (validation.QUANT_ALIGN refuses other rows): 2 modes x 2 targets x 2 dtypes x the
-# 11 16-bit configs = 88 kernels per arch. The order of QUANT_DTYPES is the C ABI's
+# alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
+# 11 16-bit configs = 132 kernels per arch. The order of QUANT_DTYPES is the C ABI's
 # addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
-QUANT_STATIC, QUANT_DYNAMIC = 1, 2
+# The QUANT constexpr, one specialization per mode (the values of the C ABI's addrmsnorm_quant_mode).
+# Per token and per group are separate kernels: one kernel serving both carried the per-group code's
+# registers into per-token calls (76 against 64 at H = 14336, half the occupancy; 87% of the roofline).
+QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
+QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
+
+
+def quant_kernel_mode(static: bool, group_size: int) -> int:
+    """The QUANT constexpr of a call: static, per token (group_size 0) or per group."""
+    return QUANT_STATIC if static else (QUANT_PER_GROUP if group_size else QUANT_PER_TOKEN)
 QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr")
 # float8_e4m3fn is a type of sm_89 and newer (Triton refuses it below): sm_80 gets the int8 kernels only.

@@ -130,12 +130,11 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
 # ----- quantized outputs (fused_add_rmsnorm_quant_fwd) ----------------------------------------------
 #
 # y is the contract's fp32 value. QUANT 1 (static): q = quant(y * (1 / scale)), the scale read from
-# memory. QUANT 2 (dynamic): per token (group_size 0) or per group of 64 or 128 columns (group_size,
-# a runtime argument: the 128-wide amax is the max of two 64-wide ones, so one kernel serves all
-# three): s = max(min(amax|y|, scale_ub), QUANT_AMAX_FLOOR) / qmax, rounded up to a power of two with
-# ue8m0, and q = quant(y * (1 / s)); the scales are written as fp32. quant: int8 clamps to
-# [-128, 127] and rounds half to even; float8_e4m3fn clamps to +-448 and converts, which rounds to
-# nearest even. Clamping first also keeps the product y * inv from being contracted into the rounding add.
+# memory. QUANT 2 (per token) and QUANT 3 (per group of 64 or 128 columns; group_size, a runtime
+# argument: the 128-wide amax is the max of two 64-wide ones, so one kernel serves both sizes):
+# s = max(min(amax|y|, scale_ub), QUANT_AMAX_FLOOR) / qmax, rounded up to a power of two with ue8m0,
+# and q = quant(y * (1 / s)); the scales are written as fp32. quant: int8 clamps to [-128, 127] and
+# rounds half to even; float8_e4m3fn clamps to +-448 and converts, which rounds to nearest even. Clamping first also keeps the product y * inv from being contracted into the rounding add.
 
 
 @triton.jit
@@ -226,7 +225,7 @@ def _single_pass_rows(
         if QUANT == 1:
             v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
         else:
-            if group_size == 0:
+            if QUANT == 2:
                 s = _dynamic_scale(tl.max(tl.abs(y), axis=1), scale_ub_ptr, has_ub, ue8m0,
                                    out_ptr.dtype.element_ty)
                 tl.store(scales_ptr + rows * stride_s_row, s, mask=row_mask)
@@ -284,18 +283,17 @@ def _looped_row(
     inv = 1.0  # quantized: 1 / the scale of the whole row (static, or per token)
     if QUANT == 1:
         inv = tl.math.div_rn(1.0, tl.load(scale_ptr))
-    if QUANT == 2:
-        if group_size == 0:  # per token: the row's amax before any q is written, in a pass of its own
-            amax = 0.0
-            for start in range(0, H, BLOCK_H):
-                cols = start + tl.arange(0, BLOCK_H)
-                mask = cols < H
-                h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
-                w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
-                amax = tl.maximum(amax, tl.max(tl.abs(h * rstd * w), axis=0))
-            s = _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
-            tl.store(scales_ptr + row * stride_s_row, s)
-            inv = tl.math.div_rn(1.0, s)
+    if QUANT == 2:  # per token: the row's amax before any q is written, in a pass of its own
+        amax = 0.0
+        for start in range(0, H, BLOCK_H):
+            cols = start + tl.arange(0, BLOCK_H)
+            mask = cols < H
+            h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+            amax = tl.maximum(amax, tl.max(tl.abs(h * rstd * w), axis=0))
+        s = _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
+        tl.store(scales_ptr + row * stride_s_row, s)
+        inv = tl.math.div_rn(1.0, s)
 
     # Pass 2: reload h from residual_out (not from x + residual: an aliased output overwrote them).
     for start in range(0, H, BLOCK_H):
@@ -308,13 +306,12 @@ def _looped_row(
             tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
             v = y * inv
-            if QUANT == 2:
-                if group_size != 0:
-                    one = tl.zeros([1], dtype=tl.int64) + row
-                    v = tl.reshape(_quant_groups(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H,
-                                                 scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-                                                 group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
-                                                 1, BLOCK_H), [BLOCK_H])
+            if QUANT == 3:  # per group
+                one = tl.zeros([1], dtype=tl.int64) + row
+                v = tl.reshape(_quant_groups(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H,
+                                             scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
+                                             group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
+                                             1, BLOCK_H), [BLOCK_H])
             tl.store(out_row + cols, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
             if write_y != 0:
                 tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -386,18 +383,18 @@ def fused_add_rmsnorm_quant_fwd(
     residual_out_ptr,         # [n_rows, H] new residual h; may alias residual or x
     y_ptr,                    # [n_rows, H] y in x's dtype; written only if write_y
     scale_ptr,                # [1] fp32: QUANT 1's scale
-    scales_ptr,               # fp32 scales out, QUANT 2: [n_rows] per token, else [n_rows, H / group_size]
+    scales_ptr,               # fp32 scales out: QUANT 2 [n_rows], QUANT 3 [n_rows, H / group_size]
     scale_ub_ptr,             # [1] fp32 upper bound of amax, read only if has_ub
     n_rows, H,
     stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row, stride_y_row,
     stride_s_row,             # elements between the scales of consecutive rows
     stride_s_group,           # elements between the scales of consecutive groups of a row
     eps, weight_offset,
-    group_size,               # QUANT 2: 0 (per token), 64 or 128
+    group_size,               # QUANT 3: 64 or 128
     write_y, has_ub, ue8m0,   # i32 flags
     weight_dtype,             # i32: the weight's addrmsnorm_dtype
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
-    QUANT: tl.constexpr,      # 1 static, 2 dynamic (per token or per group)
+    QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False,
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""

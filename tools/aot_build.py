@@ -75,7 +75,7 @@ class Spec:
     weight: str       # fwd: the weight pointer's type (configs.forward_weight_arg); bwd: "any"; dw: its dtype
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
     numerics: int = 0  # HF_NUMERICS (fwd): configs.CONTRACT, HF_LLAMA or HF_GEMMA
-    quant: int = 0     # QUANT (qfwd): configs.QUANT_STATIC or QUANT_DYNAMIC
+    quant: int = 0     # QUANT (qfwd): one of configs.QUANT_MODES
     q: str = ""        # qfwd: the quantized output's dtype, one of configs.QUANT_DTYPES
 
     @property
@@ -128,7 +128,7 @@ def all_specs(cfgs, bcfgs):
             continue
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for q in configs.QUANT_DTYPES:
-                for mode in (configs.QUANT_STATIC, configs.QUANT_DYNAMIC):
+                for mode in configs.QUANT_MODES:
                     specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
     return specs
 
@@ -455,11 +455,14 @@ addrmsnorm_cubin_blob:
     lines.append(f"const short kDweightIndex[] = {{{', '.join(str(v) for v in dw_index)}}};  // [weight dtype]")
     # Quantized forward: [config][x][quant dtype][QUANT - 1] -> variant.
     n_q = len(configs.QUANT_DTYPES)
-    qdense = [-1] * (len(cfgs) * n_d * n_q * 2)
+    n_m = len(configs.QUANT_MODES)
+    qdense = [-1] * (len(cfgs) * n_d * n_q * n_m)
     for si, s in enumerate(specs):
         if s.kind == "qfwd":
-            qdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * 2 + s.quant - 1] = si
+            qdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m
+                   + s.quant - 1] = si
     lines.append(f"const int kNumQuantDtypes = {n_q};")
+    lines.append(f"const int kNumQuantModes = {n_m};")
     lines.append(f"const int kQuantAlignElems = {configs.vector_elems(2, 2)};")
     lines.append("// [config][x][quant dtype][QUANT - 1] -> variant, or -1")
     lines.append("const short kQuantIndex[] = {")

@@ -8,11 +8,13 @@ Byte model (bytes the kernel must move at the least, per call; bf16 x and residu
     plus   the weight (once), the static scale (4 bytes), and the dynamic scales written:
            4 bytes per row (per token) or per row and group (per group).
 
-So 7 bytes per element, against the plain forward's 8. return_y adds 2 (the "with y" mode).
+So 7 bytes per element, against the plain forward's 8. return_y adds 2 (the "with y" mode). The
+plain forward's own row at each shape (into given outputs, its 8-byte model) shows what the shape's
+size alone costs against the roofline.
 
 Timing: CUDA-graph replay over rotating buffer sets, inputs and outputs alike (every call writes
-fresh addresses, and the L2 is cold by size; timing.py). The decode chain is static fp8 at 1 x 4096,
-CHAIN dependent calls (each call's h is the next call's residual) in one graph.
+fresh addresses, and the L2 is cold by size; timing.py). The decode chain is static fp8 at 1 x 4096
+and 1 x 8192, CHAIN dependent calls (each call's h is the next call's residual) in one graph.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def _standard_shapes():
 
 
 MID_SHAPES = [(2048, 4096), (512, 4096)]
+PLAIN_MODE = "no quantization (the plain forward, 8 bytes per element)"
 BULK_ELEMENTS = 1 << 24
 BULK_MIN_PCT = 97.0          # issue 14: bulk >= 97% of the same-run roofline and >= the best peer
 DECODE_MAX_FI_PDL = 0.8      # the static fp8 decode chain <= 0.8x FlashInfer's with PDL
@@ -187,6 +190,28 @@ def _check(make, x, r, w, scale, mode) -> str:
 def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
     shapes = _standard_shapes() if shapes is None else shapes
     rows = []
+    for N, H in shapes:  # ours without quantization at the same shapes: what a shape's size alone costs
+        base = dict(section="quant", mode=PLAIN_MODE, impl="addrmsnorm", N=N, H=H, x_dtype="bf16",
+                    residual_dtype="bf16")
+        try:
+            nbytes = 8 * N * H + 2 * H
+            n_sets = sets_for_cold_l2(nbytes)
+            gen = torch.Generator(device="cuda").manual_seed(N + H)
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+            sets = [(torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
+                     torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)) for _ in range(n_sets)]
+            outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
+            into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
+            t = time_graph(lambda i: into(*sets[i], w, *outs[i], None, EPS), n_sets)
+            gbs = nbytes / t.median_us / 1e3
+            rows.append(dict(base, us_median=t.median_us, us_min=t.min_us, us_max=t.max_us, gbs=gbs,
+                             pct_roofline=100 * gbs / roofline_gbs, note=""))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
+        finally:
+            sets = outs = None
+        log(f"quant rows: plain forward {N}x{H}: " + (f"{rows[-1]['gbs']:.0f} GB/s ({rows[-1]['pct_roofline']:.1f}%)"
+                                                      if rows[-1].get("gbs") else rows[-1]["note"]))
     for mode in MODES:
         impls = _impls(mode)
         for N, H in shapes:
@@ -302,7 +327,7 @@ def _mark(ok: bool) -> str:
 
 def targets(rows: list[dict]) -> str:
     """Issue 14's targets, each marked met or missed, from this run's own rows."""
-    bulk = [r for r in rows if r["section"] == "quant" and r["N"] * r["H"] >= BULK_ELEMENTS]
+    bulk = [r for r in rows if r["section"] == "quant" and r["mode"] != PLAIN_MODE and r["N"] * r["H"] >= BULK_ELEMENTS]
     t = ["| target | mode | shape | ours | best peer | |", "|---|---|---|---|---|---|"]
     met = total = 0
     for mode, N, H in dict.fromkeys((r["mode"], r["N"], r["H"]) for r in bulk):

@@ -466,7 +466,7 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
     for (long long H : {16LL, 64LL, 128LL, 4096LL, 16384LL, 16400LL, 262144LL})
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int q = 0; q < kNumQuantDtypes; ++q)
-                for (int mode : {1, 2}) {
+                for (int mode = 1; mode <= kNumQuantModes; ++mode) {
                     const int cfg = select_forward_config(H, 2, 2);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
