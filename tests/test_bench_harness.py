@@ -192,3 +192,15 @@ def test_backward_byte_model_and_table():
     assert t[2] == "| 4 × 8 | bwd | 100 · 5% · 3.0µs | 90 · 4% · 3.5µs ✗ |"
     md = writers.markdown_report(HEADER, ROWS + rows, ["A", "B"], {}, "p.png")
     assert "Byte model of the backward" in md and "| 4 × 8 | bwd |" in md
+
+
+def test_ratio_to_the_fastest_peer():
+    from addrmsnorm.bench import writers
+
+    rows = [dict(section="bandwidth", impl=n, N=8, H=4096, x_dtype="bf16", residual_dtype="bf16", gbs=g,
+                 pct_roofline=g / 40, us_median=1.0) for n, g in (("ours", 3900.0), ("peer A", 4100.0), ("peer B", 3000.0))]
+    t = writers.bandwidth_table(rows, ["ours", "peer A", "peer B"], ours=["ours"], peers=["peer A", "peer B"])
+    assert t.splitlines()[0].endswith("| ours / fastest peer |")
+    assert t.splitlines()[2].endswith("| 0.95× |")
+    # Without roles, no ratio column (a merged or older run).
+    assert "fastest peer" not in writers.bandwidth_table(rows, ["ours", "peer A", "peer B"])
