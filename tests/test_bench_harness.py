@@ -237,3 +237,15 @@ def test_quant_targets_bulk_and_cpu():
     assert "| static fp8 | 16384 × 4096 | 3900 GB/s, 98.0% | FlashInfer 3950 GB/s (0.987×) | **missed** |" in t
     assert "| per-token fp8 | 16384 × 4096 | 3800 GB/s, 97.5% | torch.compile (same math) 3700 GB/s (1.027×) | met |" in t
     assert "plain in-place op (fused_add_rmsnorm_) 10.00 µs (1.25×) | **missed** |" in t
+
+
+def test_ratio_to_the_fastest_peer():
+    from addrmsnorm.bench import writers
+
+    rows = [dict(section="bandwidth", impl=n, N=8, H=4096, x_dtype="bf16", residual_dtype="bf16", gbs=g,
+                 pct_roofline=g / 40, us_median=1.0) for n, g in (("ours", 3900.0), ("peer A", 4100.0), ("peer B", 3000.0))]
+    t = writers.bandwidth_table(rows, ["ours", "peer A", "peer B"], ours=["ours"], peers=["peer A", "peer B"])
+    assert t.splitlines()[0].endswith("| ours / fastest peer |")
+    assert t.splitlines()[2].endswith("| 0.95× |")
+    # Without roles, no ratio column (a merged or older run).
+    assert "fastest peer" not in writers.bandwidth_table(rows, ["ours", "peer A", "peer B"])

@@ -230,14 +230,15 @@ def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
                             for _ in range(n_sets)]
                     note = _check(make, sets[0][0], sets[0][1], w, scale, mode)
                     calls = [make(x, r, w, scale) for x, r in sets]  # fresh outputs per set
-                    t = time_graph(lambda i: calls[i](), n_sets)
+                    kept = []  # an allocating implementation's outputs stay alive: fresh addresses every call
+                    t = time_graph(lambda i: kept.append(calls[i]()), n_sets)
                     gbs = nbytes / t.median_us / 1e3
                     rows.append(dict(base, us_median=t.median_us, us_min=t.min_us, us_max=t.max_us, gbs=gbs,
                                      pct_roofline=100 * gbs / roofline_gbs, note=note))
                 except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
                     rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
                 finally:
-                    sets = calls = None
+                    sets = calls = kept = None
             log(f"quant {mode} {N}x{H}: " + "; ".join(
                 f"{r['impl']} {r['gbs']:.0f} GB/s ({r['pct_roofline']:.1f}%){' ' + r['note'] if r['note'] else ''}"
                 if r.get("gbs") else f"{r['impl']} {r.get('note')}"

@@ -37,8 +37,19 @@ def _overhead_only(rows: list[dict], name: str) -> bool:
     return bool(mine) and all(r["section"] == "cpu_overhead" for r in mine)
 
 
-def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
-    """One line per (shape, dtypes); one column per available implementation."""
+def ratio_to_fastest_peer(row_cells: dict, ours: list[str], peers: list[str]) -> str:
+    """The best of ours over the fastest peer, in GB/s, for one row ('' when either is missing)."""
+    def best(names):
+        vals = [row_cells[n]["gbs"] for n in names if row_cells.get(n) and row_cells[n].get("gbs")]
+        return max(vals) if vals else None
+    o, p = best(ours), best(peers)
+    return "" if o is None or p is None else f"{o / p:.2f}×"
+
+
+def bandwidth_table(rows: list[dict], impl_names: list[str], ours: list[str] | None = None,
+                    peers: list[str] | None = None) -> str:
+    """One line per (shape, dtypes); one column per available implementation; with ``ours`` and
+    ``peers`` given, a last column: ours over the fastest peer in that row."""
     bw = [r for r in rows if r["section"] == "bandwidth"]
     keys = []
     for r in bw:
@@ -49,10 +60,13 @@ def bandwidth_table(rows: list[dict], impl_names: list[str]) -> str:
     keys.sort(key=lambda k: (k[1], order.get(k[2], 3), order.get(k[3], 3), k[0]))  # by H, dtypes, then N
     by = {(r["N"], r["H"], r["x_dtype"], r["residual_dtype"], r["impl"]): r for r in bw}
     impl_names = [n for n in impl_names if not _overhead_only(rows, n)]
-    out = ["| N × H | x / residual | " + " | ".join(impl_names) + " |",
-           "|---|---|" + "---|" * len(impl_names)]
+    ratio = bool(ours and peers)
+    out = ["| N × H | x / residual | " + " | ".join(impl_names) + (" | ours / fastest peer" if ratio else "") + " |",
+           "|---|---|" + "---|" * (len(impl_names) + ratio)]
     for k in keys:
         cells = [_cell(by.get((*k, name))) for name in impl_names]
+        if ratio:
+            cells.append(ratio_to_fastest_peer({n: by.get((*k, n)) for n in impl_names}, ours, peers))
         out.append(f"| {k[0]} × {k[1]} | {k[2]} / {k[3]} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -128,7 +142,7 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     targets = targets_section(header, rows)
     if targets:
         lines += ["#### Targets", "", targets]
-    lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names), ""]
+    lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names, header.get("ours"), header.get("peers")), ""]
     if plot_name:
         lines += [f"![GB/s against H]({plot_name})", ""]
     dec = latency_table(rows, "decode_chain", impl_names, "µs per call, 64 dependent calls in one graph")
