@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 import addrmsnorm
-from addrmsnorm.reference import QUANT_QMAX, quant_y_ref, quantize_ref
+from addrmsnorm.reference import QUANT_QMAX, fused_add_rmsnorm_ref, quantize_ref
 
 from .timing import sets_for_cold_l2, time_eager_cpu, time_graph
 
@@ -175,18 +175,21 @@ def _impls(mode):
 
 
 def _check(make, x, r, w, scale, mode) -> str:
-    """'' if the implementation's q matches the reference's within one quantization step where y
-    sits near a rounding boundary, else a note."""
+    """'' if the implementation's q equals quant(y) of the contract's y (fp32 add, fp32 y) in all but
+    0.1% of elements (elements where y sits on a rounding boundary), else a note saying how many
+    differ. Every implementation is held to the same y: ours on the looped path (H above the
+    single-pass limit) quantizes y from h rounded to the residual dtype, and is marked where that
+    shows."""
     qd, kw = MODES[mode]
     x0, r0 = x.clone(), r.clone()
     call = make(x0, r0, w, scale)
     out = call()
-    _, y32 = quant_y_ref(x, r, w, EPS)
+    y32 = fused_add_rmsnorm_ref(x, r, w, EPS).y.float()
     q_ref, _ = quantize_ref(y32, qd, scale=scale if "scale" in kw else None, group_size=kw.get("group_size"),
                             ue8m0=kw.get("ue8m0_scales", False))
     q = out[0] if isinstance(out, tuple) else out
     differ = (q.float() != q_ref.float()).float().mean().item()
-    return "" if differ < 1e-3 else f"q differs from the reference in {100 * differ:.2f}% of elements"
+    return "" if differ < 1e-3 else f"q differs from quant(the contract's y) in {100 * differ:.2f}% of elements"
 
 
 def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
@@ -338,7 +341,7 @@ def targets(rows: list[dict]) -> str:
     for mode, N, H in dict.fromkeys((r["mode"], r["N"], r["H"]) for r in bulk):
         sel = [r for r in bulk if (r["mode"], r["N"], r["H"]) == (mode, N, H) and r.get("gbs")]
         mine = next((r for r in sel if r["impl"] == "addrmsnorm"), None)
-        peers = [r for r in sel if r["impl"] != "addrmsnorm" and not r.get("note")]
+        peers = [r for r in sel if r["impl"] != "addrmsnorm"]  # a ✗ (other roundings) still counts as a peer
         best = max(peers, key=lambda r: r["gbs"], default=None)
         if mine is None:
             continue

@@ -164,7 +164,7 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     qt = quant_table(rows)
     if qt:
         model = quant_doc.split("Byte model")[1].split("Timing:")[0].strip()
-        lines += ["#### Quantized outputs (GB/s · % of roofline · µs per call; ✗: q off the reference)", "",
+        lines += ["#### Quantized outputs (GB/s · % of roofline · µs per call; ✗: q differs from quant(the contract's y) in more than 0.1% of elements)", "",
                   "Byte model " + model, "", qt, ""]
     lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
