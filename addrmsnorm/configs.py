@@ -176,6 +176,24 @@ QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
 QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
 
 
+# The quantized forward's register cap (ptxas maxnreg), by (block_h, rows_per_program, num_warps):
+# where its kernels would hold more registers than the plain forward at that config and so fit fewer
+# programs on an SM, the cap keeps the plain forward's programs per SM (65536 registers per SM). Per-
+# token int8 at block 8192 with 8 warps held 71 registers, 3 programs per SM against the plain
+# forward's 4, and reached 87% of the roofline at 16384 x 5120 where fp8 (64) reached 96%. Per arch,
+# for the arch it was measured on: only configs where no quantized kernel spills under the cap are
+# listed (the AOT build refuses a capped kernel with stack; tests/test_aot.py compiles them all).
+# Block 4096 with 8 warps would spill at 40 on sm_90, and block 8192 with 8 warps at 64 on sm_100.
+QUANT_MAX_REGISTERS = {
+    90: {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 8): 64, (8192, 1, 16): 40},
+}
+
+
+def quant_max_registers(cfg: ForwardConfig, arch: int) -> int | None:
+    """The maxnreg the quantized forward is compiled with at cfg for arch (e.g. 90), or None (no cap)."""
+    return QUANT_MAX_REGISTERS.get(arch, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
+
+
 def quant_kernel_mode(static: bool, group_size: int) -> int:
     """The QUANT constexpr of a call: static, per token (group_size 0) or per group."""
     return QUANT_STATIC if static else (QUANT_PER_GROUP if group_size else QUANT_PER_TOKEN)

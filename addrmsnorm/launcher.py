@@ -118,6 +118,9 @@ def launch_quant_forward(
     align = configs.vector_elems(x.element_size(), residual.element_size())
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
+    cap = configs.quant_max_registers(cfg, _arch(x.device))
+    if cap is not None:  # the AOT build compiles with the same cap
+        extra["maxnreg"] = cap
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
         fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
@@ -134,20 +137,27 @@ def launch_quant_forward(
         )
 
 
-_PDL: dict[int, bool] = {}
+_ARCHS: dict[int, int] = {}
+
+
+def _arch(device: torch.device) -> int:
+    """The device's arch as the AOT build names it (90 for sm_90); 0 on the CPU and under the
+    interpreter, which compile nothing."""
+    if device.type != "cuda" or INTERPRETED:
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    arch = _ARCHS.get(index)
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = _ARCHS[index] = major * 10 + minor
+    return arch
 
 
 def pdl_compiled(device: torch.device) -> bool:
     """Whether the forward is compiled with its grid-dependency wait for this device: on sm_90+,
     as the AOT build does for those archs; never under the interpreter."""
-    if device.type != "cuda" or INTERPRETED:
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    ok = _PDL.get(index)
-    if ok is None:
-        major, minor = torch.cuda.get_device_capability(index)
-        ok = _PDL[index] = configs.pdl_compiled(major * 10 + minor)
-    return ok
+    arch = _arch(device)
+    return arch != 0 and configs.pdl_compiled(arch)
 
 
 _SM_COUNTS: dict[int, int] = {}

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -174,8 +175,9 @@ def signature(spec: Spec):
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
+    maxnreg = configs.quant_max_registers(cfg, arch) if cfg and spec.kind == "qfwd" else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
-                       "triton": triton_version, "tool": TOOL_VERSION}, sort_keys=True)
+                       "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -223,7 +225,16 @@ def compile_one(job):
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    options = {"num_warps": num_warps}
+    if spec.kind == "qfwd" and configs.quant_max_registers(cfg, arch) is not None:  # as the JIT launcher does
+        options["maxnreg"] = configs.quant_max_registers(cfg, arch)
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+    if "maxnreg" in options:  # a capped kernel must not spill: that would cost more than the cap buys
+        regs, stack = _resource_usage(compiled.asm["cubin"])
+        if regs > options["maxnreg"] or stack:
+            raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers under a cap of "
+                               f"{options['maxnreg']}, {stack} bytes of stack; configs.QUANT_MAX_REGISTERS must "
+                               "not cap this config")
     md = compiled.metadata
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
     n_params = len([p for p in entry.group(2).split(",") if p.strip()])
@@ -242,6 +253,20 @@ def compile_one(job):
     tmp.replace(cubin_path)
     meta_path.write_text(json.dumps(meta))
     return key, False
+
+
+def _resource_usage(cubin: bytes) -> tuple[int, int]:
+    """(registers, stack bytes) of a one-kernel cubin, from the cuobjdump bundled with Triton."""
+    import tempfile
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    return tuple(int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", "STACK"))
 
 
 def _write_if_changed(path: Path, text: str | bytes):
@@ -528,6 +553,9 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the kernels per arch and exit")
     ap.add_argument("--sample", action="store_true",
                     help="compile the first and last specialization of each kind per arch, write no table")
+    ap.add_argument("--capped", action="store_true",
+                    help="compile the bf16 quantized kernels under a register cap (each is checked for spills), "
+                         "write no table")
     args = ap.parse_args()
     if not args.list and args.out is None:
         ap.error("--out is required")
@@ -558,6 +586,9 @@ def main():
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         specs = list(dict.fromkeys(picked))
+    if args.capped:
+        specs = [s for s in specs if s.kind == "qfwd" and s.x == "bf16"
+                 and any(configs.quant_max_registers(cfgs[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     cache_dir = out / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -591,8 +622,8 @@ def main():
                 done += 1
                 if done % step == 0 or done == len(todo):
                     print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
-    if args.sample:
-        print(f"addrmsnorm AOT: a sample of {len(specs)} specializations compiled for "
+    if args.sample or args.capped:
+        print(f"addrmsnorm AOT: {'a sample of ' if args.sample else ''}{len(specs)} specializations compiled for "
               f"{', '.join(f'sm_{a}' for a in archs)}, {time.time() - t0:.0f}s", flush=True)
         return
     size = generate(out, archs, cfgs, bcfgs, specs, keys, cache_dir)
