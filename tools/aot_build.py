@@ -554,7 +554,7 @@ def main():
     ap.add_argument("--sample", action="store_true",
                     help="compile the first and last specialization of each kind per arch, write no table")
     ap.add_argument("--capped", action="store_true",
-                    help="compile the bf16 quantized kernels under a register cap (each is checked for spills), "
+                    help="compile the quantized kernels under a register cap (each is checked for spills), "
                          "write no table")
     args = ap.parse_args()
     if not args.list and args.out is None:
@@ -587,7 +587,7 @@ def main():
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind == "qfwd" and s.x == "bf16"
+        specs = [s for s in specs if s.kind == "qfwd"
                  and any(configs.quant_max_registers(cfgs[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     cache_dir = out / "cache"
