@@ -249,3 +249,27 @@ def test_ratio_to_the_fastest_peer():
     assert t.splitlines()[2].endswith("| 0.95× |")
     # Without roles, no ratio column (a merged or older run).
     assert "fastest peer" not in writers.bandwidth_table(rows, ["ours", "peer A", "peer B"])
+
+
+def test_quack_is_wired_through_rmsnorm_fwd_with_its_residual(monkeypatch):
+    """Quack joins the report where it imports: its rmsnorm_fwd(x, weight, residual=, eps=) returns
+    (out, residual_out, rstd), and the report takes the first two (a stand-in module here)."""
+    import sys
+    import types
+
+    from addrmsnorm.bench import impls
+
+    calls = []
+
+    def rmsnorm_fwd(x, weight, residual=None, eps=1e-6):
+        calls.append((x, weight, residual, eps))
+        return "y", "h", None
+
+    pkg, mod = types.ModuleType("quack"), types.ModuleType("quack.rmsnorm")
+    mod.rmsnorm_fwd = rmsnorm_fwd
+    monkeypatch.setitem(sys.modules, "quack", pkg)
+    monkeypatch.setitem(sys.modules, "quack.rmsnorm", mod)
+    impl = impls._quack()
+    assert impl.available and not impl.in_place and not impl.ours
+    assert impl.fn("x", "r", "w", 1e-5) == ("y", "h")
+    assert calls == [("x", "w", "r", 1e-5)]
