@@ -161,9 +161,9 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
     # abs(w) > 2**-150: the offset is nonzero as fp32, the type the kernel and the C ABI take it in.
     return HF_GEMMA if abs(weight_offset) > 2.0 ** -150 and x_itemsize == 2 else HF_LLAMA
 
-# Quantized outputs (kernels.fused_add_rmsnorm_quant_fwd): QUANT 1 (static scale) and 2 (dynamic:
-# per token, or per group of 64 or 128 columns, a runtime argument), for 16-bit activations with
-# residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
+# Quantized outputs (kernels.fused_add_rmsnorm_quant_fwd): QUANT 1 (static scale), 2 (per token)
+# and 3 (per group of 64 or 128 columns, the group size a runtime argument), for 16-bit activations
+# with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
 # alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
 # 11 16-bit configs = 132 kernels per arch. The order of QUANT_DTYPES is the C ABI's
@@ -198,6 +198,8 @@ def quant_max_registers(cfg: ForwardConfig, arch: int) -> int | None:
 def quant_kernel_mode(static: bool, group_size: int) -> int:
     """The QUANT constexpr of a call: static, per token (group_size 0) or per group."""
     return QUANT_STATIC if static else (QUANT_PER_GROUP if group_size else QUANT_PER_TOKEN)
+
+
 QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr")
 # float8_e4m3fn is a type of sm_89 and newer (Triton refuses it below): sm_80 gets the int8 kernels only.
