@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python_env.sh
+# build.sh passes scikit-build-core its settings with pip's -C (--config-settings), which pip 23.1
+# added; a virtual environment made from Debian's Python 3.11 starts with pip 23.0.1.
+"$PY" -m pip install -q "pip>=23.1"
 if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
