@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py decode
+    PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
@@ -13,6 +14,12 @@ place as vLLM calls it, against the copy roofline measured in the same run.
 
 weight: each weight dtype at each bulk shape and in the decode chain (fp16 and bf16 weights share
 one kernel that converts their int16 bits by a runtime dtype argument; fp32 has its own).
+
+caps: the table's config at each H under each register cap (maxnreg; 0: none), in place and into
+given outputs (every call's outputs kept alive), at N * H = 2**26, interleaved in rounds so that drift
+between them shows; with --compile, torch.compile of the contract beside them. A cap that spills is
+refused by the AOT build, so check a winner with ``tools/aot_build.py --capped`` before it goes
+into configs.MAX_REGISTERS.
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
@@ -38,12 +45,13 @@ DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BULK_H = [128, 512, 1024, 2048, 2880, 3000, 4096, 4100, 5120, 8192, 11111, 14336, 16384, 32768, 65536, 131072]
 
 
-def _launch(x, r, w, cfg, pdl=False, out=None):
-    """In place (out None) or into out = (y, residual_out)."""
+def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
+    """In place (out None) or into out = (y, residual_out); cap: the register cap (None: the table's)."""
     H = x.shape[-1]
     o, ro = out if out is not None else (x, r)
     launch_forward(x, r, w, o, ro, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
-                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg)
+                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg,
+                   max_registers=cap)
 
 
 def _tag(cfg: ForwardConfig) -> str:
@@ -112,6 +120,50 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
     del sets, outs
     torch.cuda.empty_cache()
     return results
+
+
+def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3):
+    """The table's config under each cap, in place and into given outputs, interleaved in rounds."""
+    print("| shape | dtypes | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
+          file=out, flush=True)
+    for xd, rd in dtypes:
+        for H in hs:
+            N = max(16384, (1 << 26) // H)
+            nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            n_sets = sets_for_cold_l2(nbytes)
+            sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd),
+                     torch.randn(N, H, device="cuda", generator=gen).to(rd)) for _ in range(n_sets)]
+            outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
+            cfg = select_forward_config(H, xd.itemsize, rd.itemsize)
+            variants = []
+            for cap in cap_values:
+                x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
+                ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
+                _launch(x, r, w, cfg, cap=cap)
+                assert torch.equal(r, ref.residual_out)
+                assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} cap {cap}")
+                tag = f"{_tag(cfg)} cap {cap or 'none'}"
+                variants.append((tag + " in place", lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, cap=cap)))
+                variants.append((tag + " into outputs",
+                                 lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, out=outs[i], cap=cap)))
+            if compile_ref:
+                from addrmsnorm.bench.impls import CompiledReference
+
+                fn, kept = CompiledReference(), []
+                variants.append(("torch.compile (reference), outputs kept alive",
+                                 lambda i: kept.append(fn(sets[i][0], sets[i][1], w, 1e-6))))
+            for rnd in range(rounds):
+                for name, call in variants:
+                    t = time_graph(call, n_sets)
+                    if compile_ref:
+                        kept.clear()
+                    gbs = nbytes / t.median_us / 1e3
+                    print(f"| {N}x{H} | {_name(xd, rd)} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | "
+                          f"{100 * gbs / roof:.1f}% |", file=out, flush=True)
+            del sets, outs
+            torch.cuda.empty_cache()
 
 
 def _name(xd, rd):
@@ -218,7 +270,8 @@ def once(shape, dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "weight", "once"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps"])
+    ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
     ap.add_argument("shape", nargs="?")
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
@@ -248,9 +301,12 @@ def main():
     roof = measure_roofline()
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
+    dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "weight":
-        dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
+    if args.what == "caps":
+        return caps([int(h) for h in args.h.split(",")], dts, [int(c) for c in args.caps.split(",")], roof.gbs, out,
+                    args.compile)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for dt in args.dtypes.split(","):
