@@ -113,8 +113,9 @@ def launch_quant_forward(
     eps: float, weight_offset: float, pdl: bool = False,
 ) -> None:
     """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
-    16-byte aligned rows of 16-element multiples). QUANT 1 with ``scale``, else 2 (per token when
-    group_size is 0). Absent tensors are passed as present ones of their type that are not touched."""
+    16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
+    else 2 per token (group_size 0) or 3 per group. Absent tensors are passed as present ones of their
+    type that are not touched."""
     cfg = select_forward_config(H, x.element_size(), residual.element_size())
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
