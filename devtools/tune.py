@@ -4,6 +4,7 @@
     PYTHONPATH=. python devtools/tune.py decode
     PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile]
     PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0]
+    PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
@@ -26,6 +27,13 @@ quant: the quantized forward (static fp8, per-token fp8 and int8, per group of 1
 2**26, bf16, into given outputs: the table's config, then --extra configs, each under the table's cap
 and each of --caps (0: none), interleaved in rounds; q checked against the table config's (residual_out
 bit-exact, q equal in all but 0.1% of elements: another config may sum the squares in another order).
+
+bwd: the backward kernel (with dresidual_out and dweight, bf16) through the Triton JIT backend, under
+the table's backward config and each --extra config (the config rule patched for the sweep; the
+persistent grid follows each config's programs per SM), at N * H = 2**26, interleaved in rounds;
+gradients checked against the float64 reference. Bytes by bench/backward.py's model. The table's
+configs hold about 117 registers (sm_90, local cuobjdump): 16 warps per SM, where the grid aims
+for 32.
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
@@ -232,6 +240,55 @@ def quant(hs, extra, cap_values, roof, out, rounds=3):
         torch.cuda.empty_cache()
 
 
+def bwd(hs, extra, roof, out, rounds=3):
+    """Backward configs, interleaved in rounds, through the JIT backend with the config rule patched."""
+    from addrmsnorm import configs, jit_backend
+    from addrmsnorm.bench.backward import backward_bytes
+    from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close, fused_add_rmsnorm_grads_ref
+
+    print("| shape | config | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
+    table_rule = configs.select_backward_config
+    try:
+        for H in hs:
+            N = max(1, (1 << 26) // H)
+            nbytes = backward_bytes(N, H, 2, 2, 2)
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            n_sets = sets_for_cold_l2(nbytes)
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+            sets = []
+            for _ in range(n_sets):
+                h = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+                rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
+                sets.append((torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
+                             torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16), h, rstd))
+            chosen = table_rule(H, 2, 2)
+            variants = []
+            for cfg in [chosen] + [c for c in extra if c != chosen]:
+                configs.select_backward_config = lambda *_, cfg=cfg: cfg
+                dy, dro, h, rstd = sets[0]
+                dres, _, dw = jit_backend.fused_add_rmsnorm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
+                # the reference from x = h and residual = 0 (the same h; its rstd from eps as the sets')
+                ref = fused_add_rmsnorm_grads_ref(h[:64], torch.zeros_like(h[:64]), w, 1e-6, 0.0, dy[:64], dro[:64])
+                tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
+                assert_grad_close(dres, ref[1], tol, f"{H} {_tag(cfg)} dresidual")
+
+                def call(i, cfg=cfg):
+                    configs.select_backward_config = lambda *_: cfg
+                    return jit_backend.fused_add_rmsnorm_backward(*sets[i], w)
+                variants.append((f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)}", call))
+            for rnd in range(rounds):
+                for name, call in variants:
+                    kept = []
+                    t = time_graph(lambda i, call=call: kept.append(call(i)), n_sets)
+                    gbs = nbytes / t.median_us / 1e3
+                    print(f"| {N}x{H} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+                          file=out, flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    finally:
+        configs.select_backward_config = table_rule
+
+
 def _name(xd, rd):
     n = {v: k for k, v in DT.items()}
     return n[xd] if xd == rd else f"{n[xd]}/{n[rd]}"
@@ -336,7 +393,7 @@ def once(shape, dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd"])
     ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
     ap.add_argument("shape", nargs="?")
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
@@ -370,6 +427,8 @@ def main():
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "weight":
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
+    if args.what == "bwd":
+        return bwd([int(h) for h in args.h.split(",")], extra, roof.gbs, out)
     if args.what == "quant":
         return quant([int(h) for h in args.h.split(",")], extra, [int(c) for c in args.caps.split(",") if c],
                      roof.gbs, out)
