@@ -176,23 +176,29 @@ QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
 QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
 
 
-# The quantized forward's register cap (ptxas maxnreg), by (block_h, rows_per_program, num_warps):
-# where its kernels would hold more registers than the plain forward at that config and so fit fewer
-# programs on an SM, the cap keeps the plain forward's programs per SM (65536 registers per SM). Per-
-# token int8 at block 8192 with 8 warps held 71 registers, 3 programs per SM against the plain
-# forward's 4, and reached 87% of the roofline at 16384 x 5120 where fp8 (64) reached 96%. Per arch,
-# for the arch it was measured on: only configs where no quantized kernel spills under the cap are
-# listed (the AOT build refuses a capped kernel with stack; tests/test_aot.py compiles them all).
-# Block 4096 with 8 warps would spill at 40 on sm_90, and block 8192 with 8 warps at 64 (fp16 -> int8
-# per token on sm_90, fp8 per token on sm_100), so per-token int8 at H = 5120 keeps its 71 registers.
-QUANT_MAX_REGISTERS = {
-    90: {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 16): 40},
+# Register caps (ptxas maxnreg), per arch and kernel kind ("fwd" the forward, "qfwd" the quantized
+# forward), by (block_h, rows_per_program, num_warps): a cap raises the programs that fit on an SM
+# (65536 registers per SM) where the kernel would otherwise hold more registers than it needs. Only
+# for the arch it was measured on, and only where no kernel of the config spills under the cap: the
+# AOT build refuses a capped kernel with stack, and tests/test_aot.py compiles every capped kernel.
+# "qfwd": the plain forward's programs per SM at that config. Per-token int8 at block 8192 with 16
+# warps held 49 registers (2 programs per SM against 3) and reached 88% of the roofline at 16384 x
+# 7168; capped at 40, 98.6%. Block 4096 with 8 warps would spill at 40 on sm_90, and block 8192 with
+# 8 warps at 64 (fp16 -> int8 per token on sm_90, fp8 per token on sm_100), so per-token int8 at
+# H = 5120 keeps its 71 registers.
+# "fwd": none yet. devtools/tune.py caps measures candidates (MAX_REGISTERS_OVERRIDE below).
+MAX_REGISTERS = {
+    90: {
+        "qfwd": {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 16): 40},
+        "fwd": {},
+    },
 }
 
 
-def quant_max_registers(cfg: ForwardConfig, arch: int) -> int | None:
-    """The maxnreg the quantized forward is compiled with at cfg for arch (e.g. 90), or None (no cap)."""
-    return QUANT_MAX_REGISTERS.get(arch, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
+def max_registers(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
+    """The maxnreg kernels of kind ("fwd" or "qfwd") are compiled with at cfg for arch (e.g. 90), or
+    None (no cap)."""
+    return MAX_REGISTERS.get(arch, {}).get(kind, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
 
 
 def quant_kernel_mode(static: bool, group_size: int) -> int:

@@ -64,13 +64,13 @@ def launch_forward(
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
-    config: ForwardConfig | None = None,
+    config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
     ``pdl`` launches with programmatic dependent launch where the device has it (sm_90+; elsewhere
-    it is ignored). ``config`` overrides the dispatch rule; it exists for tuning sweeps, not for
-    normal calls.
+    it is ignored). ``config`` overrides the dispatch rule, and ``max_registers`` the register cap
+    (0: none); they exist for tuning sweeps, not for normal calls.
     """
     xs, rs = x.element_size(), residual.element_size()
     if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
@@ -82,6 +82,9 @@ def launch_forward(
     cfg = config or select_forward_config(H, xs, rs)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
+    cap = configs.max_registers("fwd", cfg, _arch(x.device)) if max_registers is None else max_registers
+    if cap:  # the AOT build compiles with the same cap
+        extra["maxnreg"] = cap
     with _device_guard(x.device):
         fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
             x, residual, w_arg, out, residual_out,
@@ -108,19 +111,21 @@ def launch_quant_forward(
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
     eps: float, weight_offset: float, pdl: bool = False,
+    config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
     16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
     else 2 per token (group_size 0) or 3 per group. Absent tensors are passed as present ones of their
-    type that are not touched."""
-    cfg = select_forward_config(H, x.element_size(), residual.element_size())
+    type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
+    sweeps, as in ``launch_forward``."""
+    cfg = config or select_forward_config(H, x.element_size(), residual.element_size())
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
-    cap = configs.quant_max_registers(cfg, _arch(x.device))
-    if cap is not None:  # the AOT build compiles with the same cap
+    cap = configs.max_registers("qfwd", cfg, _arch(x.device)) if max_registers is None else max_registers
+    if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):

@@ -2,6 +2,9 @@
 
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py decode
+    PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile]
+    PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0]
+    PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
@@ -13,6 +16,24 @@ place as vLLM calls it, against the copy roofline measured in the same run.
 
 weight: each weight dtype at each bulk shape and in the decode chain (fp16 and bf16 weights share
 one kernel that converts their int16 bits by a runtime dtype argument; fp32 has its own).
+
+caps: the table's config at each H under each register cap (maxnreg; 0: none), in place and into
+given outputs (every call's outputs kept alive), at N * H = 2**26, interleaved in rounds so that drift
+between them shows; with --compile, torch.compile of the contract beside them. A cap that spills is
+refused by the AOT build, so check a winner with ``tools/aot_build.py --capped`` before it goes
+into configs.MAX_REGISTERS.
+
+quant: the quantized forward (static fp8, per-token fp8 and int8, per group of 128 fp8) at N * H =
+2**26, bf16, into given outputs: the table's config, then --extra configs, each under the table's cap
+and each of --caps (0: none), interleaved in rounds; q checked against the table config's (residual_out
+bit-exact, q equal in all but 0.1% of elements: another config may sum the squares in another order).
+
+bwd: the backward kernel (with dresidual_out and dweight, bf16) through the Triton JIT backend, under
+the table's backward config and each --extra config (the config rule patched for the sweep; the
+persistent grid follows each config's programs per SM), at N * H = 2**26, interleaved in rounds;
+gradients checked against the float64 reference. Bytes by bench/backward.py's model. The table's
+configs hold about 117 registers (sm_90, local cuobjdump): 16 warps per SM, where the grid aims
+for 32.
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
@@ -32,18 +53,19 @@ from addrmsnorm.bench.byte_model import forward_bytes
 from addrmsnorm.bench.timing import measure_roofline, sets_for_cold_l2, time_graph
 from addrmsnorm.configs import ForwardConfig, select_forward_config
 from addrmsnorm.launcher import launch_forward
-from addrmsnorm.reference import TOLERANCES, assert_close, fused_add_rmsnorm_ref
+from addrmsnorm.reference import TOLERANCES, assert_close, fused_add_rmsnorm_ref, quantize_ref
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BULK_H = [128, 512, 1024, 2048, 2880, 3000, 4096, 4100, 5120, 8192, 11111, 14336, 16384, 32768, 65536, 131072]
 
 
-def _launch(x, r, w, cfg, pdl=False, out=None):
-    """In place (out None) or into out = (y, residual_out)."""
+def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
+    """In place (out None) or into out = (y, residual_out); cap: the register cap (None: the table's)."""
     H = x.shape[-1]
     o, ro = out if out is not None else (x, r)
     launch_forward(x, r, w, o, ro, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
-                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg)
+                   stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg,
+                   max_registers=cap)
 
 
 def _tag(cfg: ForwardConfig) -> str:
@@ -112,6 +134,159 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
     del sets, outs
     torch.cuda.empty_cache()
     return results
+
+
+def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3):
+    """The table's config under each cap, in place and into given outputs, interleaved in rounds."""
+    print("| shape | dtypes | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
+          file=out, flush=True)
+    for xd, rd in dtypes:
+        for H in hs:
+            N = max(16384, (1 << 26) // H)
+            nbytes = forward_bytes(N, H, xd.itemsize, rd.itemsize, xd.itemsize)
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            n_sets = sets_for_cold_l2(nbytes)
+            sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd),
+                     torch.randn(N, H, device="cuda", generator=gen).to(rd)) for _ in range(n_sets)]
+            outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
+            cfg = select_forward_config(H, xd.itemsize, rd.itemsize)
+            variants = []
+            for cap in cap_values:
+                x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
+                ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
+                _launch(x, r, w, cfg, cap=cap)
+                assert torch.equal(r, ref.residual_out)
+                assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} cap {cap}")
+                tag = f"{_tag(cfg)} cap {cap or 'none'}"
+                variants.append((tag + " in place", lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, cap=cap)))
+                variants.append((tag + " into outputs",
+                                 lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, out=outs[i], cap=cap)))
+            if compile_ref:
+                from addrmsnorm.bench.impls import CompiledReference
+
+                fn, kept = CompiledReference(), []
+                variants.append(("torch.compile (reference), outputs kept alive",
+                                 lambda i: kept.append(fn(sets[i][0], sets[i][1], w, 1e-6))))
+            for rnd in range(rounds):
+                for name, call in variants:
+                    t = time_graph(call, n_sets)
+                    if compile_ref:
+                        kept.clear()
+                    gbs = nbytes / t.median_us / 1e3
+                    print(f"| {N}x{H} | {_name(xd, rd)} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | "
+                          f"{100 * gbs / roof:.1f}% |", file=out, flush=True)
+            del sets, outs
+            torch.cuda.empty_cache()
+
+
+QUANT_MODES = {"static fp8": (torch.float8_e4m3fn, True, 0), "per-token fp8": (torch.float8_e4m3fn, False, 0),
+               "per-token int8": (torch.int8, False, 0), "per-group 128 fp8": (torch.float8_e4m3fn, False, 128)}
+
+
+def _launch_quant(x, r, w, q, h, scales, scale, group_size, cfg, cap):
+    from addrmsnorm.launcher import launch_quant_forward
+
+    N, H = x.shape
+    groups = H // group_size if group_size else 1
+    launch_quant_forward(x, r, w, q, h, None, scale, scales, None, n_rows=N, H=H, stride_x=H, stride_residual=H,
+                         stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=groups,
+                         stride_s_group=1 if group_size else 0, group_size=group_size, ue8m0=False, eps=1e-6,
+                         weight_offset=0.0, config=cfg, max_registers=cap)
+
+
+def quant(hs, extra, cap_values, roof, out, rounds=3):
+    """The quantized forward's configs and caps, into given outputs, interleaved in rounds."""
+    print("| shape | mode | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
+          file=out, flush=True)
+    for H in hs:
+        N = max(16384, (1 << 26) // H) if H <= 16384 else max(1, (1 << 28) // H)
+        nbytes_base = N * H * 7 + 2 * H
+        gen = torch.Generator(device="cuda").manual_seed(H)
+        n_sets = sets_for_cold_l2(nbytes_base)
+        sets = [(torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
+                 (4 * torch.randn(N, H, device="cuda", generator=gen)).to(torch.bfloat16)) for _ in range(n_sets)]
+        w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+        scale = torch.tensor([0.01], device="cuda")
+        chosen = select_forward_config(H, 2, 2)
+        for mode, (qd, static, gs) in QUANT_MODES.items():
+            groups = H // gs if gs else 1
+            nbytes = nbytes_base + (4 if static else 4 * N * groups)
+            outs = [(torch.empty(N, H, dtype=qd, device="cuda"), torch.empty_like(r),
+                     None if static else torch.empty(N, groups, device="cuda")) for _, r in sets]
+            ref = fused_add_rmsnorm_ref(sets[0][0], sets[0][1], w, 1e-6)
+            q_ref, _ = quantize_ref(ref.y.float(), qd, scale=scale if static else None, group_size=gs or None)
+            variants = []
+            for cfg in [chosen] + [c for c in extra if c != chosen]:
+                for cap in [None] + [c for c in cap_values]:
+                    q, h, s = outs[0]
+                    _launch_quant(*sets[0], w, q, h, s, scale if static else None, gs, cfg, cap)
+                    torch.cuda.synchronize()
+                    assert torch.equal(h, ref.residual_out), f"{mode} {_tag(cfg)} cap {cap}: residual_out differs"
+                    # against quant(the contract's y): the looped path quantizes y from the rounded h
+                    differ = (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
+                    tag = (f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)} cap "
+                           f"{'table' if cap is None else cap or 'none'} (q off the contract's: {100 * differ:.3f}%)")
+                    variants.append((tag, lambda i, cfg=cfg, cap=cap: _launch_quant(
+                        *sets[i], w, *outs[i][:2], outs[i][2], scale if static else None, gs, cfg, cap)))
+            for rnd in range(rounds):
+                for name, call in variants:
+                    t = time_graph(call, n_sets)
+                    gbs = nbytes / t.median_us / 1e3
+                    print(f"| {N}x{H} | {mode} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | "
+                          f"{100 * gbs / roof:.1f}% |", file=out, flush=True)
+            del outs
+        del sets
+        torch.cuda.empty_cache()
+
+
+def bwd(hs, extra, roof, out, rounds=3):
+    """Backward configs, interleaved in rounds, through the JIT backend with the config rule patched."""
+    from addrmsnorm import configs, jit_backend
+    from addrmsnorm.bench.backward import backward_bytes
+    from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close, fused_add_rmsnorm_grads_ref
+
+    print("| shape | config | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
+    table_rule = configs.select_backward_config
+    try:
+        for H in hs:
+            N = max(1, (1 << 26) // H)
+            nbytes = backward_bytes(N, H, 2, 2, 2)
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            n_sets = sets_for_cold_l2(nbytes)
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+            sets = []
+            for _ in range(n_sets):
+                h = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
+                rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
+                sets.append((torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
+                             torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16), h, rstd))
+            chosen = table_rule(H, 2, 2)
+            variants = []
+            for cfg in [chosen] + [c for c in extra if c != chosen]:
+                configs.select_backward_config = lambda *_, cfg=cfg: cfg
+                dy, dro, h, rstd = sets[0]
+                dres, _, dw = jit_backend.fused_add_rmsnorm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
+                # the reference from x = h and residual = 0 (the same h; its rstd from eps as the sets')
+                ref = fused_add_rmsnorm_grads_ref(h[:64], torch.zeros_like(h[:64]), w, 1e-6, 0.0, dy[:64], dro[:64])
+                tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
+                assert_grad_close(dres, ref[1], tol, f"{H} {_tag(cfg)} dresidual")
+
+                def call(i, cfg=cfg):
+                    configs.select_backward_config = lambda *_: cfg
+                    return jit_backend.fused_add_rmsnorm_backward(*sets[i], w)
+                variants.append((f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)}", call))
+            for rnd in range(rounds):
+                for name, call in variants:
+                    kept = []
+                    t = time_graph(lambda i, call=call: kept.append(call(i)), n_sets)
+                    gbs = nbytes / t.median_us / 1e3
+                    print(f"| {N}x{H} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+                          file=out, flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    finally:
+        configs.select_backward_config = table_rule
 
 
 def _name(xd, rd):
@@ -218,7 +393,8 @@ def once(shape, dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "weight", "once"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd"])
+    ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
     ap.add_argument("shape", nargs="?")
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
@@ -248,9 +424,17 @@ def main():
     roof = measure_roofline()
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
+    dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "weight":
-        dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
+    if args.what == "bwd":
+        return bwd([int(h) for h in args.h.split(",")], extra, roof.gbs, out)
+    if args.what == "quant":
+        return quant([int(h) for h in args.h.split(",")], extra, [int(c) for c in args.caps.split(",") if c],
+                     roof.gbs, out)
+    if args.what == "caps":
+        return caps([int(h) for h in args.h.split(",")], dts, [int(c) for c in args.caps.split(",")], roof.gbs, out,
+                    args.compile)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for dt in args.dtypes.split(","):

@@ -17,19 +17,6 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream) {
-    CUlaunchConfig lc = {};
-    lc.gridDimX = grid;
-    lc.gridDimY = lc.gridDimZ = 1;
-    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
-    lc.blockDimY = lc.blockDimZ = 1;
-    lc.sharedMemBytes = k.image->shared;
-    lc.hStream = reinterpret_cast<CUstream>(stream);
-    CUresult r = d.cuLaunchKernelEx(&lc, k.function, params, nullptr);
-    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuLaunchKernelEx");
-    return ADDRMSNORM_SUCCESS;
-}
-
 }  // namespace
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace_size(
@@ -123,7 +110,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         void* params[] = {&p_dy, &p_dro, &p_h, &p_rstd, &p_w, &p_dres, &p_dx, &p_partial, &p_mean, &n_rows, &H,
                           &stride_dy, &stride_dresidual_out, &stride_h, &stride_dresidual, &stride_dx,
                           &weight_offset, &has_dres_out, &weight_code, &scratch0, &scratch1};
-        st = launch(*d, k, static_cast<unsigned>(programs), params, stream);
+        st = launch(*d, k, static_cast<unsigned>(programs), params, stream, false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     if (dweight != nullptr) {  // column sums of the partials (zeros when rows == 0)
@@ -135,7 +122,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         int32_t n_partials = programs, H = static_cast<int32_t>(hidden);
         CUdeviceptr scratch0 = 0, scratch1 = 0;
         void* params[] = {&p_partial, &p_dw, &n_partials, &H, &scratch0, &scratch1};
-        st = launch(*d, k, static_cast<unsigned>((hidden + kDweightBlockC - 1) / kDweightBlockC), params, stream);
+        st = launch(*d, k, static_cast<unsigned>((hidden + kDweightBlockC - 1) / kDweightBlockC), params, stream, false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     return ADDRMSNORM_SUCCESS;

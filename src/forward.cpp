@@ -87,23 +87,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
                       &stride_x, &stride_residual, &stride_out, &stride_residual_out,
                       &eps, &weight_offset, &write_rstd, &weight_code, &global_scratch, &profile_scratch};
 
-    CUlaunchConfig lc = {};
-    lc.gridDimX = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    lc.gridDimY = lc.gridDimZ = 1;
-    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
-    lc.blockDimY = lc.blockDimZ = 1;
-    lc.sharedMemBytes = k.image->shared;
-    lc.hStream = reinterpret_cast<CUstream>(stream);
-    CUlaunchAttribute pdl_attr = {};
-    pdl_attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
-    // Only where the kernel waits on the previous grid (sm_90+ images): elsewhere the flag is moot.
-    const bool pdl = (flags & ADDRMSNORM_FLAG_PDL) != 0 && k.image->grid_dependency;
-    lc.attrs = pdl ? &pdl_attr : nullptr;
-    lc.numAttrs = pdl ? 1 : 0;
-    CUresult r = d->cuLaunchKernelEx(&lc, k.function, params, nullptr);
-    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuLaunchKernelEx");
-    return ADDRMSNORM_SUCCESS;
+    const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void) {
@@ -200,20 +185,6 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
                       &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
                       &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code,
                       &global_scratch, &profile_scratch};
-    CUlaunchConfig lc = {};
-    lc.gridDimX = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    lc.gridDimY = lc.gridDimZ = 1;
-    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
-    lc.blockDimY = lc.blockDimZ = 1;
-    lc.sharedMemBytes = k.image->shared;
-    lc.hStream = reinterpret_cast<CUstream>(stream);
-    CUlaunchAttribute pdl_attr = {};
-    pdl_attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
-    const bool pdl = (flags & ADDRMSNORM_FLAG_PDL) != 0 && k.image->grid_dependency;
-    lc.attrs = pdl ? &pdl_attr : nullptr;
-    lc.numAttrs = pdl ? 1 : 0;
-    CUresult r = d->cuLaunchKernelEx(&lc, k.function, params, nullptr);
-    if (r != CUDA_SUCCESS) return cuda_fail(*d, r, "cuLaunchKernelEx");
-    return ADDRMSNORM_SUCCESS;
+    const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

@@ -159,5 +159,25 @@ addrmsnorm_status preload_all(const Driver& d) {
     return ADDRMSNORM_SUCCESS;
 }
 
+addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream,
+                         bool pdl) {
+    CUlaunchConfig lc = {};
+    lc.gridDimX = grid;
+    lc.gridDimY = lc.gridDimZ = 1;
+    lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
+    lc.blockDimY = lc.blockDimZ = 1;
+    lc.sharedMemBytes = k.image->shared;
+    lc.hStream = reinterpret_cast<CUstream>(stream);
+    CUlaunchAttribute pdl_attr = {};
+    pdl_attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
+    const bool with_pdl = pdl && k.image->grid_dependency;
+    lc.attrs = with_pdl ? &pdl_attr : nullptr;
+    lc.numAttrs = with_pdl ? 1 : 0;
+    const CUresult r = d.cuLaunchKernelEx(&lc, k.function, params, nullptr);
+    if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuLaunchKernelEx");
+    return ADDRMSNORM_SUCCESS;
+}
+
 }  // namespace detail
 }  // namespace addrmsnorm

@@ -25,5 +25,11 @@ addrmsnorm_status current_sm_count(const Driver& d, int* sm_count);
 // Load every kernel into the current context.
 addrmsnorm_status preload_all(const Driver& d);
 
+// Launch k on `grid` programs of its warps, with its shared memory, on stream. With pdl, the launch
+// allows programmatic stream serialization where the kernel waits on the previous grid (sm_90+
+// images); elsewhere the flag is moot.
+addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream,
+                         bool pdl);
+
 }  // namespace detail
 }  // namespace addrmsnorm

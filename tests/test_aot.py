@@ -53,11 +53,11 @@ def test_a_sample_of_the_kernel_list_compiles_for(arch, tmp_path):
     assert len(cubins) >= 5 and all(c.stat().st_size > 0 for c in cubins)
 
 
-def test_the_quantized_register_caps_spill_nothing(tmp_path):
-    """Every quantized kernel of a config in configs.QUANT_MAX_REGISTERS (sm_90, the arch it was
-    measured on) compiles within its cap and with no stack: the build refuses a capped kernel that
-    spills, which would cost more than the occupancy the cap buys."""
+def test_the_register_caps_spill_nothing(tmp_path):
+    """Every forward kernel of a config in configs.MAX_REGISTERS (sm_90, the arch it was measured on)
+    compiles within its cap and with no stack: the build refuses a capped kernel that spills, which
+    would cost more than the occupancy the cap buys."""
     out = _run("--capped", "--out", str(tmp_path), "--archs", "90", "--jobs", "2")
     specs = int(re.search(r"(\d+) specializations compiled for sm_90", out).group(1))
-    assert specs > 0 and specs % 12 == 0, out  # 3 modes x (int8, float8) x (fp16, bf16) per capped config
+    assert specs > 0, out
     assert len(list((tmp_path / "cache").glob("*.cubin"))) == specs, out

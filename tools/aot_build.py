@@ -175,7 +175,7 @@ def signature(spec: Spec):
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.quant_max_registers(cfg, arch) if cfg and spec.kind == "qfwd" else None
+    maxnreg = configs.max_registers(spec.kind, cfg, arch) if cfg and spec.kind in ("fwd", "qfwd") else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -226,14 +226,15 @@ def compile_one(job):
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps}
-    if spec.kind == "qfwd" and configs.quant_max_registers(cfg, arch) is not None:  # as the JIT launcher does
-        options["maxnreg"] = configs.quant_max_registers(cfg, arch)
+    cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind in ("fwd", "qfwd") else None
+    if cap is not None:  # as the JIT launcher does
+        options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     if "maxnreg" in options:  # a capped kernel must not spill: that would cost more than the cap buys
         regs, stack = _resource_usage(compiled.asm["cubin"])
         if regs > options["maxnreg"] or stack:
             raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers under a cap of "
-                               f"{options['maxnreg']}, {stack} bytes of stack; configs.QUANT_MAX_REGISTERS must "
+                               f"{options['maxnreg']}, {stack} bytes of stack; configs.MAX_REGISTERS must "
                                "not cap this config")
     md = compiled.metadata
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
@@ -554,7 +555,7 @@ def main():
     ap.add_argument("--sample", action="store_true",
                     help="compile the first and last specialization of each kind per arch, write no table")
     ap.add_argument("--capped", action="store_true",
-                    help="compile the quantized kernels under a register cap (each is checked for spills), "
+                    help="compile the forward kernels under a register cap (each is checked for spills), "
                          "write no table")
     args = ap.parse_args()
     if not args.list and args.out is None:
@@ -587,8 +588,8 @@ def main():
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind == "qfwd"
-                 and any(configs.quant_max_registers(cfgs[s.config], a) for a in archs)]
+        specs = [s for s in specs if s.kind in ("fwd", "qfwd")
+                 and any(configs.max_registers(s.kind, cfgs[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     cache_dir = out / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
