@@ -165,6 +165,23 @@ def check_same_shape(shape, tensors: dict) -> None:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
 
 
+def _rows_of(x, residual, shape, outputs: dict):
+    """x's and residual's rows, and each given output's (an in-place output reuses its input's checked
+    view), each output checked for overlapping itself."""
+    xr, rr = as_rows("x", x, shape), as_rows("residual", residual, shape)
+    rows = {}
+    for name, t in outputs.items():
+        if t is x:
+            rows[name] = xr
+        elif t is residual:
+            rows[name] = rr
+        elif t is not None:
+            rows[name] = as_rows(name, t, shape)
+    for name, r in rows.items():
+        check_no_self_overlap(name, r)
+    return xr, rr, rows
+
+
 def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False) -> ForwardCall:
     """Every check of a forward call on tensors (the scalars are checked by ``check_scalar``).
 
@@ -172,20 +189,8 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
     ``rstd`` is checked only when given.
     """
     shape, H, device = check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
-    xr = as_rows("x", x, shape)
-    rr = as_rows("residual", residual, shape)
-    wr = Rows(weight, 1, H)
-    outputs = {}
-    for name, t in (("out", out), ("residual_out", residual_out)):
-        if t is x:  # the in-place forms: reuse the input's checked view
-            outputs[name] = xr
-        elif t is residual:
-            outputs[name] = rr
-        elif t is not None:
-            outputs[name] = as_rows(name, t, shape)
-    for name, rows in outputs.items():
-        check_no_self_overlap(name, rows)
-    inputs = {"x": xr, "residual": rr, "weight": wr}
+    xr, rr, outputs = _rows_of(x, residual, shape, {"out": out, "residual_out": residual_out})
+    inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
     check_aliasing(outputs, inputs, MAY_ALIAS)
     if rstd is not None:
         if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
@@ -196,7 +201,7 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
             for name, r in {**inputs, **outputs}.items():
                 if _overlaps(rs, r):
                     raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-    return ForwardCall(shape, H, device, xr, rr, wr, outputs.get("out"), outputs.get("residual_out"))
+    return ForwardCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
 
 
 # ----- quantized outputs ------------------------------------------------------------------------
@@ -339,20 +344,8 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     shape, H, device, mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
                                               out, residual_out, scales_out, y_out, ue8m0=ue8m0,
                                               column_major=column_major)
-    xr = as_rows("x", x, shape)
-    rr = as_rows("residual", residual, shape)
-    wr = Rows(weight, 1, H)
-    outputs = {}
-    for name, t in (("out", out), ("residual_out", residual_out), ("y", y_out)):
-        if t is x:
-            outputs[name] = xr
-        elif t is residual:
-            outputs[name] = rr
-        elif t is not None:
-            outputs[name] = as_rows(name, t, shape)
-    for name, rows in outputs.items():
-        check_no_self_overlap(name, rows)
-    inputs = {"x": xr, "residual": rr, "weight": wr}
+    xr, rr, outputs = _rows_of(x, residual, shape, {"out": out, "residual_out": residual_out, "y": y_out})
+    inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
     for name, t in (("scale", scale), ("scale_ub", scale_ub)):
         if t is not None:
             inputs[name] = _span_rows(t)
@@ -365,7 +358,7 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
             if tensor_rows.start % 16 or tensor_rows.row_stride % QUANT_ALIGN and tensor_rows.n_rows > 1:
                 raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
                                  f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
-    call = QuantCall(shape, H, device, xr, rr, wr, outputs.get("out"), outputs.get("residual_out"))
+    call = QuantCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
     call.y = outputs.get("y")
     call.group_size = group_size or 0
     call.scales = None
