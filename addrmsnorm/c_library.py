@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from . import locate
+from . import locate, validation
 
 DTYPE_ENUM = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}  # addrmsnorm_dtype
 
@@ -89,7 +89,7 @@ def backward(lib, dy, dresidual_out, h, rstd, weight, weight_offset=0.0):
 
 # ----- quantized outputs -------------------------------------------------------------------------
 
-QUANT_MODES = {"static": 1, "token": 2, "group": 3}  # addrmsnorm_quant_mode
+QUANT_MODES = {name: mode for mode, name in validation.QUANT_MODE_NAMES.items()}  # addrmsnorm_quant_mode
 QUANT_DTYPE_ENUM = {torch.int8: 0, torch.float8_e4m3fn: 1}  # addrmsnorm_quant_dtype
 QUANT_UE8M0 = 0x1
 

@@ -11,6 +11,8 @@ import struct
 
 import torch
 
+from . import configs
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DTYPE_NAMES = "float16, bfloat16 or float32"
 
@@ -212,8 +214,12 @@ QUANT_DTYPES = (torch.float8_e4m3fn, torch.int8)
 QUANT_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
 QUANT_GROUP_SIZES = (64, 128)
 # fp8 and int8 GEMMs take K (here H) in multiples of 16 and 16-byte aligned rows; the quantized
-# forward is built for that alignment alone (configs.QUANT_ALIGN_ELEMS).
+# forward is built for that alignment alone (16-byte vectors, configs.vector_elems).
 QUANT_ALIGN = 16
+QUANT_ALIGN_BYTES = 16
+QUANT_ALIGNED = ("out", "residual_out", "y", "x", "residual", "weight")
+QUANT_MODE_NAMES = {configs.QUANT_STATIC: "static", configs.QUANT_PER_TOKEN: "token",
+                    configs.QUANT_PER_GROUP: "group"}
 
 
 class QuantCall(ForwardCall):
@@ -221,10 +227,8 @@ class QuantCall(ForwardCall):
 
 
 def quant_mode(scale, group_size) -> str:
-    """"static", "token" or "group", from which arguments are given."""
-    if scale is not None:
-        return "static"
-    return "token" if not group_size else "group"
+    """"static", "token" or "group", from which arguments are given (configs.quant_kernel_mode's rule)."""
+    return QUANT_MODE_NAMES[configs.quant_kernel_mode(scale is not None, group_size)]
 
 
 def _check_scale_tensor(name: str, t, device) -> None:
@@ -350,12 +354,10 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
         if t is not None:
             inputs[name] = _span_rows(t)
     check_aliasing(outputs, inputs, QUANT_MAY_ALIAS)
-    for name, rows in {**outputs, **inputs}.items():
-        tensor_rows = rows
-        if xr.n_rows == 0:
-            break  # no rows: nothing is read or written (the C ABI looks at no pointer)
-        if name in ("out", "residual_out", "y", "x", "residual", "weight") and tensor_rows.n_rows > 0:
-            if tensor_rows.start % 16 or tensor_rows.row_stride % QUANT_ALIGN and tensor_rows.n_rows > 1:
+    if xr.n_rows > 0:  # no rows: nothing is read or written (the C ABI looks at no pointer)
+        for name, rows in {**outputs, **inputs}.items():
+            if name in QUANT_ALIGNED and rows.n_rows > 0 and (
+                    rows.start % QUANT_ALIGN_BYTES or rows.row_stride % QUANT_ALIGN and rows.n_rows > 1):
                 raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
                                  f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
     call = QuantCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
