@@ -191,12 +191,13 @@ MAX_REGISTERS = {
     90: {
         "qfwd": {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 16): 40},
         "fwd": {},
+        "bwd": {},
     },
 }
 
 
 def max_registers(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
-    """The maxnreg kernels of kind ("fwd" or "qfwd") are compiled with at cfg for arch (e.g. 90), or
+    """The maxnreg kernels of kind ("fwd", "qfwd" or "bwd") are compiled with at cfg for arch (e.g. 90), or
     None (no cap)."""
     return MAX_REGISTERS.get(arch, {}).get(kind, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
 

@@ -213,13 +213,15 @@ def launch_backward(
                                     dres.data_ptr(), dx_t.data_ptr()), H, strides, xs, rs)
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace
+    cap = configs.max_registers("bwd", cfg, _arch(dy.device))
+    extra = {"maxnreg": cap} if cap else {}  # the AOT build compiles with the same cap
     with _device_guard(dy.device):
         fused_add_rmsnorm_bwd[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align,
-            num_warps=cfg.num_warps,
+            num_warps=cfg.num_warps, **extra,
         )
         if dweight is not None:
             bc = configs.DWEIGHT_BLOCK_C

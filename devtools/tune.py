@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py decode
-    PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile]
+    PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile] [--extra s8192r1w16]
     PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0]
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
@@ -43,6 +43,7 @@ PDL, and with other warp counts.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import torch
@@ -136,8 +137,15 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
     return results
 
 
-def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3):
-    """The table's config under each cap, in place and into given outputs, interleaved in rounds."""
+def _fits(cfg: ForwardConfig, H: int) -> bool:
+    """Whether an --extra config is one to try at H: a looped chunk narrower than H, or a single pass
+    whose block is H's next power of two."""
+    return cfg.block_h < H if cfg.looped else cfg.block_h == triton.next_power_of_2(H)
+
+
+def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3, extra=()):
+    """The table's config and each --extra config that fits H, under each cap, in place and into
+    given outputs, interleaved in rounds."""
     print("| shape | dtypes | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for xd, rd in dtypes:
@@ -150,18 +158,25 @@ def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3):
                      torch.randn(N, H, device="cuda", generator=gen).to(rd)) for _ in range(n_sets)]
             outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
-            cfg = select_forward_config(H, xd.itemsize, rd.itemsize)
+            chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
             variants = []
-            for cap in cap_values:
+            for cfg, cap in [(c, cap) for c in [chosen] + [c for c in extra if c != chosen and _fits(c, H)]
+                             for cap in cap_values]:
                 x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
                 ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
-                _launch(x, r, w, cfg, cap=cap)
+                try:
+                    _launch(x, r, w, cfg, cap=cap)
+                except Exception as e:  # noqa: BLE001 - e.g. out of registers or shared memory: skip it
+                    print(f"| {N}x{H} | {_name(xd, rd)} | {_tag(cfg)} cap {cap or 'none'} | failed: "
+                          f"{type(e).__name__} | | | |", file=out, flush=True)
+                    continue
                 assert torch.equal(r, ref.residual_out)
-                assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} cap {cap}")
-                tag = f"{_tag(cfg)} cap {cap or 'none'}"
-                variants.append((tag + " in place", lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, cap=cap)))
-                variants.append((tag + " into outputs",
-                                 lambda i, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, out=outs[i], cap=cap)))
+                assert_close(x, ref.y, TOLERANCES[xd], f"{N}x{H} {_tag(cfg)} cap {cap}")
+                tag = f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)} cap {cap or 'none'}"
+                variants.append((tag + " in place",
+                                 lambda i, cfg=cfg, cap=cap: _launch(sets[i][0], sets[i][1], w, cfg, cap=cap)))
+                variants.append((tag + " into outputs", lambda i, cfg=cfg, cap=cap: _launch(
+                    sets[i][0], sets[i][1], w, cfg, out=outs[i], cap=cap)))
             if compile_ref:
                 from addrmsnorm.bench.impls import CompiledReference
 
@@ -240,14 +255,34 @@ def quant(hs, extra, cap_values, roof, out, rounds=3):
         torch.cuda.empty_cache()
 
 
+def parse_bwd(spec: str):
+    """A backward candidate: s<block>r<rows>w<warps> or l<chunk>w<warps>, then optionally p<programs
+    per SM> (the persistent grid's; default configs.backward_programs_per_sm), c<register cap> and
+    @<H> (tried at that H only; default: wherever it fits, as _fits says)."""
+    m = re.fullmatch(r"([sl])(\d+)(?:r(\d+))?w(\d+)(?:p(\d+))?(?:c(\d+))?(?:@(\d+))?", spec)
+    if not m:
+        raise SystemExit(f"bad backward candidate {spec!r}")
+    kind, block, rows, warps, pps, cap, at = m.groups()
+    cfg = ForwardConfig(int(block), int(rows or 1), int(warps), kind == "l")
+    return cfg, int(pps) if pps else None, int(cap) if cap else None, int(at) if at else None
+
+
 def bwd(hs, extra, roof, out, rounds=3):
-    """Backward configs, interleaved in rounds, through the JIT backend with the config rule patched."""
+    """Backward candidates (parse_bwd), interleaved in rounds, through the JIT backend with the config
+    rule, the programs per SM and the register cap patched."""
     from addrmsnorm import configs, jit_backend
     from addrmsnorm.bench.backward import backward_bytes
     from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close, fused_add_rmsnorm_grads_ref
 
     print("| shape | config | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
-    table_rule = configs.select_backward_config
+    saved = (configs.select_backward_config, configs.backward_programs_per_sm, configs.max_registers)
+    table_rule, table_pps, table_caps = saved
+
+    def patch(cfg, pps, cap):
+        configs.select_backward_config = lambda *_: cfg
+        configs.backward_programs_per_sm = lambda c: pps if pps else table_pps(c)
+        configs.max_registers = lambda kind, c, arch: cap if kind == "bwd" and cap else table_caps(kind, c, arch)
+
     try:
         for H in hs:
             N = max(1, (1 << 26) // H)
@@ -263,19 +298,26 @@ def bwd(hs, extra, roof, out, rounds=3):
                              torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16), h, rstd))
             chosen = table_rule(H, 2, 2)
             variants = []
-            for cfg in [chosen] + [c for c in extra if c != chosen]:
-                configs.select_backward_config = lambda *_, cfg=cfg: cfg
+            for cfg, pps, cap in [(chosen, None, None)] + [c[:3] for c in extra if (c[3] == H if c[3] else _fits(c[0], H))]:
+                patch(cfg, pps, cap)
                 dy, dro, h, rstd = sets[0]
-                dres, _, dw = jit_backend.fused_add_rmsnorm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
+                try:
+                    dres, _, dw = jit_backend.fused_add_rmsnorm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
+                except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip it
+                    print(f"| {N}x{H} | {_tag(cfg)} p{pps} c{cap} | failed: {type(e).__name__} | | | |", file=out)
+                    continue
                 # the reference from x = h and residual = 0 (the same h; its rstd from eps as the sets')
                 ref = fused_add_rmsnorm_grads_ref(h[:64], torch.zeros_like(h[:64]), w, 1e-6, 0.0, dy[:64], dro[:64])
                 tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
                 assert_grad_close(dres, ref[1], tol, f"{H} {_tag(cfg)} dresidual")
+                assert_grad_close(dw, ref[2], tol, f"{H} {_tag(cfg)} dweight")
 
-                def call(i, cfg=cfg):
-                    configs.select_backward_config = lambda *_: cfg
+                def call(i, cfg=cfg, pps=pps, cap=cap):
+                    patch(cfg, pps, cap)
                     return jit_backend.fused_add_rmsnorm_backward(*sets[i], w)
-                variants.append((f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)}", call))
+                name = (f"{'**table** ' if cfg == chosen and pps is None and cap is None else ''}{_tag(cfg)}"
+                        f" programs/SM {pps or table_pps(cfg)} cap {cap or 'none'}")
+                variants.append((name, call))
             for rnd in range(rounds):
                 for name, call in variants:
                     kept = []
@@ -286,7 +328,7 @@ def bwd(hs, extra, roof, out, rounds=3):
             del sets
             torch.cuda.empty_cache()
     finally:
-        configs.select_backward_config = table_rule
+        configs.select_backward_config, configs.backward_programs_per_sm, configs.max_registers = saved
 
 
 def _name(xd, rd):
@@ -411,7 +453,7 @@ def main():
         return once(args.shape, args.dtype)
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
     extra = []
-    for e in filter(None, args.extra.split(",")):
+    for e in filter(None, args.extra.split(",") if args.what != "bwd" else []):
         if e[0] == "l":
             c, w = e[1:].split("w")
             extra.append(ForwardConfig(int(c), 1, int(w), True))
@@ -428,13 +470,14 @@ def main():
     if args.what == "weight":
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
     if args.what == "bwd":
-        return bwd([int(h) for h in args.h.split(",")], extra, roof.gbs, out)
+        return bwd([int(h) for h in args.h.split(",")], [parse_bwd(e) for e in filter(None, args.extra.split(","))],
+                   roof.gbs, out)
     if args.what == "quant":
         return quant([int(h) for h in args.h.split(",")], extra, [int(c) for c in args.caps.split(",") if c],
                      roof.gbs, out)
     if args.what == "caps":
         return caps([int(h) for h in args.h.split(",")], dts, [int(c) for c in args.caps.split(",")], roof.gbs, out,
-                    args.compile)
+                    args.compile, extra=extra)
     print("| shape | dtypes | config | µs (median) | min | max | GB/s | % roofline |\n|---|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for dt in args.dtypes.split(","):

@@ -175,7 +175,7 @@ def signature(spec: Spec):
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.max_registers(spec.kind, cfg, arch) if cfg and spec.kind in ("fwd", "qfwd") else None
+    maxnreg = configs.max_registers(spec.kind, cfg, arch) if cfg and spec.kind != "dw" else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -226,7 +226,7 @@ def compile_one(job):
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps}
-    cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind in ("fwd", "qfwd") else None
+    cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind != "dw" else None
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -588,8 +588,8 @@ def main():
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind in ("fwd", "qfwd")
-                 and any(configs.max_registers(s.kind, cfgs[s.config], a) for a in archs)]
+        specs = [s for s in specs if s.kind != "dw" and any(
+            configs.max_registers(s.kind, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     cache_dir = out / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
