@@ -16,13 +16,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ForwardConfig:
-    """Constexpr specialization and launch shape of ``kernels.fused_add_rmsnorm_fwd``."""
+    """Constexpr specialization and launch shape of a kernel: ``kernels.fused_add_rmsnorm_fwd``'s
+    (FORWARD_TABLE), or ``kernels.fused_add_rmsnorm_bwd``'s (BACKWARD_TABLE, which also sets
+    ``stages`` and ``programs_per_sm``)."""
 
     block_h: int           # power of two; >= H on the single-pass path, the chunk width when looped
     rows_per_program: int  # rows each program normalizes (1 on the looped path)
     num_warps: int
-    looped: bool           # two passes over each row, reloading h from residual_out
+    looped: bool           # walk each row in chunks, twice
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
+    reread: bool = False   # forward, looped: pass 2 re-reads x and residual (else it reloads h)
+    stages: int = 1        # backward: software-pipelining depth of its row loop (1: none)
+    programs_per_sm: int = 0  # backward: resident programs per SM of its persistent grid
 
     def grid(self, n_rows: int) -> int:
         """Programs to launch for ``n_rows`` rows."""
@@ -45,6 +50,10 @@ def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> 
 
 def _looped(chunk: int, warps: int) -> ForwardConfig:
     return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True)
+
+
+def _reread(chunk: int, warps: int) -> ForwardConfig:
+    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, reread=True)
 
 
 # Widest H kept whole in registers. Above it each row is walked twice in chunks.
@@ -81,10 +90,15 @@ def _table(large_h_rows) -> tuple[ForwardRule, ...]:
 
 def _forward_large_h_rows(act_bytes: int) -> list:
     return [
+        # 4-byte streams at 2048 < H <= 4096: two passes that hold nothing across the reduction, the
+        # second re-reading x and residual from L2 (torch.compile's structure; y from the fp32 h, as
+        # in a single pass). fp32 16384 x 4096 into given outputs: 99.1% of the roofline against the
+        # single pass's 96.5% (in place 98.5% / 95.1%; torch.compile 92.8%). 16-bit streams: 97.1%
+        # against 96.0% at 4096, lower at 2048 and 5120 (results/nvidia-h200-2026-12-01-issue15/).
         # Weight first: the weight's load goes out with x's and residual's instead of after the
         # reduction. Decode, 64 dependent calls at 1 x 4096 bf16 with PDL: 1.58 -> 1.33 us per
         # call (run2, run3); bulk 8192 x 4096 and 11184 x 3000: unchanged (run3).
-        (4096, _single(4096, 1, 8, weight_first=True)),
+        (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
@@ -284,21 +298,71 @@ def pdl_compiled(arch: int) -> bool:
 # The backward kernel takes the same ForwardConfig fields (a config is a tile shape), from its own
 # rows: it holds dy, h, n and g for a tile where the forward holds h, so it leaves the single pass
 # at a narrower H to stay out of register spills.
+#
+# Its grid is persistent: programs_per_sm programs per SM, each walking a contiguous block of rows
+# and summing its dweight partial in registers. programs_per_sm is what fits on an SM at once (by
+# registers, shared memory and threads, for the 16-byte-aligned kernels on sm_90; tools/aot_build.py
+# refuses a build where it does not fit): planning more than fit runs the grid in two waves.
+# stages > 1 pipelines the row loop (Triton's tl.range num_stages: the next rows' dy, h and
+# dresidual_out are fetched to shared memory while this row is computed), within sm_80's 163 KB of
+# shared memory per program. H200, bf16, N * H = 2**26, devtools/tune.py bwd, in % of the same-run
+# roofline (results/nvidia-h200-2026-12-01-issue15/): at 1024, 2 rows x 4 warps planned at 8 per SM
+# where 5 fit: 68%; at 5 per SM 82%; pipelined, 86%. 2048: 62% -> 69% (4 per SM) -> 84% (stages 2).
+# 4096 (8 warps, 2 fit where 4 were planned): 66% -> 69% -> 84% (stages 2) -> 89% (stages 3). 8192:
+# 16 warps planned at 2 per SM where 1 fits, 66%; 32 warps (64 registers) with stages 3, 90%.
 BACKWARD_SINGLE_PASS_MAX_H = 8192
 
 
-BACKWARD_TABLE: tuple[ForwardRule, ...] = _table(lambda act_bytes: [
-    (4096, _single(4096, 1, 8)),
-    (BACKWARD_SINGLE_PASS_MAX_H, _single(BACKWARD_SINGLE_PASS_MAX_H, 1, 16)),
-    (None, _looped(4096, 8)),
-])
+def _bwd(block_h: int, rows: int, warps: int, stages: int, programs_per_sm: int) -> ForwardConfig:
+    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False, stages=stages,
+                         programs_per_sm=programs_per_sm)
 
-# Persistent grid: resident warps per SM the backward aims for (single pass), and programs per SM
-# on the looped path, where every program's dweight partial is a whole fp32 row of H.
-BACKWARD_WARPS_PER_SM = 32
-BACKWARD_LOOPED_PROGRAMS_PER_SM = 2
-# The dweight reduction: tile of partials x columns, and its warps.
-DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 32, 64, 4
+
+def _bwd_looped(chunk: int, warps: int, programs_per_sm: int) -> ForwardConfig:
+    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True,
+                         programs_per_sm=programs_per_sm)
+
+
+def _backward_rows(act_bytes: int) -> list:
+    if act_bytes == 2:
+        return [
+            (64, _bwd(64, 32, 4, 2, 4)),
+            (128, _bwd(128, 16, 4, 2, 4)),
+            (256, _bwd(256, 8, 4, 2, 4)),
+            (512, _bwd(512, 4, 4, 2, 4)),
+            (1024, _bwd(1024, 2, 4, 2, 5)),
+            (2048, _bwd(2048, 1, 4, 2, 4)),
+            (4096, _bwd(4096, 1, 8, 3, 2)),
+            (BACKWARD_SINGLE_PASS_MAX_H, _bwd(8192, 1, 32, 3, 1)),
+            (None, _bwd_looped(4096, 8, 2)),
+        ]
+    # 4-byte streams (fp32, or an fp32 residual beside 16-bit x): half the rows per program at small
+    # H. At 4096 the 16-bit config would fit one 8-warp program per SM, so 32 warps; at 8192, 32
+    # warps spill (64 registers at most) and 3 stages need more than sm_80's shared memory.
+    # Not measured on a GPU beyond the test suites: these follow the 16-bit rows within the limits.
+    return [
+        (64, _bwd(64, 16, 4, 2, 5)),
+        (128, _bwd(128, 8, 4, 2, 5)),
+        (256, _bwd(256, 4, 4, 2, 5)),
+        (512, _bwd(512, 2, 4, 2, 5)),
+        (1024, _bwd(1024, 1, 4, 2, 7)),
+        (2048, _bwd(2048, 1, 8, 2, 3)),
+        (4096, _bwd(4096, 1, 32, 3, 1)),
+        (BACKWARD_SINGLE_PASS_MAX_H, _bwd(8192, 1, 16, 2, 1)),
+        (None, _bwd_looped(4096, 8, 1)),
+    ]
+
+
+BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
+    ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
+    for act_bytes in (2, 4) for h_max, cfg in _backward_rows(act_bytes))
+
+# The dweight reduction: tile of partials x columns, and its warps. Each program sums its columns
+# over every partial in a fixed order, in ceil(partials / BLOCK_P) dependent steps: tall, narrow
+# tiles keep the steps few (2-3 for a grid of 132 SMs x up to 7 programs) and the programs many
+# (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile,
+# results/nvidia-h200-2026-12-01-issue15/), against 36 µs for the backward kernel itself.
+DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 256, 16, 4
 
 
 def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
@@ -308,7 +372,7 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> F
 
 def backward_programs_per_sm(cfg: ForwardConfig) -> int:
     """Programs per SM of the persistent backward grid for a backward config."""
-    return BACKWARD_LOOPED_PROGRAMS_PER_SM if cfg.looped else max(1, BACKWARD_WARPS_PER_SM // cfg.num_warps)
+    return cfg.programs_per_sm
 
 
 def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int) -> int:

@@ -47,7 +47,7 @@ def run(device: str) -> bool:
             exact = torch.equal(ro, ref.residual_out)
             rstd_err = ((rstd.double() - ref.rstd).abs() / ref.rstd.abs()).max().item()
             cfg = select_forward_config(H, x.element_size(), r.element_size())
-            path = (f"looped, chunk {cfg.block_h}" if cfg.looped
+            path = (f"{'re-read' if cfg.reread else 'looped'}, chunk {cfg.block_h}" if cfg.looped
                     else f"single, {cfg.rows_per_program} row(s) x {cfg.block_h}")
             # Under the interpreter bf16 stores truncate (see reference.py), so only report there.
             passed = device == "cpu" and xd == torch.bfloat16 or (worst <= 1.0 and exact)

@@ -317,6 +317,52 @@ def _looped_row(
                 tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _reread_row(
+    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+    H,
+    stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
+    eps, weight_offset, write_rstd, weight_dtype,
+    BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
+):
+    # One row per program, in BLOCK_H chunks, holding nothing across the reduction. Pass 1 reads x
+    # and residual and only sums the squares (evict-last: pass 2 reads them again); pass 2 reads
+    # them again (mostly from L1/L2, evict-first), recomputes h in fp32 and stores residual_out and
+    # y. Pass 1 writes nothing, and pass 2 reads each chunk before it stores that chunk's outputs
+    # from the same threads, so an aliased output is safe; y comes from the fp32 h, as the contract
+    # says.
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x_row
+    residual_row = residual_ptr + row * stride_residual_row
+    acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for start in range(0, H, BLOCK_H):
+        cols = start + tl.arange(0, BLOCK_H)
+        mask = cols < H
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+        h = x.to(tl.float32) + r.to(tl.float32)
+        if HF_NUMERICS:
+            h = h.to(residual_out_ptr.dtype.element_ty).to(tl.float32)
+        acc += h * h
+    rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
+    for start in range(0, H, BLOCK_H):
+        cols = start + tl.arange(0, BLOCK_H)
+        mask = cols < H
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        h = x.to(tl.float32) + r.to(tl.float32)
+        h_stored = h.to(residual_out_ptr.dtype.element_ty)
+        tl.store(residual_out_ptr + row * stride_residual_out_row + cols, h_stored, mask=mask)
+        if HF_NUMERICS:
+            h = h_stored.to(tl.float32)
+        w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0, eviction_policy="evict_last"),
+                        weight_dtype) + weight_offset
+        y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
+        tl.store(out_ptr + row * stride_out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if write_rstd != 0:
+        tl.store(rstd_ptr + row, rstd)
+
+
 # H and the strides are not specialized by value: their alignment reaches the kernel only through
 # the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
 # compile the same code (and give the same bits) for the same call.
@@ -346,6 +392,7 @@ def fused_add_rmsnorm_fwd(
     HF_NUMERICS: tl.constexpr,       # 0: the contract; 1, 2: HF's roundings (configs.numerics_mode)
     PDL: tl.constexpr = False,       # grid-dependency control (sm_90+): wait, then release the next
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
+    REREAD: tl.constexpr = False,    # looped: pass 2 re-reads x and residual (not residual_out)
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -358,7 +405,11 @@ def fused_add_rmsnorm_fwd(
     stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
     stride_out_row = (stride_out_row // ALIGN) * ALIGN
     stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
-    if LOOPED:
+    if LOOPED and REREAD:
+        _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+                    H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
+                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS)
+    elif LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
@@ -447,7 +498,7 @@ def _bwd_single_pass(
     n_rows, H,
     stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
     weight_offset, has_dres_out, weight_dtype,
-    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, SEPARATE_DX: tl.constexpr,
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, SEPARATE_DX: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -459,7 +510,7 @@ def _bwd_single_pass(
     w = _load_weight_any(weight_ptr, cols, col_mask, weight_dtype) + weight_offset
     dw = tl.zeros([BLOCK_H], dtype=tl.float32)
     first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
-    for block in range(first, tl.minimum(first + blocks_per_program, n_blocks)):
+    for block in tl.range(first, tl.minimum(first + blocks_per_program, n_blocks), num_stages=STAGES):
         rows = block * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
@@ -487,7 +538,7 @@ def _bwd_looped(
     n_rows, H,
     stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
     weight_offset, has_dres_out, weight_dtype,
-    BLOCK_H: tl.constexpr, SEPARATE_DX: tl.constexpr,
+    BLOCK_H: tl.constexpr, SEPARATE_DX: tl.constexpr, STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows_per_program = tl.cdiv(n_rows, tl.num_programs(0))
@@ -497,7 +548,7 @@ def _bwd_looped(
     for r64 in range(first, last):
         rstd = tl.load(rstd_ptr + r64)
         acc = tl.zeros([BLOCK_H], dtype=tl.float32)
-        for start in range(0, H, BLOCK_H):
+        for start in tl.range(0, H, BLOCK_H, num_stages=STAGES):
             cols = start + tl.arange(0, BLOCK_H)
             mask = cols < H
             dy = tl.load(dy_ptr + r64 * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
@@ -512,7 +563,7 @@ def _bwd_looped(
         mask = cols < H
         w = _load_weight_any(weight_ptr, cols, mask, weight_dtype) + weight_offset
         dw = tl.zeros([BLOCK_H], dtype=tl.float32)
-        for r64 in range(first, last):
+        for r64 in tl.range(first, last, num_stages=STAGES):
             rstd = tl.load(rstd_ptr + r64)
             c = tl.load(mean_ptr + r64)
             dy = tl.load(dy_ptr + r64 * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
@@ -548,6 +599,7 @@ def fused_add_rmsnorm_bwd(
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
     SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)
     ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements
+    STAGES: tl.constexpr = 1,   # software-pipelining depth of the row (looped: chunk) loops (1: none)
 ):
     H = (H // ALIGN) * ALIGN
     stride_dy_row = (stride_dy_row // ALIGN) * ALIGN
@@ -558,12 +610,12 @@ def fused_add_rmsnorm_bwd(
     if LOOPED:
         _bwd_looped(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
                     n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
-                    weight_offset, has_dres_out, weight_dtype, BLOCK_H, SEPARATE_DX)
+                    weight_offset, has_dres_out, weight_dtype, BLOCK_H, SEPARATE_DX, STAGES)
     else:
         _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
-                         SEPARATE_DX)
+                         SEPARATE_DX, STAGES)
 
 
 @triton.jit(do_not_specialize=["n_partials", "H"])

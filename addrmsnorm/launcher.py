@@ -99,6 +99,7 @@ def launch_forward(
             HF_NUMERICS=configs.numerics_mode(hf, weight_offset, xs),
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
+            REREAD=cfg.reread,
             num_warps=cfg.num_warps,
             **extra,
         )
@@ -220,7 +221,7 @@ def launch_backward(
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
-            SEPARATE_DX=separate_dx, ALIGN=align,
+            SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
             num_warps=cfg.num_warps, **extra,
         )
         if dweight is not None:

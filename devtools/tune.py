@@ -71,7 +71,8 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
 
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
-            + (" weight-first" if cfg.weight_first else ""))
+            + (" weight-first" if cfg.weight_first else "") + (" re-read" if cfg.reread else "")
+            + (f" stages {cfg.stages}" if cfg.stages != 1 else ""))
 
 
 def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
@@ -256,14 +257,15 @@ def quant(hs, extra, cap_values, roof, out, rounds=3):
 
 
 def parse_bwd(spec: str):
-    """A backward candidate: s<block>r<rows>w<warps> or l<chunk>w<warps>, then optionally p<programs
+    """A backward candidate: s<block>r<rows>w<warps> or l<chunk>w<warps>, then optionally t<pipeline
+    stages of the row loop>, p<programs
     per SM> (the persistent grid's; default configs.backward_programs_per_sm), c<register cap> and
     @<H> (tried at that H only; default: wherever it fits, as _fits says)."""
-    m = re.fullmatch(r"([sl])(\d+)(?:r(\d+))?w(\d+)(?:p(\d+))?(?:c(\d+))?(?:@(\d+))?", spec)
+    m = re.fullmatch(r"([sl])(\d+)(?:r(\d+))?w(\d+)(?:t(\d+))?(?:p(\d+))?(?:c(\d+))?(?:@(\d+))?", spec)
     if not m:
         raise SystemExit(f"bad backward candidate {spec!r}")
-    kind, block, rows, warps, pps, cap, at = m.groups()
-    cfg = ForwardConfig(int(block), int(rows or 1), int(warps), kind == "l")
+    kind, block, rows, warps, stages, pps, cap, at = m.groups()
+    cfg = ForwardConfig(int(block), int(rows or 1), int(warps), kind == "l", stages=int(stages or 1))
     return cfg, int(pps) if pps else None, int(cap) if cap else None, int(at) if at else None
 
 
@@ -454,9 +456,9 @@ def main():
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
     extra = []
     for e in filter(None, args.extra.split(",") if args.what != "bwd" else []):
-        if e[0] == "l":
+        if e[0] == "l":  # l<chunk>w<warps>[x: pass 2 re-reads x and residual]
             c, w = e[1:].split("w")
-            extra.append(ForwardConfig(int(c), 1, int(w), True))
+            extra.append(ForwardConfig(int(c), 1, int(w.rstrip("x")), True, reread=w.endswith("x")))
         else:
             b, rest = e[1:].split("r")
             r, w = rest.split("w")

@@ -69,7 +69,6 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
     if (st != ADDRMSNORM_SUCCESS) return st;
     const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
     const int config = select_backward_config(hidden, xs, rs);
-    const ForwardConfig& cfg = kBackwardConfigs[config];
     int32_t programs = 0;
     if (rows > 0) {
         const uint64_t need = backward_workspace_bytes(rows, hidden, config, sms);
@@ -103,7 +102,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
                     p_h = reinterpret_cast<CUdeviceptr>(h), p_rstd = reinterpret_cast<CUdeviceptr>(rstd),
                     p_w = reinterpret_cast<CUdeviceptr>(weight), p_dres = reinterpret_cast<CUdeviceptr>(dresidual),
                     p_dx = reinterpret_cast<CUdeviceptr>(dxp), p_partial = reinterpret_cast<CUdeviceptr>(workspace),
-                    p_mean = p_partial + (cfg.looped ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
+                    p_mean = p_partial + (kBackwardRowMeans[config] ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
         int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
         int32_t has_dres_out = has_dro ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
         CUdeviceptr scratch0 = 0, scratch1 = 0;

@@ -94,6 +94,9 @@ int backward_align_class(bool pointers_aligned, long long common, int x_itemsize
 // (configs.backward_workspace_floats, in bytes), for a backward config.
 long long backward_programs(long long rows, int config, int sm_count);
 unsigned long long backward_workspace_bytes(long long rows, long long hidden, int config, int sm_count);
+// Whether a backward config's workspace holds a mean per row after its dweight partials (the looped
+// path that walks its rows chunk by chunk).
+extern const bool kBackwardRowMeans[];
 
 // configs.numerics_mode: the HF_NUMERICS of a call. HF's norms of an offset weight (Gemma's 1 + w)
 // round once (2), LlamaRMSNorm twice (1); on fp32 the two are one (1). weight_offset is the fp32

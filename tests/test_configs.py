@@ -18,8 +18,8 @@ def test_every_h_gets_a_valid_config(act_bytes):
         cfg = select_forward_config(H, *act_bytes)
         assert cfg.block_h & (cfg.block_h - 1) == 0, "block_h must be a power of two"
         assert cfg.num_warps in (1, 2, 4, 8, 16, 32)
-        if cfg.looped:
-            assert cfg.rows_per_program == 1 and H > SINGLE_PASS_MAX_H
+        if cfg.looped:  # the reloading looped path serves wide rows only; the re-reading one any H
+            assert cfg.rows_per_program == 1 and (cfg.reread or H > SINGLE_PASS_MAX_H)
         else:
             assert cfg.block_h >= H, f"single-pass block {cfg.block_h} cannot hold H={H}"
 
@@ -73,3 +73,16 @@ def test_alignment_rule():
     assert align_elems(ptrs, 4096, (4096, 4096, 4097, 4096), 2, 2) == 1    # one odd stride
     assert backward_align(ptrs, 4100, (4100,) * 5, 2, 2) == 1             # the backward: both ends only
     assert backward_align(ptrs, 4096, (4096,) * 5, 2, 2) == 8
+
+
+def test_backward_table_plans_its_grid():
+    """Every backward config plans a persistent grid (programs per SM; tools/aot_build.py checks that
+    they fit on sm_90) and a pipelining depth; the forward's configs leave both alone."""
+    for rule in configs.BACKWARD_TABLE:
+        cfg = rule.config
+        assert cfg.programs_per_sm >= 1 and cfg.stages >= 1 and not cfg.reread
+        assert configs.backward_programs(10**6, cfg, 132) == 132 * cfg.programs_per_sm
+        assert configs.backward_programs(1, cfg, 132) == 1
+    for rule in FORWARD_TABLE:
+        assert rule.config.programs_per_sm == 0 and rule.config.stages == 1
+        assert not rule.config.reread or rule.config.looped

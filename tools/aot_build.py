@@ -152,7 +152,7 @@ def signature(spec: Spec):
                "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
         sig.update(BACKWARD_SCALARS)
         sig.update({"has_dres_out": "i32", "weight_dtype": "i32"})
-        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "SEPARATE_DX", "ALIGN"):
+        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "SEPARATE_DX", "ALIGN", "STAGES"):
             sig[name] = "constexpr"
         return sig
     if spec.kind == "dw":
@@ -169,7 +169,7 @@ def signature(spec: Spec):
     sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
     sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST"):
+    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST", "REREAD"):
         sig[name] = "constexpr"
     return sig
 
@@ -211,7 +211,7 @@ def compile_one(job):
                      for a in aligned_args}
         if spec.kind == "bwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align}
+                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
             n_args = len(BACKWARD_SCALARS) + 2 + 9
         elif spec.kind == "qfwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
@@ -221,7 +221,7 @@ def compile_one(job):
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
-                          "WEIGHT_FIRST": cfg.weight_first}
+                          "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread}
             n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
@@ -236,6 +236,8 @@ def compile_one(job):
             raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers under a cap of "
                                f"{options['maxnreg']}, {stack} bytes of stack; configs.MAX_REGISTERS must "
                                "not cap this config")
+    if spec.kind == "bwd" and spec.align > 1 and arch in SM_LIMITS:
+        _check_backward_fit(spec, cfg, arch, compiled)
     md = compiled.metadata
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
     n_params = len([p for p in entry.group(2).split(",") if p.strip()])
@@ -254,6 +256,33 @@ def compile_one(job):
     tmp.replace(cubin_path)
     meta_path.write_text(json.dumps(meta))
     return key, False
+
+
+# Per SM, by arch: registers, shared memory in bytes (the carve-out's maximum) and threads.
+SM_LIMITS = {80: (65536, 167936, 2048), 86: (65536, 102400, 1536), 89: (65536, 102400, 1536),
+             90: (65536, 233472, 2048), 100: (65536, 233472, 2048), 120: (65536, 102400, 1536)}
+SHARED_RESERVED_PER_BLOCK = 1024  # the driver's shared memory per resident block (sm_80 and newer)
+
+
+def programs_that_fit(regs: int, shared: int, num_warps: int, arch: int) -> int:
+    """Programs of one kernel resident on an SM at once (registers are allocated per thread in
+    multiples of 8)."""
+    max_regs, max_shared, max_threads = SM_LIMITS[arch]
+    threads = 32 * num_warps
+    return min(max_regs // (threads * (-(-regs // 8) * 8)), max_shared // (shared + SHARED_RESERVED_PER_BLOCK),
+               max_threads // threads)
+
+
+def _check_backward_fit(spec: Spec, cfg, arch: int, compiled) -> None:
+    """The persistent backward grid plans cfg.programs_per_sm programs per SM: refuse a build where a
+    16-byte-aligned backward kernel fits fewer (its grid would run in waves). ALIGN 1 rows (odd H)
+    hold more registers and may run in waves; they are rare and not checked."""
+    regs, stack = _resource_usage(compiled.asm["cubin"])
+    fit = programs_that_fit(regs, compiled.metadata.shared, cfg.num_warps, arch)
+    if cfg.programs_per_sm > fit or stack:
+        raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers, {compiled.metadata.shared} bytes of "
+                           f"shared memory and {stack} of stack fit {fit} programs per SM, and the table plans "
+                           f"{cfg.programs_per_sm}; configs.BACKWARD_TABLE must plan what fits, with no spill")
 
 
 def _resource_usage(cubin: bytes) -> tuple[int, int]:

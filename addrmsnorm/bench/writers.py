@@ -142,6 +142,9 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     targets = targets_section(header, rows)
     if targets:
         lines += ["#### Targets", "", targets]
+    targets15 = targets_issue15(header, rows)
+    if targets15:
+        lines += ["#### Targets (issue 15)", "", targets15]
     lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names, header.get("ours"), header.get("peers")), ""]
     if plot_name:
         lines += [f"![GB/s against H]({plot_name})", ""]
@@ -342,3 +345,81 @@ def targets_section(header: dict, rows: list[dict]) -> str:
     out += ["Other targets (ours: the better of the torch op with and without PDL, where the target is a "
             "latency):", "", *t, ""]
     return "\n".join(out)
+
+
+# Issue 15's targets, each a ratio in one run with fresh outputs for everyone.
+I15_BULK_MIN_ELEMENTS = 1 << 26
+I15_MID_SHAPES = ((512, 4096), (2048, 4096))
+I15_COMPILE_HS = (4100, 11111)
+I15_FP32_SHAPE, I15_FP32_MIN_RATIO = (8192, 16384), 0.99
+I15_WIDE_H = 32768
+I15_DECODE_MAX_RATIO = 0.8
+I15_BACKWARD_MIN_PCT = 85.0
+I15_STEP_OVER_COMPILE, I15_STEP_OVER_LIGER = 1.3, 1.5
+
+
+def targets_issue15(header: dict, rows: list[dict]) -> str:
+    """Issue 15's targets, each marked met or missed, from this report's own rows. Ours in place: the
+    operators that write into their inputs; ours into given outputs: the functional ones (fresh
+    outputs on every call, as the peers that allocate)."""
+    ours = header.get("ours", []) + header.get("ours_pdl", [])
+    peers = header.get("peers", [])
+    if not ours:
+        return ""
+    in_place = [n for n in ours if "functional" not in n]
+    fresh = [n for n in ours if "functional" in n]
+    by_shape: dict = {}
+    for r in rows:
+        if r["section"] == "bandwidth":
+            by_shape.setdefault((r["N"], r["H"], r["x_dtype"], r["residual_dtype"]), []).append(r)
+    t = ["| target | shape | measured | |", "|---|---|---|---|"]
+
+    def line(target, shape, mine, theirs, min_ratio):
+        if mine is None or theirs is None:
+            return
+        ratio = mine["gbs"] / theirs["gbs"]
+        t.append(f"| {target} | {shape} | {ratio:.3f}×: {mine['gbs']:.0f} against {theirs['impl']}'s "
+                 f"{theirs['gbs']:.0f} GB/s | {_mark(ratio >= min_ratio)} |")
+
+    order = {"bf16": 0, "fp16": 1, "fp32": 2}
+    for k in sorted(by_shape, key=lambda k: (order.get(k[2], 3), k[1], k[0])):
+        n, h, xd, rd = k
+        sel = by_shape[k]
+        if xd == rd and xd in ("bf16", "fp16") and n * h >= I15_BULK_MIN_ELEMENTS:
+            for label, names in (("in place", in_place), ("into given outputs", fresh)):
+                line(f"bulk {xd}, {label}: ≥ 1.00× the fastest peer", f"{n} × {h}", _best(sel, names),
+                     _best(sel, peers), 1.0)
+        if (n, h) in I15_MID_SHAPES and (xd, rd) == ("bf16", "bf16"):
+            line("mid-size: ≥ 1.00× the fastest peer", f"{n} × {h}", _best(sel, ours), _best(sel, peers), 1.0)
+        if h in I15_COMPILE_HS and (xd, rd) == ("bf16", "bf16") and n * h >= I15_BULK_MIN_ELEMENTS:
+            line("≥ 1.00× torch.compile", f"{n} × {h}", _best(sel, ours), _best(sel, ["torch.compile (reference)"]),
+                 1.0)
+        if (n, h) == I15_FP32_SHAPE and (xd, rd) == ("fp32", "fp32"):
+            line(f"fp32: ≥ {I15_FP32_MIN_RATIO}× Liger", f"{n} × {h}", _best(sel, ours), _best(sel, ["Liger-Kernel"]),
+                 I15_FP32_MIN_RATIO)
+        if h >= I15_WIDE_H and (xd, rd) == ("bf16", "bf16"):
+            line("wide rows: ≥ 1.00× Quack", f"{n} × {h}", _best(sel, ours), _best(sel, ["Quack"]), 1.0)
+    dec = {(r["N"], r["H"], r["impl"]): r.get("us_median") for r in rows if r["section"] == "decode_chain"}
+    for n, h in sorted({(r["N"], r["H"]) for r in rows if r["section"] == "decode_chain"}, key=lambda k: (k[1], k[0])):
+        mine = min((v for v in (dec.get((n, h, name)) for name in ours) if v), default=None)
+        fi = dec.get((n, h, "FlashInfer (PDL)"))
+        if mine and fi:
+            t.append(f"| decode chain: ≤ {I15_DECODE_MAX_RATIO}× FlashInfer (PDL) | {n} × {h} | {mine:.2f} µs "
+                     f"against {fi:.2f} µs: {mine / fi:.2f}× | {_mark(mine <= I15_DECODE_MAX_RATIO * fi)} |")
+    bwd = {(r["N"], r["H"], r["mode"], r["impl"]): r for r in rows if r["section"] == "backward" and r.get("gbs")}
+    for n, h in sorted({(k[0], k[1]) for k in bwd}):
+        mine = bwd.get((n, h, "bwd", "addrmsnorm"))
+        if mine:
+            t.append(f"| backward: ≥ {I15_BACKWARD_MIN_PCT:.0f}% of the roofline | {n} × {h} | "
+                     f"{mine['pct_roofline']:.1f}% | {_mark(mine['pct_roofline'] >= I15_BACKWARD_MIN_PCT)} |")
+        step = bwd.get((n, h, "fwd+bwd", "addrmsnorm"))
+        for peer, need in (("torch.compile (reference)", I15_STEP_OVER_COMPILE), ("Liger-Kernel", I15_STEP_OVER_LIGER)):
+            theirs = bwd.get((n, h, "fwd+bwd", peer))
+            if step and theirs:
+                sp = theirs["us_median"] / step["us_median"]
+                t.append(f"| training step: ≥ {need}× {peer} | {n} × {h} | {step['us_median']:.1f} µs against "
+                         f"{theirs['us_median']:.1f} µs: {sp:.2f}× | {_mark(sp >= need)} |")
+    if len(t) == 2:
+        return ""
+    return "\n".join(["Issue 15 (ratios in this run; every implementation writes fresh outputs; ours in place: "
+                      + ", ".join(in_place) + "; into given outputs: " + ", ".join(fresh) + "):", "", *t, ""])
