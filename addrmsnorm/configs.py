@@ -301,8 +301,9 @@ def pdl_compiled(arch: int) -> bool:
 #
 # Its grid is persistent: programs_per_sm programs per SM, each walking a contiguous block of rows
 # and summing its dweight partial in registers. programs_per_sm is what fits on an SM at once (by
-# registers, shared memory and threads, for the 16-byte-aligned kernels on sm_90; tools/aot_build.py
-# refuses a build where it does not fit): planning more than fit runs the grid in two waves.
+# registers, shared memory and threads, for the 16-byte-aligned kernels of every dtype pair, on
+# each default arch: sm_80, sm_90, sm_100; tools/aot_build.py refuses a build of those archs where it
+# does not fit): planning more than fit runs the grid in two waves.
 # stages > 1 pipelines the row loop (Triton's tl.range num_stages: the next rows' dy, h and
 # dresidual_out are fetched to shared memory while this row is computed), within sm_80's 163 KB of
 # shared memory per program. H200, bf16, N * H = 2**26, devtools/tune.py bwd, in % of the same-run
@@ -341,9 +342,9 @@ def _backward_rows(act_bytes: int) -> list:
     # warps spill (64 registers at most) and 3 stages need more than sm_80's shared memory.
     # Not measured on a GPU beyond the test suites: these follow the 16-bit rows within the limits.
     return [
-        (64, _bwd(64, 16, 4, 2, 5)),
-        (128, _bwd(128, 8, 4, 2, 5)),
-        (256, _bwd(256, 4, 4, 2, 5)),
+        (64, _bwd(64, 16, 4, 2, 4)),
+        (128, _bwd(128, 8, 4, 2, 4)),
+        (256, _bwd(256, 4, 4, 2, 4)),
         (512, _bwd(512, 2, 4, 2, 5)),
         (1024, _bwd(1024, 1, 4, 2, 7)),
         (2048, _bwd(2048, 1, 8, 2, 3)),

@@ -258,9 +258,10 @@ def compile_one(job):
     return key, False
 
 
-# Per SM, by arch: registers, shared memory in bytes (the carve-out's maximum) and threads.
-SM_LIMITS = {80: (65536, 167936, 2048), 86: (65536, 102400, 1536), 89: (65536, 102400, 1536),
-             90: (65536, 233472, 2048), 100: (65536, 233472, 2048), 120: (65536, 102400, 1536)}
+# Per SM, for the default archs that configs.BACKWARD_TABLE's programs_per_sm is planned for:
+# registers, shared memory in bytes (the carve-out's maximum) and threads. Other archs are not
+# checked (there a backward grid that does not fit runs in waves).
+SM_LIMITS = {80: (65536, 167936, 2048), 90: (65536, 233472, 2048), 100: (65536, 233472, 2048)}
 SHARED_RESERVED_PER_BLOCK = 1024  # the driver's shared memory per resident block (sm_80 and newer)
 
 
