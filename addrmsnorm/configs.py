@@ -5,8 +5,9 @@ Both the JIT launcher and the ahead-of-time C++ build read this module: the laun
 specialization and to generate the C++ dispatch rule. A new variant is a new row here, never a copy
 of the kernel.
 
-Batch invariance depends on one property of this rule: it looks at H and the dtypes only, never at
-the number of rows. A row therefore always runs the same reduction, alone or among many.
+Batch invariance depends on one property of this rule: it looks at H (its size, and for some rows
+its parity) and the dtypes only, never at the number of rows. A row therefore always runs the same
+reduction, alone or among many.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ class ForwardConfig:
 
 @dataclass(frozen=True)
 class ForwardRule:
-    """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width."""
+    """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width,
+    or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
+    beyond their first, so they always run ALIGN = 1)."""
 
     act_bytes: int         # widest of x and residual, in bytes per element (2 or 4)
     h_max: int | None
     config: ForwardConfig
+    odd_h_only: bool = False
 
 
 def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> ForwardConfig:
@@ -83,9 +87,10 @@ def _small_h_rows(act_bytes: int) -> list:
 
 
 def _table(large_h_rows) -> tuple[ForwardRule, ...]:
-    """Both stream widths' rules: the shared small-H rows, then large_h_rows(act_bytes)."""
-    return tuple(ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
-                 for act_bytes in (2, 4) for h_max, cfg in _small_h_rows(act_bytes) + large_h_rows(act_bytes))
+    """Both stream widths' rules: the shared small-H rows, then large_h_rows(act_bytes); a row is
+    (h_max, config) or (h_max, config, odd_h_only)."""
+    return tuple(ForwardRule(act_bytes, *row)
+                 for act_bytes in (2, 4) for row in _small_h_rows(act_bytes) + large_h_rows(act_bytes))
 
 
 def _forward_large_h_rows(act_bytes: int) -> list:
@@ -103,6 +108,11 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
         (8192, _single(8192, 1, 16)),
+        # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
+        # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
+        # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
+        # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%) (results/nvidia-h200-2026-12-01-issue15/).
+        *([(SINGLE_PASS_MAX_H, _reread(2048, 16), True)] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
@@ -402,6 +412,8 @@ def _select(table, H: int, x_itemsize: int, residual_itemsize: int) -> ForwardCo
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
+        if rule.odd_h_only and H % 2 == 0:
+            continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config
     raise AssertionError("the table has no unbounded row")  # a table always ends with one

@@ -86,3 +86,14 @@ def test_backward_table_plans_its_grid():
     for rule in FORWARD_TABLE:
         assert rule.config.programs_per_sm == 0 and rule.config.stages == 1
         assert not rule.config.reread or rule.config.looped
+
+
+def test_odd_h_rows_take_the_re_read_path():
+    """Odd H of 16-bit streams between the single pass's 8192 and 16384 take their own rule (ALIGN 1
+    always); even H beside them, and 4-byte streams, do not."""
+    odd = select_forward_config(11111, 2, 2)
+    assert odd.looped and odd.reread
+    assert select_forward_config(16383, 2, 2) == odd and select_forward_config(8193, 2, 2) == odd
+    assert not select_forward_config(11112, 2, 2).looped
+    assert not select_forward_config(8191, 2, 2).reread and not select_forward_config(16385, 2, 2).reread
+    assert not select_forward_config(11111, 4, 4).reread

@@ -24,7 +24,7 @@ if ON_GPU:
     MODE_NS = [19, 989]
 else:
     NS = [1, 3, 19]
-    HS = [1, 7, 64, 111, 500, 3000, 4100, LOOPED_H]
+    HS = [1, 7, 64, 111, 500, 3000, 4100, 8193, LOOPED_H]  # 8193: odd H, the re-read rule
     MODE_NS = [19]
 
 # Keep the GPU grid's largest cases to a size whose fp64 reference fits comfortably, also with

@@ -98,6 +98,13 @@ def unique_configs(table=None):
     return out
 
 
+def _odd_h_only(cfg, act_bytes: int) -> bool:
+    """Whether only odd-H rules serve a forward config for a stream width (its rows then always run
+    ALIGN 1, and never reach the quantized forward, whose rows are multiples of 16)."""
+    rules = [r for r in configs.FORWARD_TABLE if r.config == cfg and r.act_bytes == act_bytes]
+    return bool(rules) and all(r.odd_h_only for r in rules)
+
+
 def all_specs(cfgs, bcfgs):
     """Every kernel to compile per arch: only combinations some call can reach (the C++ host test
     checks that every reachable call finds its kernel)."""
@@ -114,18 +121,21 @@ def all_specs(cfgs, bcfgs):
     for ci, cfg in enumerate(cfgs):
         widths = sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg})
         for act_bytes in widths:
+            odd_only = _odd_h_only(cfg, act_bytes)  # odd rows run ALIGN 1 only
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                 for w in configs.forward_weight_args(x):
                     w16 = w == configs.WEIGHT_W16
                     for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=w16):
-                        specs.append(Spec("fwd", ci, x, res, w, align))
+                        if align == 1 or not odd_only:
+                            specs.append(Spec("fwd", ci, x, res, w, align))
                 for mode, pairs in ((configs.HF_LLAMA, configs.HF_ACTIVATION_PAIRS),
                                     (configs.HF_GEMMA, configs.HF_GEMMA_ACTIVATION_PAIRS)):
                     if (x, res) in pairs:  # HF: the weight of x's dtype only
                         for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
-                            specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
-    for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows
-        if 2 not in {r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg}:
+                            if align == 1 or not odd_only:
+                                specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
+    for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
+        if 2 not in {r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg} or _odd_h_only(cfg, 2):
             continue
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for q in configs.QUANT_DTYPES:
@@ -538,7 +548,10 @@ addrmsnorm_cubin_blob:
                 if r.act_bytes != act:
                     continue
                 ci = cl.index(r.config)
-                if r.h_max is None:
+                if r.odd_h_only:
+                    assert r.h_max is not None, "an odd-H rule has a bound"
+                    lines.append(f"        if (H % 2 == 1 && H <= {r.h_max}) return {ci};")
+                elif r.h_max is None:
                     lines.append(f"        return {ci};")
                 else:
                     lines.append(f"        if (H <= {r.h_max}) return {ci};")
@@ -555,7 +568,8 @@ addrmsnorm_cubin_blob:
     # Test vectors: the Python rule's answers, which the generated C++ rule must reproduce.
     cases = []
     for H in sorted({*range(1, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025,
-                     2048, 2049, 3000, 4096, 4100, 8192, 8193, 11111, 16384, 16385, 65536, 262144}):
+                     2048, 2049, 3000, 4096, 4100, 8192, 8193, 8194, 11111, 11112, 16383, 16384, 16385, 65536,
+                     262144}):
         for xs, rs in ((2, 2), (2, 4), (4, 4)):
             c = configs.select_forward_config(H, xs, rs)
             cases.append(f"{{{H}, {xs}, {rs}, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
