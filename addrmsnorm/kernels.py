@@ -366,8 +366,11 @@ def _reread_row(
 # H and the strides are not specialized by value: their alignment reaches the kernel only through
 # the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
 # compile the same code (and give the same bits) for the same call.
-@triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
-                               "stride_residual_out_row", "write_rstd", "weight_dtype"])
+_FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
+                     "stride_residual_out_row", "write_rstd", "weight_dtype")
+
+
+@triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
 def fused_add_rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
@@ -579,8 +582,11 @@ def _bwd_looped(
         tl.store(partial_ptr + pid.to(tl.int64) * H + cols, dw, mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_rows", "H", "stride_dy_row", "stride_dres_out_row", "stride_h_row",
-                               "stride_dres_row", "stride_dx_row", "has_dres_out", "weight_dtype"])
+_BWD_RUNTIME_ARGS = ("n_rows", "H", "stride_dy_row", "stride_dres_out_row", "stride_h_row", "stride_dres_row",
+                     "stride_dx_row", "has_dres_out", "weight_dtype")
+
+
+@triton.jit(do_not_specialize=_BWD_RUNTIME_ARGS)
 def fused_add_rmsnorm_bwd(
     dy_ptr,               # [n_rows, H] gradient of y (x's dtype)
     dres_out_ptr,         # [n_rows, H] gradient of residual_out (residual's dtype); read if has_dres_out
@@ -616,6 +622,24 @@ def fused_add_rmsnorm_bwd(
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
                          SEPARATE_DX, STAGES)
+
+
+# ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to
+# itself the JIT marks every 16-byte-aligned pointer divisible by 16; at ALIGN > 1 that is the
+# promise the AOT build compiles in too, but at ALIGN = 1 (odd H, odd strides, a misaligned
+# pointer) the AOT kernel knows nothing of its pointers. Aligned pointers there let Triton give a
+# 16-byte weight load a wider layout that other tensors then share, which changes how a reduction
+# groups its elements: the looped path that re-reads x and residual summed the squares of 5 x 11111
+# fp16 rows in another order through the JIT than through the C++ runtime (the H200 suite's
+# test_backends_give_identical_bits). These handles compile exactly what the AOT build compiles.
+fused_add_rmsnorm_fwd_unaligned = triton.jit(
+    fused_add_rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
+    do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
+                                    "rstd_ptr"))
+fused_add_rmsnorm_bwd_unaligned = triton.jit(
+    fused_add_rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
+    do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",
+                                    "dx_ptr", "partial_ptr", "mean_ptr"))
 
 
 @triton.jit(do_not_specialize=["n_partials", "H"])

@@ -13,8 +13,8 @@ import torch
 
 from . import configs
 from .configs import ForwardConfig, align_elems, select_forward_config
-from .kernels import (fused_add_rmsnorm_bwd, fused_add_rmsnorm_dweight, fused_add_rmsnorm_fwd,
-                      fused_add_rmsnorm_quant_fwd)
+from .kernels import (fused_add_rmsnorm_bwd, fused_add_rmsnorm_bwd_unaligned, fused_add_rmsnorm_dweight,
+                      fused_add_rmsnorm_fwd, fused_add_rmsnorm_fwd_unaligned, fused_add_rmsnorm_quant_fwd)
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
 INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
@@ -86,7 +86,9 @@ def launch_forward(
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     with _device_guard(x.device):
-        fused_add_rmsnorm_fwd[(cfg.grid(n_rows),)](
+        # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
+        kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
+        kernel[(cfg.grid(n_rows),)](
             x, residual, w_arg, out, residual_out,
             _no_rstd(x.device) if rstd is None else rstd,
             n_rows, H,
@@ -217,7 +219,8 @@ def launch_backward(
     cap = configs.max_registers("bwd", cfg, _arch(dy.device))
     extra = {"maxnreg": cap} if cap else {}  # the AOT build compiles with the same cap
     with _device_guard(dy.device):
-        fused_add_rmsnorm_bwd[(programs,)](
+        kernel = fused_add_rmsnorm_bwd if align > 1 else fused_add_rmsnorm_bwd_unaligned  # as the forward
+        kernel[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
