@@ -65,14 +65,14 @@ def test_the_register_caps_spill_nothing(tmp_path):
 
 def test_backward_fit_rule():
     """tools/aot_build.py refuses a backward config whose planned programs per SM do not fit; the rule
-    it applies (registers in multiples of 8 per thread, 1 KB of shared memory reserved per block)."""
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        import aot_build
-    finally:
-        sys.path.pop(0)
-    assert aot_build.programs_that_fit(117, 49192, 8, 90) == 2     # registers: 65536 / (256 * 120)
-    assert aot_build.programs_that_fit(64, 98440, 32, 90) == 1     # threads: 2048 / 1024
-    assert aot_build.programs_that_fit(96, 12328, 4, 90) == 5      # 65536 / (128 * 96)
-    assert aot_build.programs_that_fit(60, 100000, 4, 80) == 1     # shared memory: 167936 / 101024
-    assert set(aot_build.SM_LIMITS) == set(DEFAULT_ARCHS)
+    it applies (registers in multiples of 8 per thread, 1 KB of shared memory reserved per block).
+    In a subprocess: importing aot_build turns the Triton interpreter off for its process."""
+    code = ("import aot_build as a\n"
+            "assert a.programs_that_fit(117, 49192, 8, 90) == 2      # registers: 65536 / (256 * 120)\n"
+            "assert a.programs_that_fit(64, 98440, 32, 90) == 1      # threads: 2048 / 1024\n"
+            "assert a.programs_that_fit(96, 12328, 4, 90) == 5       # 65536 / (128 * 96)\n"
+            "assert a.programs_that_fit(60, 100000, 4, 80) == 1      # shared memory: 167936 / 101024\n"
+            f"assert set(a.SM_LIMITS) == {set(DEFAULT_ARCHS)!r}\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
