@@ -360,6 +360,13 @@ def _alignment_rules() -> list[str]:
     return lines
 
 
+def _short_array(name: str, index: str, values) -> list[str]:
+    """A dense variant index as a C++ short array, 24 values a line, with its index order commented."""
+    lines = [f"// {index} -> variant, or -1", f"const short {name}[] = {{"]
+    lines += ["    " + ", ".join(str(v) for v in values[i:i + 24]) + "," for i in range(0, len(values), 24)]
+    return lines + ["};"]
+
+
 def _backward_grid_rules(bcfgs) -> list[str]:
     """configs.backward_programs and configs.backward_workspace_floats as C++."""
     per_sm = ", ".join(str(configs.backward_programs_per_sm(c)) for c in bcfgs)
@@ -495,11 +502,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumAlignClasses = {n_a};")
     lines.append(f"const int kNumWeightSlots = {n_w};")
     lines.append(f"const int kNumNumerics = {N_NUMERICS};")
-    lines.append("// [config][x][residual][weight slot][align_class][numerics] -> variant, or -1")
-    lines.append("const short kVariantIndex[] = {")
-    for i in range(0, len(dense), 24):
-        lines.append("    " + ", ".join(str(v) for v in dense[i:i + 24]) + ",")
-    lines.append("};")
+    lines += _short_array("kVariantIndex", "[config][x][residual][weight slot][align_class][numerics]", dense)
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
@@ -513,11 +516,7 @@ addrmsnorm_cubin_blob:
     for c in bcfgs:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
-    lines.append("// [config][x][residual][aligned] -> variant, or -1")
-    lines.append("const short kBackwardIndex[] = {")
-    for i in range(0, len(bdense), 24):
-        lines.append("    " + ", ".join(str(v) for v in bdense[i:i + 24]) + ",")
-    lines.append("};")
+    lines += _short_array("kBackwardIndex", "[config][x][residual][aligned]", bdense)
     lines.append(f"const short kDweightIndex[] = {{{', '.join(str(v) for v in dw_index)}}};  // [weight dtype]")
     # Quantized forward: [config][x][quant dtype][QUANT - 1] -> variant.
     n_q = len(configs.QUANT_DTYPES)
@@ -530,11 +529,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumQuantDtypes = {n_q};")
     lines.append(f"const int kNumQuantModes = {n_m};")
     lines.append(f"const int kQuantAlignElems = {configs.vector_elems(2, 2)};")
-    lines.append("// [config][x][quant dtype][QUANT - 1] -> variant, or -1")
-    lines.append("const short kQuantIndex[] = {")
-    for i in range(0, len(qdense), 24):
-        lines.append("    " + ", ".join(str(v) for v in qdense[i:i + 24]) + ",")
-    lines.append("};")
+    lines += _short_array("kQuantIndex", "[config][x][quant dtype][QUANT - 1]", qdense)
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),

@@ -27,6 +27,7 @@ import addrmsnorm
 from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, fused_add_rmsnorm_grads_ref
 
 from .impls import CompiledReference, contract_torch
+from .timing import time_graph
 
 SHAPES = [(16384, 4096), (4096, 14336), (16384, 1024)]
 EPS = 1e-6
@@ -69,66 +70,23 @@ def _time_eager(fn, iters: int = 20) -> float:
 
 
 def _time(fn, iters: int = 20, replays: int = 5) -> tuple[float, str]:
-    """(µs per call, how it was timed): a CUDA graph of iters calls, else eager."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up off the default stream, as graph capture asks
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph, error = None, None
-    # Once more after a failed capture, in relaxed mode: on the H200 every implementation's capture
-    # failed at the first shape of a run (cudaErrorStreamCaptureInvalidated) and none at the next
-    # two. The relaxed retry has not run on a GPU yet; a step that still fails is timed eagerly.
+    """(µs per call, how it was timed): timing.time_graph over iters calls, else eager. Once more
+    after a failed capture, in relaxed mode: on the H200 every implementation's capture failed at the
+    first shape of a run (cudaErrorStreamCaptureInvalidated) and none at the next two. The relaxed
+    retry has not run on a GPU yet; a step that still fails is timed eagerly, and its row says so."""
+    error = None
     for mode in ("global", "relaxed"):
-        graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, capture_error_mode=mode):
-                for _ in range(iters):
-                    fn()
-            error = None
-            break
+            t = time_graph(lambda _: fn(), 1, replays=replays, min_calls=iters, capture_error_mode=mode)
+            return t.median_us, "CUDA graph"
         except Exception as e:  # noqa: BLE001 - a step that cannot be captured is timed eagerly
             torch.cuda.synchronize()
             error = e
-    if error is not None:
-        return _time_eager(fn, iters), f"eager (not capturable: {type(error).__name__}: {str(error)[:120]})"
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / iters)
-    del graph
-    return sorted(times)[len(times) // 2], "CUDA graph"
-
-
-def _first_capture() -> None:
-    """A process's first CUDA graph capture, of a trivial graph, so that no timed step is the first.
-    (It did not cure the first shape's failed captures on the H200; see _time.)"""
-    t = torch.zeros(1, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        t += 1
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            t += 1
-    except Exception:  # noqa: BLE001 - the timed steps then retry, or fall back to eager and say so
-        pass
-    torch.cuda.synchronize()
+    return _time_eager(fn, iters), f"eager (not capturable: {type(error).__name__}: {str(error)[:120]})"
 
 
 def run(roofline_gbs: float, log=print, shapes=SHAPES) -> list[dict]:
     rows = []
-    _first_capture()
     for N, H in shapes:
         gen = torch.Generator().manual_seed(N + H)
         x = torch.randn(N, H, generator=gen).to(torch.bfloat16).cuda().requires_grad_()

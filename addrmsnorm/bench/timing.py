@@ -38,9 +38,10 @@ def sets_for_cold_l2(bytes_per_call: int, max_sets: int = 64) -> int:
     return max(1, min(max_sets, -(-4 * l2_bytes() // max(bytes_per_call, 1))))
 
 
-def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_CALLS) -> Timing:
+def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_CALLS,
+               capture_error_mode: str = "global") -> Timing:
     """Capture call(0) ... call(n_calls - 1), repeated round to at least ``min_calls`` calls, in one
-    CUDA graph; time its replays with events; per call."""
+    CUDA graph; time its replays with events; per call. ``capture_error_mode`` is torch.cuda.graph's."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -50,7 +51,7 @@ def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     total = max(n_calls, min_calls)
-    with torch.cuda.graph(graph, stream=stream):
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode=capture_error_mode):
         for i in range(total):
             call(i % n_calls)
     torch.cuda.synchronize()
