@@ -39,12 +39,14 @@ class ForwardConfig:
 class ForwardRule:
     """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width,
     or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
-    beyond their first, so they always run ALIGN = 1)."""
+    beyond their first, so they always run ALIGN = 1). With ``quant_only`` it serves the quantized
+    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``); the plain forward skips it."""
 
     act_bytes: int         # widest of x and residual, in bytes per element (2 or 4)
     h_max: int | None
     config: ForwardConfig
     odd_h_only: bool = False
+    quant_only: bool = False
 
 
 def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> ForwardConfig:
@@ -65,6 +67,8 @@ def _reread(chunk: int, warps: int) -> ForwardConfig:
 # pass (89.8%) beats 4096- and 8192-wide loops (86.8%, 87.4%); at 32768 a single pass of 32 warps
 # and a 16384-wide loop tie (87.8%, 87.7%), so the single pass stops at 16384.
 SINGLE_PASS_MAX_H = 16384
+# The quantized forward's widest single pass (a rule of its own below).
+QUANT_SINGLE_PASS_MAX_H = 32768
 
 # The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (devtools/tune.py,
 # H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
@@ -88,8 +92,8 @@ def _small_h_rows(act_bytes: int) -> list:
 
 def _table(large_h_rows) -> tuple[ForwardRule, ...]:
     """Both stream widths' rules: the shared small-H rows, then large_h_rows(act_bytes); a row is
-    (h_max, config) or (h_max, config, odd_h_only)."""
-    return tuple(ForwardRule(act_bytes, *row)
+    (h_max, config) or (h_max, config, {ForwardRule's flags})."""
+    return tuple(ForwardRule(act_bytes, row[0], row[1], **(row[2] if len(row) > 2 else {}))
                  for act_bytes in (2, 4) for row in _small_h_rows(act_bytes) + large_h_rows(act_bytes))
 
 
@@ -112,8 +116,18 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
         # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
         # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%) (results/nvidia-h200-2026-12-01-issue15/).
-        *([(SINGLE_PASS_MAX_H, _reread(2048, 16), True)] if act_bytes == 2 else []),
+        *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
+        # The quantized forward (16-bit streams, H a multiple of 16) keeps rows up to 32768 whole: the
+        # looped path reloads h for its second pass (and per token for a third, the amax), so q there
+        # comes from h rounded to bf16, and it is slow. 8192 x 32768 bf16, in % of the same-run
+        # roofline, looped against one pass of 32 warps: static fp8 95.0 / 99.2, per-token fp8 81.6 /
+        # 98.5, per-token int8 76.0 / 98.3, per-group 128 fp8 76.8 / 98.3; q off quant(the contract's
+        # y) at 1.4-4.5% of elements against 0.001% (results/nvidia-h200-2026-12-01-issue14-s6/).
+        # The plain forward stays looped there: its kernels with an fp32 or a mixed 16-bit weight
+        # would spill at this config (64 and 24-48 bytes of stack on sm_90).
+        *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32), {"quant_only": True})]
+          if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
@@ -190,7 +204,8 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
 # alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
-# 11 16-bit configs = 132 kernels per arch. The order of QUANT_DTYPES is the C ABI's
+# 12 16-bit configs that serve even rows (one, B32768, for the quantized forward alone) = 144 kernels
+# per arch. The order of QUANT_DTYPES is the C ABI's
 # addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
 # The QUANT constexpr, one specialization per mode (the values of the C ABI's addrmsnorm_quant_mode).
@@ -399,22 +414,23 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: in
     return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
 
 
-def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
-    """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
+def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False) -> ForwardConfig:
+    """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H (for
+    the quantized forward with ``quant``, which alone takes the ``quant_only`` rows).
 
     The weight's dtype does not change the choice: it is read once per column and stays in cache.
     """
-    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize)
+    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize, quant)
 
 
-def _select(table, H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
+def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False) -> ForwardConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
     if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
-        if rule.odd_h_only and H % 2 == 0:
+        if (rule.odd_h_only and H % 2 == 0) or (rule.quant_only and not quant):
             continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config

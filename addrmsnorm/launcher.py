@@ -121,7 +121,7 @@ def launch_quant_forward(
     else 2 per token (group_size 0) or 3 per group. Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
-    cfg = config or select_forward_config(H, x.element_size(), residual.element_size())
+    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=True)
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())

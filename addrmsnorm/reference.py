@@ -59,7 +59,7 @@ def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None)
     from . import configs
 
     ref = fused_add_rmsnorm_ref(x, residual, weight, eps, weight_offset)
-    cfg = configs.select_forward_config(x.shape[-1], x.element_size(), residual.element_size())
+    cfg = configs.select_forward_config(x.shape[-1], x.element_size(), residual.element_size(), quant=True)
     if not cfg.looped or cfg.reread:
         return ref, ref.y.float()
     h = (ref.h.to(residual.dtype) if h_stored is None else h_stored).double()

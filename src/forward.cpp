@@ -55,7 +55,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     if (rows == 1) {  // a single row has no stride; 0 keeps the alignment promise trivially true
         stride_x = stride_residual = stride_out = stride_residual_out = 0;
     }
-    const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype));
+    const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype), false);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     // configs.align_elems, generated (as on the JIT path, so that both run the same specialization):
     // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
@@ -156,7 +156,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     if (d == nullptr) return st;
     if (rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
     const int xs = dtype_size(x_dtype);
-    const int config = select_forward_config(hidden, xs, xs);
+    const int config = select_forward_config(hidden, xs, xs, true);
     const addrmsnorm_quant& qd = *quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
     const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);

@@ -76,9 +76,10 @@ inline int backward_variant_index(int config, int x, int residual, bool aligned)
 // fp32 weight (slot 1); any other weight runs the "w16" variant on its int16 bits (slot 2).
 inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == ADDRMSNORM_FLOAT32 ? 1 : 2; }
 
-// The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none). Batch
-// invariance rests on it never seeing the row count.
-int select_forward_config(long long H, int x_itemsize, int residual_itemsize);
+// The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant` for the
+// quantized forward, which alone takes configs.FORWARD_TABLE's quant_only rows. Batch invariance
+// rests on it never seeing the row count.
+int select_forward_config(long long H, int x_itemsize, int residual_itemsize, bool quant);
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether

@@ -35,7 +35,7 @@ def test_table_shape():
 def test_dispatch_never_sees_the_row_count():
     """Batch invariance rests on this: the rule's inputs are H and the dtypes only."""
     params = list(inspect.signature(select_forward_config).parameters)
-    assert params == ["H", "x_itemsize", "residual_itemsize"]
+    assert params == ["H", "x_itemsize", "residual_itemsize", "quant"]
 
 
 def test_fp32_residual_stream_uses_the_wide_rules():
@@ -97,3 +97,17 @@ def test_odd_h_rows_take_the_re_read_path():
     assert not select_forward_config(11112, 2, 2).looped
     assert not select_forward_config(8191, 2, 2).reread and not select_forward_config(16385, 2, 2).reread
     assert not select_forward_config(11111, 4, 4).reread
+
+
+def test_quantized_rows_up_to_32768_run_one_pass():
+    """The quantized forward keeps 16-bit rows up to QUANT_SINGLE_PASS_MAX_H whole, where the plain
+    forward loops; below 16384 and above 32768 both take the same config, and 4-byte streams (which
+    the quantized forward does not take) have no such rule."""
+    for H in (16400, 20480, 32768):
+        q = select_forward_config(H, 2, 2, quant=True)
+        assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
+        assert select_forward_config(H, 2, 2).looped
+    for H in (16, 4096, 16384, 32784, 131072):
+        assert select_forward_config(H, 2, 2, quant=True) == select_forward_config(H, 2, 2)
+    assert all(r.act_bytes == 2 and r.h_max is not None and not r.odd_h_only
+               for r in FORWARD_TABLE if r.quant_only)

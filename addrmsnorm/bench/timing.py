@@ -38,10 +38,9 @@ def sets_for_cold_l2(bytes_per_call: int, max_sets: int = 64) -> int:
     return max(1, min(max_sets, -(-4 * l2_bytes() // max(bytes_per_call, 1))))
 
 
-def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_CALLS,
-               capture_error_mode: str = "global") -> Timing:
+def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_CALLS) -> Timing:
     """Capture call(0) ... call(n_calls - 1), repeated round to at least ``min_calls`` calls, in one
-    CUDA graph; time its replays with events; per call. ``capture_error_mode`` is torch.cuda.graph's."""
+    CUDA graph; time its replays with events; per call."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -51,9 +50,16 @@ def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     total = max(n_calls, min_calls)
-    with torch.cuda.graph(graph, stream=stream, capture_error_mode=capture_error_mode):
-        for i in range(total):
-            call(i % n_calls)
+    caller = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(total):
+                call(i % n_calls)
+    except BaseException:
+        # torch.cuda.graph leaves its capture stream current when the capture fails: give the
+        # caller its own stream back, or every later call of the process runs on the dead one
+        torch.cuda.set_stream(caller)
+        raise
     torch.cuda.synchronize()
     graph.replay()
     torch.cuda.synchronize()
