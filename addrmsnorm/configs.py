@@ -336,9 +336,20 @@ def pdl_compiled(arch: int) -> bool:
 # where 5 fit: 68%; at 5 per SM 82%; pipelined, 86%. 2048: 62% -> 69% (4 per SM) -> 84% (stages 2).
 # 4096 (8 warps, 2 fit where 4 were planned): 66% -> 69% -> 84% (stages 2) -> 89% (stages 3). 8192:
 # 16 warps planned at 2 per SM where 1 fits, 66%; 32 warps (64 registers) with stages 3, 90%.
-# With the dweight reduction's tiles below, the final table: 91.5%, 88.0%, 90.2% and 90.3%; the
-# looped path above 8192 reads each program's rows twice (pass 1, then chunk by chunk) and stays at 54%.
-BACKWARD_SINGLE_PASS_MAX_H = 8192
+# With the dweight reduction's tiles below, the final table: 91.5%, 88.0%, 90.2% and 90.3%. The
+# looped path reads each program's rows twice (pass 1, then chunk by chunk) and stays at 54%; 16-bit
+# streams keep rows up to 16384 in one pass of 32 warps instead, which spills (below).
+BACKWARD_SINGLE_PASS_MAX_H = 8192  # 4-byte streams; 16-bit ones: BACKWARD_SINGLE_PASS_MAX_H_16
+
+# 16-bit streams at 8192 < H <= 16384: one 32-warp program per SM holding the row (dy, h, and the
+# dweight partial) in 64 registers, with 112-120 bytes of stack per thread on sm_80/90/100 (272-280
+# at ALIGN 1). Measured in the same run (H200, bf16, N * H = 2**26; results/nvidia-h200-2026-12-01-
+# issue14-s6/): 69.2% of the roofline at 14336 and 68.7% at 16384, against the looped path's 53.5% and
+# 54.8%; 16 warps (up to 128 registers) 64.3% and 65.8%; 32 warps pipelined 2 deep, 54.1% and 55.1%.
+BACKWARD_SINGLE_PASS_MAX_H_16 = 16384
+# The backward configs whose kernels may use stack (tools/aot_build.py refuses stack elsewhere): each
+# was measured against every config of its rows that does not spill, and won.
+BACKWARD_SPILLS_MEASURED = {(BACKWARD_SINGLE_PASS_MAX_H_16, 1, 32)}
 
 
 def _bwd(block_h: int, rows: int, warps: int, stages: int, programs_per_sm: int) -> ForwardConfig:
@@ -362,6 +373,7 @@ def _backward_rows(act_bytes: int) -> list:
             (2048, _bwd(2048, 1, 4, 2, 4)),
             (4096, _bwd(4096, 1, 8, 3, 2)),
             (BACKWARD_SINGLE_PASS_MAX_H, _bwd(8192, 1, 32, 3, 1)),
+            (BACKWARD_SINGLE_PASS_MAX_H_16, _bwd(BACKWARD_SINGLE_PASS_MAX_H_16, 1, 32, 1, 1)),
             (None, _bwd_looped(4096, 8, 2)),
         ]
     # 4-byte streams (fp32, or an fp32 residual beside 16-bit x): half the rows per program at small

@@ -12,13 +12,14 @@ from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
 from helpers import DTYPE_COMBOS, bits, combo_id, make_inputs
 
 pytestmark = needs_kernels
-LOOPED_H = 8300  # above configs.BACKWARD_SINGLE_PASS_MAX_H: the two-pass backward
+LOOPED_H = 8300  # above configs.BACKWARD_SINGLE_PASS_MAX_H: 4-byte streams loop; 16-bit ones run one wide pass
+LOOPED_H_16 = 16400  # above configs.BACKWARD_SINGLE_PASS_MAX_H_16: 16-bit streams loop too
 
 if ON_GPU:
     SHAPES = [(1, 1), (1, 4096), (33, 7), (16384, 128), (4096, 1000), (2048, 4096), (1000, 8192),
               (300, LOOPED_H), (64, 32768), (16, 131072)]
 else:
-    SHAPES = [(1, 1), (5, 7), (9, 128), (6, 1000), (3, LOOPED_H)]
+    SHAPES = [(1, 1), (5, 7), (9, 128), (6, 1000), (3, LOOPED_H), (2, LOOPED_H_16)]
 
 
 def _leaves(N, H, combo, seed):

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import addrmsnorm
+from addrmsnorm import configs
+from addrmsnorm.tolerances import QUANT_BOUNDARY_FRACTION, QUANT_BOUNDARY_FRACTION_LOOPED
 from addrmsnorm.reference import (QUANT_QMAX, QUANT_Y_RTOL, fused_add_rmsnorm_ref, quant_cast_ref, quant_y_ref,
                                   quantize_ref)
 
@@ -88,7 +90,9 @@ def test_quant_matches_reference(qname, mode, dtype, H):
         inv = _inv_of(scales, x.shape, gs)  # q against the kernel's own scales: isolates y's error
     n = check_q(q, y32, quant_dtype, inv)
     if dtype == "bf16":
-        assert n <= max(1, q.numel() // 10_000), f"{n} of {q.numel()} elements of q differ"
+        looped = configs.select_forward_config(H, 2, 2, quant=True).looped
+        fraction = QUANT_BOUNDARY_FRACTION_LOOPED if looped else QUANT_BOUNDARY_FRACTION
+        assert n <= max(1, int(q.numel() * fraction)), f"{n} of {q.numel()} elements of q differ"
 
 
 def test_dynamic_scales_are_exact_where_amax_is():

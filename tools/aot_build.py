@@ -300,10 +300,13 @@ def _check_backward_fit(spec: Spec, cfg, arch: int, compiled) -> None:
     hold more registers and may run in waves; they are rare and not checked."""
     regs, stack = _resource_usage(compiled.asm["cubin"])
     fit = programs_that_fit(regs, compiled.metadata.shared, cfg.num_warps, arch)
+    if stack and (cfg.block_h, cfg.rows_per_program, cfg.num_warps) in configs.BACKWARD_SPILLS_MEASURED:
+        stack = 0  # measured to win despite its spill (configs.BACKWARD_SPILLS_MEASURED)
     if cfg.programs_per_sm > fit or stack:
         raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers, {compiled.metadata.shared} bytes of "
                            f"shared memory and {stack} of stack fit {fit} programs per SM, and the table plans "
-                           f"{cfg.programs_per_sm}; configs.BACKWARD_TABLE must plan what fits, with no spill")
+                           f"{cfg.programs_per_sm}; configs.BACKWARD_TABLE must plan what fits, with no spill "
+                           "outside configs.BACKWARD_SPILLS_MEASURED")
 
 
 def _resource_usage(cubin: bytes) -> tuple[int, int]:
@@ -595,6 +598,11 @@ addrmsnorm_cubin_blob:
     tol_lines.append(f"#define ADDRMSNORM_RSTD_RTOL {RSTD_TOLERANCE.rtol!r}")
     tol_lines.append(f"// quantized outputs: {tols.QUANT_Y_RTOL.reason}")
     tol_lines.append(f"#define ADDRMSNORM_QUANT_Y_RTOL {tols.QUANT_Y_RTOL.rtol!r}")
+    tol_lines.append("// q at rounding boundaries, as a fraction of q: one pass, and the looped path above")
+    tol_lines.append("// configs.QUANT_SINGLE_PASS_MAX_H, whose y comes from h as stored (tolerances.py says why)")
+    tol_lines.append(f"#define ADDRMSNORM_QUANT_BOUNDARY_FRACTION {tols.QUANT_BOUNDARY_FRACTION!r}")
+    tol_lines.append(f"#define ADDRMSNORM_QUANT_BOUNDARY_FRACTION_LOOPED {tols.QUANT_BOUNDARY_FRACTION_LOOPED!r}")
+    tol_lines.append(f"#define ADDRMSNORM_QUANT_SINGLE_PASS_MAX_H {configs.QUANT_SINGLE_PASS_MAX_H}")
     _write_if_changed(out / "tolerances.inc", "\n".join(tol_lines) + "\n")
     return len(blob)
 
