@@ -73,6 +73,8 @@ except ImportError:
     _interpreter_compat = None
 if _interpreter_compat is not None:
     _interpreter_compat.apply()  # NumPy >= 2.4 under TRITON_INTERPRET=1 (see that module)
+# The CPU interpreter cannot run libdevice calls: _quantize rounds int8 another exact way under it.
+_INTERPRETED = tl.constexpr(_interpreter_compat is not None and _interpreter_compat.interpreting())
 
 
 @triton.jit
@@ -141,9 +143,14 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
 def _quantize(v, q_dtype: tl.constexpr):
     if q_dtype == tl.int8:
         c = tl.minimum(tl.maximum(v, -128.0), 127.0)
-        # |c| <= 128 < 2**22: adding and subtracting 1.5 * 2**23 leaves c rounded to an integer,
-        # half to even (fp32 round-to-nearest-even); exact, and the interpreter does the same.
-        return ((c + 12582912.0) - 12582912.0).to(tl.int8)
+        if _INTERPRETED:
+            # |c| <= 128 < 2**22: adding and subtracting 1.5 * 2**23 leaves c rounded to an integer,
+            # half to even (fp32 round-to-nearest-even): the same values as rint below.
+            return ((c + 12582912.0) - 12582912.0).to(tl.int8)
+        # rint (cvt.rni: half to even) holds fewer registers than the add trick: per-token int8 at
+        # block 32768 (32 warps) 62 registers against 63 and 8 bytes of stack on sm_90, and at block
+        # 8192 (8 warps) 64 against 71 (results/nvidia-h200-2026-12-01-issue14-s6/).
+        return tl.extra.cuda.libdevice.rint(c).to(tl.int8)
     # float8_e4m3fn (validation.QUANT_DTYPES): qmax 448
     return tl.minimum(tl.maximum(v, -448.0), 448.0).to(q_dtype)
 
