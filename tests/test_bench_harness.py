@@ -147,6 +147,23 @@ def test_targets_section_marks_met_and_missed():
     assert "| 512 × 4096 | 5.50 µs; fastest peer peer 5.70 µs | met |" in t
 
 
+
+def test_issue15_training_step_targets_and_their_reach():
+    """A training-step target is a ratio to the peer's step; one that asks for less time than the
+    step's bytes take at the roofline is marked out of reach (still missed)."""
+    header = dict(HEADER, ours=["addrmsnorm"], peers=["torch.compile (reference)", "Liger-Kernel"])
+
+    def step(impl, us, pct):
+        return dict(section="backward", impl=impl, N=4096, H=14336, mode="fwd+bwd", us_median=us, gbs=1.0,
+                    pct_roofline=pct, note="")
+    rows = [step("addrmsnorm", 279.0, 80.0), step("torch.compile (reference)", 460.6, 48.0),
+            step("Liger-Kernel", 273.7, 81.0)]
+    t = writers.targets_issue15(header, rows)
+    assert "| training step: ≥ 1.3× torch.compile (reference) | 4096 × 14336 | 279.0 µs against 460.6 µs: 1.651× | met |" in t
+    # 273.7 / 1.5 = 182.5 µs, below 279.0 * 0.80 = 223.2 µs at the roofline
+    assert ("279.0 µs against 273.7 µs: 0.981×; out of reach: 182.5 µs is below the 223.2 µs a step takes at "
+            "the roofline | **missed** |") in t
+
 def test_render_merges_runs(tmp_path):
     from addrmsnorm.bench.cli import main
 

@@ -423,8 +423,14 @@ def targets_issue15(header: dict, rows: list[dict]) -> str:
             if step and theirs:
                 sp = theirs["us_median"] / step["us_median"]
                 note = eager if any(r.get("note", "").startswith("eager") for r in (step, theirs)) else ""
+                # A step's bytes (forward + backward, the byte model) at this run's roofline: no
+                # implementation can be faster, so a target below it is out of anyone's reach.
+                floor_us = step["us_median"] * step["pct_roofline"] / 100
+                reach = (f"; out of reach: {theirs['us_median'] / need:.1f} µs is below the {floor_us:.1f} µs a step "
+                         "takes at the roofline" if theirs["us_median"] / need < floor_us else "")
                 t.append(f"| training step: ≥ {need}× {peer} | {n} × {h} | {step['us_median']:.1f} µs against "
-                         f"{theirs['us_median']:.1f} µs: {sp:.3f}×{note} | {'n/a' if note else _mark(sp >= need)} |")
+                         f"{theirs['us_median']:.1f} µs: {sp:.3f}×{note}{reach} | "
+                         f"{'n/a' if note else _mark(sp >= need)} |")
     if len(t) == 2:
         return ""
     return "\n".join(["Issue 15 (ratios in this run; every implementation writes fresh outputs; ours in place: "
