@@ -322,7 +322,7 @@ def pdl_compiled(arch: int) -> bool:
 # ----- backward --------------------------------------------------------------------------------
 # The backward kernel takes the same ForwardConfig fields (a config is a tile shape), from its own
 # rows: it holds dy, h, n and g for a tile where the forward holds h, so it leaves the single pass
-# at a narrower H to stay out of register spills.
+# at a narrower H (8192 for 4-byte streams, 16384 for 16-bit ones, whose widest pass spills; below).
 #
 # Its grid is persistent: programs_per_sm programs per SM, each walking a contiguous block of rows
 # and summing its dweight partial in registers. programs_per_sm is what fits on an SM at once (by
@@ -339,7 +339,7 @@ def pdl_compiled(arch: int) -> bool:
 # With the dweight reduction's tiles below, the final table: 91.5%, 88.0%, 90.2% and 90.3%. The
 # looped path reads each program's rows twice (pass 1, then chunk by chunk) and stays at 54%; 16-bit
 # streams keep rows up to 16384 in one pass of 32 warps instead, which spills (below).
-BACKWARD_SINGLE_PASS_MAX_H = 8192  # 4-byte streams; 16-bit ones: BACKWARD_SINGLE_PASS_MAX_H_16
+BACKWARD_SINGLE_PASS_MAX_H = 8192  # 4-byte streams loop above it; 16-bit ones above BACKWARD_SINGLE_PASS_MAX_H_16
 
 # 16-bit streams at 8192 < H <= 16384: one 32-warp program per SM holding the row (dy, h, and the
 # dweight partial) in 64 registers, with 112-120 bytes of stack per thread on sm_80/90/100 (272-280
