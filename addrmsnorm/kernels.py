@@ -385,16 +385,16 @@ def fused_add_rmsnorm_fwd(
     out_ptr,                  # [n_rows, H] normalized output, x's dtype; may alias x or residual
     residual_out_ptr,         # [n_rows, H] new residual h, residual's dtype; may alias residual or x
     rstd_ptr,                 # [n_rows] fp32 1/sqrt(mean(h*h) + eps); written only if write_rstd
-    n_rows,                   # number of rows
-    H,                        # elements per row (the normalized dimension), > 0
-    stride_x_row,             # elements between consecutive rows of x
-    stride_residual_row,      # elements between consecutive rows of residual
-    stride_out_row,           # elements between consecutive rows of out
-    stride_residual_out_row,  # elements between consecutive rows of residual_out
-    eps,                      # fp32, > 0, added inside the sqrt
-    weight_offset,            # fp32, added to the weight (0.0 for LLaMA, 1.0 for Gemma)
-    write_rstd,               # i32: nonzero to write rstd (a predicated store, not a specialization)
-    weight_dtype,             # i32: the weight's addrmsnorm_dtype (tells fp16 from bf16 int16 bits)
+    n_rows: tl.int32,         # number of rows
+    H: tl.int32,              # elements per row (the normalized dimension), > 0
+    stride_x_row: tl.int64,   # elements between consecutive rows of x
+    stride_residual_row: tl.int64,  # elements between consecutive rows of residual
+    stride_out_row: tl.int64,  # elements between consecutive rows of out
+    stride_residual_out_row: tl.int64,  # elements between consecutive rows of residual_out
+    eps: tl.float32,          # fp32, > 0, added inside the sqrt
+    weight_offset: tl.float32,  # fp32, added to the weight (0.0 for LLaMA, 1.0 for Gemma)
+    write_rstd: tl.int32,     # i32: nonzero to write rstd (a predicated store, not a specialization)
+    weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype (tells fp16 from bf16 int16 bits)
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -446,14 +446,14 @@ def fused_add_rmsnorm_quant_fwd(
     scale_ptr,                # [1] fp32: QUANT 1's scale
     scales_ptr,               # fp32 scales out: QUANT 2 [n_rows], QUANT 3 [n_rows, H / group_size]
     scale_ub_ptr,             # [1] fp32 upper bound of amax, read only if has_ub
-    n_rows, H,
-    stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row, stride_y_row,
-    stride_s_row,             # elements between the scales of consecutive rows
-    stride_s_group,           # elements between the scales of consecutive groups of a row
-    eps, weight_offset,
-    group_size,               # QUANT 3: 64 or 128
-    write_y, has_ub, ue8m0,   # i32 flags
-    weight_dtype,             # i32: the weight's addrmsnorm_dtype
+    n_rows: tl.int32, H: tl.int32,
+    stride_x_row: tl.int64, stride_residual_row: tl.int64, stride_q_row: tl.int64, stride_residual_out_row: tl.int64, stride_y_row: tl.int64,
+    stride_s_row: tl.int64,   # elements between the scales of consecutive rows
+    stride_s_group: tl.int64,  # elements between the scales of consecutive groups of a row
+    eps: tl.float32, weight_offset: tl.float32,
+    group_size: tl.int32,     # QUANT 3: 64 or 128
+    write_y: tl.int32, has_ub: tl.int32, ue8m0: tl.int32,  # i32 flags
+    weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False,
@@ -604,11 +604,11 @@ def fused_add_rmsnorm_bwd(
     dx_ptr,               # [n_rows, H] out: gradient of x (x's dtype); written if SEPARATE_DX
     partial_ptr,          # [n_programs, H] fp32 workspace: each program's dweight partial
     mean_ptr,             # [n_rows] fp32 workspace (looped path): each row's mean(g * n)
-    n_rows, H,
-    stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
-    weight_offset,        # fp32
-    has_dres_out,         # i32: nonzero if residual_out has a gradient (a predicated load)
-    weight_dtype,         # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32)
+    n_rows: tl.int32, H: tl.int32,
+    stride_dy_row: tl.int64, stride_dres_out_row: tl.int64, stride_h_row: tl.int64, stride_dres_row: tl.int64, stride_dx_row: tl.int64,
+    weight_offset: tl.float32,  # fp32
+    has_dres_out: tl.int32,  # i32: nonzero if residual_out has a gradient (a predicated load)
+    weight_dtype: tl.int32,  # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32)
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
     SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)
     ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements
@@ -653,7 +653,7 @@ fused_add_rmsnorm_bwd_unaligned = triton.jit(
 def fused_add_rmsnorm_dweight(
     partial_ptr,          # [n_partials, H] fp32, from fused_add_rmsnorm_bwd
     dweight_ptr,          # [H] out, the weight's dtype
-    n_partials, H,
+    n_partials: tl.int32, H: tl.int32,
     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     # Column sums of the partials, in a fixed order: the same partials always give the same bits.

@@ -77,3 +77,33 @@ def test_backward_fit_rule():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_jit_compiles_the_aot_builds_scalar_types():
+    """Every scalar parameter's type, as the JIT binds a call (from kernels.py's annotations) and as the
+    AOT build compiles it: the same, so that both compile the same code (Triton otherwise binds an
+    int that fits in 32 bits as i32, where the AOT build takes row strides as i64). In a subprocess:
+    importing aot_build turns the Triton interpreter off for its process."""
+    code = r'''
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from triton.runtime.jit import create_function_from_signature
+import aot_build as a
+backend = make_backend(GPUTarget("cuda", 90, 32))
+t = torch.empty(64, dtype=torch.bfloat16)
+for spec in (a.Spec("fwd", 0, "bf16", "bf16", "bf16", 8), a.Spec("qfwd", 0, "bf16", "bf16", "bf16", 8, quant=2, q="int8"),
+             a.Spec("bwd", 0, "bf16", "bf16", "any", 8), a.Spec("dw", 0, "fp32", "fp32", "bf16", 1)):
+    k = a.kernel_of(spec.kind)
+    want = a.signature(spec)
+    args = [t if n.endswith("_ptr") else (1e-6 if want[n] == "fp32" else 16) for n in k.arg_names]
+    _, spec_types, _ = create_function_from_signature(k.signature, k.params, backend)(*args)
+    got = {p.name: s[0] for p, s in zip(k.params, spec_types)}
+    scalars = [n for n, ty in want.items() if ty != "constexpr" and not ty.startswith("*")]
+    assert scalars, spec
+    for n in scalars:
+        assert got[n] == want[n], (spec.kind, n, got[n], want[n])
+print("ok")
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -62,10 +62,6 @@ TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
-SCALAR_SIGNATURE = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
-                    "stride_out_row": "i64", "stride_residual_out_row": "i64",
-                    "eps": "fp32", "weight_offset": "fp32", "write_rstd": "i32", "weight_dtype": "i32"}
-
 
 @dataclass(frozen=True)
 class Spec:
@@ -154,43 +150,49 @@ def all_specs(cfgs, bcfgs):
     return specs
 
 
-BACKWARD_SCALARS = {"n_rows": "i32", "H": "i32", "stride_dy_row": "i64", "stride_dres_out_row": "i64",
-                    "stride_h_row": "i64", "stride_dres_row": "i64", "stride_dx_row": "i64",
-                    "weight_offset": "fp32"}
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
-QUANT_SCALARS = {"n_rows": "i32", "H": "i32", "stride_x_row": "i64", "stride_residual_row": "i64",
-                 "stride_q_row": "i64", "stride_residual_out_row": "i64", "stride_y_row": "i64",
-                 "stride_s_row": "i64", "stride_s_group": "i64", "eps": "fp32", "weight_offset": "fp32",
-                 "group_size": "i32", "write_y": "i32", "has_ub": "i32", "ue8m0": "i32", "weight_dtype": "i32"}
 
 
-def signature(spec: Spec):
+def kernel_of(kind: str):
+    """The @triton.jit kernel of a Spec kind."""
+    k = _load("kernels")
+    return {"fwd": k.fused_add_rmsnorm_fwd, "qfwd": k.fused_add_rmsnorm_quant_fwd, "bwd": k.fused_add_rmsnorm_bwd,
+            "dw": k.fused_add_rmsnorm_dweight}[kind]
+
+
+def _pointer_types(spec: Spec) -> dict:
     ptr = lambda d: "*" + TRITON_TYPES[d]  # noqa: E731
     if spec.kind == "bwd":
-        sig = {"dy_ptr": ptr(spec.x), "dres_out_ptr": ptr(spec.residual), "h_ptr": ptr(spec.residual),
-               "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
-               "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
-        sig.update(BACKWARD_SCALARS)
-        sig.update({"has_dres_out": "i32", "weight_dtype": "i32"})
-        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "SEPARATE_DX", "ALIGN", "STAGES"):
-            sig[name] = "constexpr"
-        return sig
+        return {"dy_ptr": ptr(spec.x), "dres_out_ptr": ptr(spec.residual), "h_ptr": ptr(spec.residual),
+                "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
+                "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
     if spec.kind == "dw":
-        return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight), "n_partials": "i32", "H": "i32",
-                "BLOCK_P": "constexpr", "BLOCK_C": "constexpr"}
+        return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight)}
     if spec.kind == "qfwd":
-        sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
-               "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
-               "scale_ptr": "*fp32", "scales_ptr": "*fp32", "scale_ub_ptr": "*fp32"}
-        sig.update(QUANT_SCALARS)
-        for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "QUANT", "PDL", "WEIGHT_FIRST"):
-            sig[name] = "constexpr"
-        return sig
-    sig = {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
-           "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
-    sig.update(SCALAR_SIGNATURE)
-    for name in ("BLOCK_H", "ROWS_PER_PROGRAM", "LOOPED", "ALIGN", "HF_NUMERICS", "PDL", "WEIGHT_FIRST", "REREAD"):
-        sig[name] = "constexpr"
+        return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
+                "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
+                "scale_ptr": "*fp32", "scales_ptr": "*fp32", "scale_ub_ptr": "*fp32"}
+    return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
+            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
+
+
+def signature(spec: Spec) -> dict:
+    """The kernel's signature for a spec, in its parameters' order: the spec's pointer types, the
+    scalars' own annotations in kernels.py (n_rows: tl.int32, strides tl.int64, ...: the types the
+    JIT compiles too), and the constexprs."""
+    ptrs = _pointer_types(spec)
+    sig = {}
+    for p in kernel_of(spec.kind).params:
+        if p.is_constexpr:
+            sig[p.name] = "constexpr"
+        elif p.name in ptrs:
+            sig[p.name] = ptrs.pop(p.name)
+        elif p.annotation:
+            sig[p.name] = p.annotation
+        else:
+            raise RuntimeError(f"{spec.kind}: parameter {p.name} has no type annotation in kernels.py")
+    if ptrs:
+        raise RuntimeError(f"{spec.kind}: no parameters {sorted(ptrs)} in kernels.py")
     return sig
 
 
@@ -215,15 +217,14 @@ def compile_one(job):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernels = _load("kernels")
+    kernel = kernel_of(spec.kind)
+    sig = signature(spec)
+    n_args = sum(t != "constexpr" for t in sig.values())
     attrs, align = {}, spec.align
     if spec.kind == "dw":
-        kernel = kernels.fused_add_rmsnorm_dweight
         constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
-        num_warps, n_args = configs.DWEIGHT_WARPS, 4
+        num_warps = configs.DWEIGHT_WARPS
     else:
-        kernel = {"bwd": kernels.fused_add_rmsnorm_bwd, "fwd": kernels.fused_add_rmsnorm_fwd,
-                  "qfwd": kernels.fused_add_rmsnorm_quant_fwd}[spec.kind]
         aligned_args = {"bwd": BACKWARD_ALIGNED_POINTER_ARGS, "fwd": configs.ALIGNED_POINTER_ARGS,
                         "qfwd": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.kind]
         if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
@@ -232,19 +233,16 @@ def compile_one(job):
         if spec.kind == "bwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
-            n_args = len(BACKWARD_SCALARS) + 2 + 9
         elif spec.kind == "qfwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first}
-            n_args = len(QUANT_SCALARS) + 9
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread}
-            n_args = len(SCALAR_SIGNATURE) + 6
         num_warps = cfg.num_warps
-    src = ASTSource(fn=kernel, signature=signature(spec), attrs=attrs, constexprs=constexprs)
+    src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps}
     cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind != "dw" else None
     if cap is not None:  # as the JIT launcher does
