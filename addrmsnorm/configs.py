@@ -111,7 +111,15 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
-        (8192, _single(8192, 1, 16)),
+        # 16-bit streams at 6144 < H <= 8192: weight first as at 4096. Decode, 64 dependent calls with
+        # PDL, per call: 1 x 8192 1.908 -> 1.863 us, 8 x 8192 2.071 -> 1.989, 64 x 8192 2.260 ->
+        # 2.117; bulk bf16 at 6656, 7168 and 8192, in place and into given outputs: +0.0 to +1.1
+        # points (results/nvidia-h200-2026-12-01-s7/). The quantized forward keeps the weight's load
+        # after the reduction (a quant_only row first): weight first, its kernels hold 47-54
+        # registers and spill under the cap of 40 that gives them 3 programs per SM (MAX_REGISTERS).
+        *([(8192, _single(8192, 1, 16), {"quant_only": True}),
+           (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
+          [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
         # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
@@ -204,7 +212,8 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
 # alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
-# 12 16-bit configs that serve even rows (one, B32768, for the quantized forward alone) = 144 kernels
+# 12 16-bit configs that serve even rows (two for the quantized forward alone: B8192, ahead of the
+# plain forward's weight-first row there, and B32768) = 144 kernels
 # per arch. The order of QUANT_DTYPES is the C ABI's
 # addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")

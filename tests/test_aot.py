@@ -7,6 +7,7 @@ kind) compiles for that arch with the checks the full build makes (parameter cou
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -82,8 +83,9 @@ def test_backward_fit_rule():
 def test_the_jit_compiles_the_aot_builds_scalar_types():
     """Every scalar parameter's type, as the JIT binds a call (from kernels.py's annotations) and as the
     AOT build compiles it: the same, so that both compile the same code (Triton otherwise binds an
-    int that fits in 32 bits as i32, where the AOT build takes row strides as i64). In a subprocess:
-    importing aot_build turns the Triton interpreter off for its process."""
+    int that fits in 32 bits as i32, where the AOT build takes row strides as i64). In a subprocess
+    without the Triton interpreter, as the AOT build runs: Triton built under the interpreter and then
+    switched off (importing aot_build does that) fails the binder's lazy import of Gluon."""
     code = r'''
 import torch
 from triton.backends.compiler import GPUTarget
@@ -105,5 +107,6 @@ for spec in (a.Spec("fwd", 0, "bf16", "bf16", "bf16", 8), a.Spec("qfwd", 0, "bf1
         assert got[n] == want[n], (spec.kind, n, got[n], want[n])
 print("ok")
 '''
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -108,8 +108,18 @@ def _plain_widths(cfg) -> list:
 
 def _serves_quant(cfg) -> bool:
     """Whether some quantized call reaches cfg: a 16-bit rule that is not for odd H alone (the
-    quantized forward's rows are multiples of 16)."""
-    return any(r.config == cfg and r.act_bytes == 2 and not r.odd_h_only for r in configs.FORWARD_TABLE)
+    quantized forward's rows are multiples of 16), and not shadowed by the rules before it (a
+    quant_only row ahead of a plain row of the same bound takes every quantized call there)."""
+    covered = 0  # quantized calls with H <= covered have found their rule
+    for r in configs.FORWARD_TABLE:
+        if r.act_bytes != 2 or r.odd_h_only:
+            continue
+        if r.config == cfg and (r.h_max is None or r.h_max > covered):
+            return True
+        if r.h_max is None:
+            return False
+        covered = max(covered, r.h_max)
+    return False
 
 
 def all_specs(cfgs, bcfgs):
