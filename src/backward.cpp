@@ -94,9 +94,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
                                  hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
                                  xs, rs) == 1;
         const int variant = backward_variant_index(config, x_dtype, residual_dtype, aligned);
-        if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no backward kernel was built for these dtypes");
         LoadedKernel k;
-        st = get_kernel(*d, variant, &k);
+        st = get_built_kernel(*d, variant, "backward kernel", &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
         CUdeviceptr p_dy = reinterpret_cast<CUdeviceptr>(dy), p_dro = reinterpret_cast<CUdeviceptr>(dro),
                     p_h = reinterpret_cast<CUdeviceptr>(h), p_rstd = reinterpret_cast<CUdeviceptr>(rstd),

@@ -68,10 +68,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
                             dtype_size(x_dtype), dtype_size(residual_dtype), ends_only);
     const int numerics = numerics_mode(hf, weight_offset, dtype_size(x_dtype));
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
-    if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel was built for these dtypes");
-
     LoadedKernel k;
-    st = get_kernel(*d, variant, &k);
+    st = get_built_kernel(*d, variant, "kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const ForwardConfig& cfg = kConfigs[config];
@@ -160,9 +158,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     const addrmsnorm_quant& qd = *quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
     const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);
-    if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no quantized kernel was built for these dtypes");
     LoadedKernel k;
-    st = get_kernel(*d, variant, &k);
+    st = get_built_kernel(*d, variant, "quantized kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const ForwardConfig& cfg = kConfigs[config];

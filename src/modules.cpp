@@ -123,6 +123,11 @@ addrmsnorm_status load(const Driver& d, ContextState& s, int variant, CUfunction
 
 }  // namespace
 
+addrmsnorm_status get_built_kernel(const Driver& d, int variant, const char* what, LoadedKernel* out) {
+    if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no %s was built for these dtypes", what);
+    return get_kernel(d, variant, out);
+}
+
 addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out) {
     ContextState* s = nullptr;
     addrmsnorm_status st = current_state(d, &s);

@@ -19,6 +19,10 @@ struct LoadedKernel {
 // The kernel `variant` in the calling thread's current context, loading it if needed.
 addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out);
 
+// get_kernel for a variant index from the dispatch tables, where -1 says that nothing was built for
+// the call: that is ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no <what> was built for these dtypes".
+addrmsnorm_status get_built_kernel(const Driver& d, int variant, const char* what, LoadedKernel* out);
+
 // The streaming multiprocessors of the current context's device (sizes the backward's grid).
 addrmsnorm_status current_sm_count(const Driver& d, int* sm_count);
 

@@ -66,6 +66,18 @@ bool exact_alias(const Rows& a, const Rows& b) {
     return a.ptr == b.ptr && a.elem == b.elem && (a.rows <= 1 || a.stride_elems == b.stride_elems);
 }
 
+// An output against an input: apart, or (where may_alias) the same view exactly. ADDRMSNORM_SUCCESS,
+// or the error that names both.
+addrmsnorm_status check_output_input(const Rows& o, const Rows& in, bool may_alias) {
+    if (!overlaps(o, in) || (may_alias && exact_alias(o, in))) return ADDRMSNORM_SUCCESS;
+    if (may_alias)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "%s partly overlaps %s; it may alias %s only exactly (same pointer, shape, dtype and strides)",
+                    o.name, in.name, in.name);
+    return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s", o.name,
+                in.name, o.name, in.name);
+}
+
 }  // namespace
 
 addrmsnorm_status validate_forward(const ForwardCall& c) {
@@ -148,17 +160,8 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
     const Rows* outputs[2] = {&out, &rout};
     for (const Rows* o : outputs) {
         const Rows* inputs[3] = {&x, &res, &w};
-        for (const Rows* in : inputs) {
-            if (!overlaps(*o, *in)) continue;
-            const bool may_alias = in != &w;
-            if (may_alias && exact_alias(*o, *in)) continue;
-            if (may_alias)
-                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, shape, dtype and strides)",
-                            o->name, in->name, in->name);
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s",
-                        o->name, in->name, o->name, in->name);
-        }
+        for (const Rows* in : inputs)
+            if (const addrmsnorm_status st = check_output_input(*o, *in, in != &w); st != ADDRMSNORM_SUCCESS) return st;
     }
     if (c.rstd != nullptr) {
         Rows rs_rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4, 4, c.rows, 4, 1};
@@ -375,15 +378,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     for (const Rows* o : outputs) {
         const Rows* inputs[5] = {x, res, w, &sc, &ub};
         for (const Rows* in : inputs) {
-            if (!overlaps(*o, *in)) continue;
             const bool may_alias = (o == rout && (in == res || in == x)) || (o == yo && in == x);
-            if (may_alias && exact_alias(*o, *in)) continue;
-            if (may_alias)
-                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                            "%s partly overlaps %s; it may alias %s only exactly (same pointer, shape, dtype and strides)",
-                            o->name, in->name, in->name);
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps %s; %s must not share memory with %s",
-                        o->name, in->name, o->name, in->name);
+            if (const addrmsnorm_status st = check_output_input(*o, *in, may_alias); st != ADDRMSNORM_SUCCESS) return st;
         }
     }
     // Alignment after the overlap checks, outputs first: validation.check_quant's order.

@@ -103,6 +103,16 @@ void check_device(const char* name, const at::Tensor& t, const at::Tensor& x) {
                       "; all tensors must be on one device");
 }
 
+// weight's shape and layout against H, then residual's and weight's devices (the order of
+// validation.check_forward_meta, which the plain and the quantized operators share).
+void check_weight_and_devices(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, int64_t H) {
+    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
+                      ", expected (", H, ",)");
+    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
+    check_device("residual", residual, x);
+    check_device("weight", weight, x);
+}
+
 struct Checked {
     addrmsnorm_dtype xd, rd, wd;
     RowView x, residual;
@@ -141,11 +151,7 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
                          torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
                          torch_name(residual.scalar_type()), ")");
     }
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
-                      ", expected (", H, ",)");
-    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
-    check_device("residual", residual, x);
-    check_device("weight", weight, x);
+    check_weight_and_devices(x, residual, weight, H);
     if (out != nullptr) {
         check_device("out", *out, x);
         check_device("residual_out", *residual_out, x);
@@ -401,11 +407,7 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
         TORCH_CHECK_TYPE(residual_out->scalar_type() == residual.scalar_type(), "residual_out has dtype ",
                          torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
                          torch_name(residual.scalar_type()), ")");
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
-                      ", expected (", H, ",)");
-    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
-    check_device("residual", residual, x);
-    check_device("weight", weight, x);
+    check_weight_and_devices(x, residual, weight, H);
     if (residual_out != nullptr) check_device("residual_out", *residual_out, x);
     const int mode = scale.has_value() ? 1 : group_size ? 3 : 2;
     TORCH_CHECK_VALUE(!(scale.has_value() && group_size), "scale (static) and group_size (per group) exclude each other; pass one");
