@@ -26,6 +26,7 @@ class ForwardConfig:
     num_warps: int
     looped: bool           # walk each row in chunks, twice
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
+    evict_last: bool = False  # single pass: load x and residual with the evict-last L2 hint
     reread: bool = False   # forward, looped: pass 2 re-reads x and residual (else it reloads h)
     stages: int = 1        # backward: software-pipelining depth of its row loop (1: none)
     programs_per_sm: int = 0  # backward: resident programs per SM of its persistent grid
@@ -49,9 +50,9 @@ class ForwardRule:
     quant_only: bool = False
 
 
-def _single(block_h: int, rows: int, warps: int, weight_first: bool = False) -> ForwardConfig:
+def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = False) -> ForwardConfig:
     return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False,
-                         weight_first=weight_first)
+                         weight_first=weight_first, evict_last=evict_last)
 
 
 def _looped(chunk: int, warps: int) -> ForwardConfig:
@@ -107,7 +108,11 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # Weight first: the weight's load goes out with x's and residual's instead of after the
         # reduction. Decode, 64 dependent calls at 1 x 4096 bf16 with PDL: 1.58 -> 1.33 us per
         # call (run2, run3); bulk 8192 x 4096 and 11184 x 3000: unchanged (run3).
-        (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
+        # Evict-last on the x and residual loads (torch.compile's first read carries the same hint):
+        # 16384 x 4096 bf16 into given outputs 96.2 / 97.6% of the roofline without it, 99.8 / 99.5%
+        # with it (two rounds); decode without PDL, 1 x 4096 1.573 -> 1.615 us, 64 x 4096 1.824 ->
+        # 1.831 (results/nvidia-h200-2026-12-01-s7/, exact3).
+        (4096, _single(4096, 1, 8, weight_first=True, evict_last=True) if act_bytes == 2 else _reread(2048, 16)),
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
@@ -117,8 +122,10 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # points (results/nvidia-h200-2026-12-01-s7/). The quantized forward keeps the weight's load
         # after the reduction (a quant_only row first): weight first, its kernels hold 47-54
         # registers and spill under the cap of 40 that gives them 3 programs per SM (MAX_REGISTERS).
+        # Evict-last on x and residual as at 4096: 16384 x 8192 97.5 -> 101.3% (both rounds); decode
+        # without PDL 1 x 8192 2.170 -> 2.194 us, 64 x 8192 2.372 -> 2.472 (exact3).
         *([(8192, _single(8192, 1, 16), {"quant_only": True}),
-           (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
+           (8192, _single(8192, 1, 16, weight_first=True, evict_last=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place

@@ -197,7 +197,7 @@ def _single_pass_rows(
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset, write_rstd, weight_dtype,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr,
+    HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EVICT_LAST: tl.constexpr,
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
 ):
@@ -212,8 +212,13 @@ def _single_pass_rows(
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
-    x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0)
-    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0)
+    if EVICT_LAST:  # L2 keeps these lines over others (torch.compile's first read does the same)
+        x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0, eviction_policy="evict_last")
+        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
+                    eviction_policy="evict_last")
+    else:
+        x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0)
+        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0)
     h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
     h_stored = h.to(residual_out_ptr.dtype.element_ty)
     tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
@@ -403,6 +408,7 @@ def fused_add_rmsnorm_fwd(
     PDL: tl.constexpr = False,       # grid-dependency control (sm_90+): wait, then release the next
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
     REREAD: tl.constexpr = False,    # looped: pass 2 re-reads x and residual (not residual_out)
+    EVICT_LAST: tl.constexpr = False,  # single pass: x and residual loaded with the evict-last hint
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -429,7 +435,7 @@ def fused_add_rmsnorm_fwd(
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                           eps, weight_offset, write_rstd, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST,
+                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST, EVICT_LAST,
                           out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
 
 
@@ -456,7 +462,7 @@ def fused_add_rmsnorm_quant_fwd(
     weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
-    PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False,
+    PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
     if PDL:
@@ -479,7 +485,7 @@ def fused_add_rmsnorm_quant_fwd(
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
                           eps, weight_offset, 0, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST,
+                          BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
                           y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
                           stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT)
 

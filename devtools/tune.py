@@ -71,7 +71,8 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
 
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
-            + (" weight-first" if cfg.weight_first else "") + (" re-read" if cfg.reread else "")
+            + (" weight-first" if cfg.weight_first else "") + (" evict-last" if cfg.evict_last else "")
+            + (" re-read" if cfg.reread else "")
             + (f" stages {cfg.stages}" if cfg.stages != 1 else ""))
 
 
@@ -348,6 +349,9 @@ def decode(out, chain=64, extra=()):
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
             chosen = select_forward_config(H, 2, 2)
             kernels = [("one-row Triton baseline", lambda: one_row_(x, r, w, 1e-6))]
+            for pdl in (False, True):  # the table's own config, whatever its flags
+                kernels.append((f"addrmsnorm table: {_tag(chosen)}" + (" PDL" if pdl else ""),
+                                lambda pdl=pdl: _launch(x, r, w, chosen, pdl)))
             for warps, wf in [(w_, False) for w_ in sorted({chosen.num_warps, 4, 8, 16})] + [(8, True), (16, True)]:
                 cfg = ForwardConfig(chosen.block_h, chosen.rows_per_program, warps, chosen.looped, weight_first=wf)
                 tag = f"addrmsnorm w{warps}" + (" weight-first" if wf else "") + (" (table)" if cfg == chosen else "")
@@ -462,7 +466,9 @@ def main():
         else:
             b, rest = e[1:].split("r")
             r, w = rest.split("w")
-            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("f")), False, weight_first=w.endswith("f")))
+            # s<block>r<rows>w<warps>[f: weight first][e: x and residual loaded evict-last]
+            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("fe")), False, weight_first="f" in w,
+                                       evict_last="e" in w))
     if args.what == "decode":
         return decode(out, extra=extra)
     roof = measure_roofline()

@@ -246,11 +246,11 @@ def compile_one(job):
         elif spec.kind == "qfwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
-                          "WEIGHT_FIRST": cfg.weight_first}
+                          "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
-                          "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread}
+                          "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps}
