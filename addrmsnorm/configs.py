@@ -28,6 +28,8 @@ class ForwardConfig:
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
     evict_last: bool = False  # single pass: load x and residual with the evict-last L2 hint
     reread: bool = False   # forward, looped: pass 2 re-reads x and residual (else it reloads h)
+    keep_h: bool = False   # forward, looped (not reread): h stored evict-last for the passes that reload
+    #                        it, x and residual loaded evict-first
     stages: int = 1        # backward: software-pipelining depth of its row loop (1: none)
     programs_per_sm: int = 0  # backward: resident programs per SM of its persistent grid
 
@@ -50,13 +52,14 @@ class ForwardRule:
     quant_only: bool = False
 
 
-def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = False) -> ForwardConfig:
+def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> ForwardConfig:
+    # evict_last: measured on every row (the note before the rows)
     return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False,
                          weight_first=weight_first, evict_last=evict_last)
 
 
-def _looped(chunk: int, warps: int) -> ForwardConfig:
-    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True)
+def _looped(chunk: int, warps: int, keep_h: bool = False) -> ForwardConfig:
+    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, keep_h=keep_h)
 
 
 def _reread(chunk: int, warps: int) -> ForwardConfig:
@@ -74,6 +77,19 @@ QUANT_SINGLE_PASS_MAX_H = 32768
 # The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (devtools/tune.py,
 # H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
+#
+# Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the
+# hint of torch.compile's first read. Each row's config without and with it, into given outputs
+# (devtools/tune.py bulk, H200, % of the same-run roofline; results/nvidia-h200-2026-12-01-s8/):
+#   bf16  64: 95.2 -> 97.7   128: 96.0 -> 97.1   256: 95.1 -> 97.7   512: 93.9 -> 97.6
+#         1024: 95.4 -> 97.1   2048: 95.3 -> 97.0 (fp16 94.5 -> 95.6)   4096: 96.2 -> 98.4
+#         5120: 96.3 -> 100.0 (in place 95.4 -> 99.9)   7168 / 8192: 98.9 -> 101.7 / 97.6 -> 101.3
+#         14336: 95.9 -> 98.0 (in place 94.4 -> 96.7)
+#   fp32  128: 96.9 -> 98.7   1024: 94.8 -> 96.1   2048: 95.8 -> 98.4   8192: 96.4 -> 100.6
+#         16384: 96.5 -> 98.7      bf16 x, fp32 residual 2048: 95.0 -> 97.8   8192: 95.7 -> 100.0
+# The quantized forward shares the single pass: 2048 +0.0 to +0.5 points, 4096 +0.9 to +1.5, 5120
+# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes. The decode chain at 4096 and 8192 stayed within
+# 0.05 us. An evict-first hint on the y store beside it gained nothing (-0.5 to +0.5).
 
 
 def _small_h_rows(act_bytes: int) -> list:
@@ -113,10 +129,16 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # with it (two rounds); decode without PDL, 1 x 4096 1.573 -> 1.615 us, 64 x 4096 1.824 ->
         # 1.831 (results/nvidia-h200-2026-12-01-s7/, exact3). Through this table, the same config
         # without and with it (call H): 95.5 -> 98.1%; the quantized modes +0.9 to +1.5 points.
-        (4096, _single(4096, 1, 8, weight_first=True, evict_last=True) if act_bytes == 2 else _reread(2048, 16)),
+        (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
-        *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
+        # The plain forward loads the weight first here too: 16384 x 5120 bf16, evict-last alone
+        # against with the weight first, four rounds (two in place): 99.8 / 100.6% into given outputs,
+        # 99.9 / 100.5% in place (results/nvidia-h200-2026-12-01-s8/). The quantized forward keeps
+        # the weight after the reduction: weight first, its kernels hold 72-91 registers against
+        # 61-69 (sm_90, local compile), one program per SM fewer.
+        *([(6144, _single(8192, 1, 8), {"quant_only": True}),
+           (6144, _single(8192, 1, 8, weight_first=True))] if act_bytes == 2 else []),
         # 16-bit streams at 6144 < H <= 8192: weight first as at 4096. Decode, 64 dependent calls with
         # PDL, per call: 1 x 8192 1.908 -> 1.863 us, 8 x 8192 2.071 -> 1.989, 64 x 8192 2.260 ->
         # 2.117; bulk bf16 at 6656, 7168 and 8192, in place and into given outputs: +0.0 to +1.1
@@ -127,7 +149,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # without PDL 1 x 8192 2.170 -> 2.194 us, 64 x 8192 2.372 -> 2.472 (exact3). Through this
         # table (call H): 16384 x 8192 97.6 -> 101.3%, 16384 x 7168 98.9 -> 101.7%.
         *([(8192, _single(8192, 1, 16), {"quant_only": True}),
-           (8192, _single(8192, 1, 16, weight_first=True, evict_last=True))] if act_bytes == 2 else
+           (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
@@ -148,7 +170,13 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
-        (None, _looped(16384, 32)),
+        # Above 65536, h is kept in L2 for pass 2 (keep_h): the rows in flight (one or two 32-warp
+        # programs per SM, each holding a row's h between the passes) outgrow the 50 MB L2 there.
+        # bf16, in % of the same-run roofline, without / with (results/nvidia-h200-2026-12-01-s8/):
+        # 1024 x 131072 in place 86.3 / 89.3 (three rounds), into given outputs 79.2 / 88.6; 2048 x
+        # 65536 in place 93.4 / 92.6, into given outputs 91.3 / 91.1 (two and three rounds).
+        (65536, _looped(16384, 32)),
+        (None, _looped(16384, 32, keep_h=True)),
     ]
 
 

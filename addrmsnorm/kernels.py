@@ -212,13 +212,11 @@ def _single_pass_rows(
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
-    if EVICT_LAST:  # L2 keeps these lines over others (torch.compile's first read does the same)
-        x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0, eviction_policy="evict_last")
-        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
-                    eviction_policy="evict_last")
-    else:
-        x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0)
-        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0)
+    # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
+    x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0,
+                eviction_policy="evict_last" if EVICT_LAST else "")
+    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
+                eviction_policy="evict_last" if EVICT_LAST else "")
     h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
     h_stored = h.to(residual_out_ptr.dtype.element_ty)
     tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
@@ -262,11 +260,13 @@ def _looped_row(
     H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset, write_rstd, weight_dtype,
-    BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
+    BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr, KEEP_H: tl.constexpr,
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
 ):
-    # One row per program, walked in BLOCK_H chunks twice.
+    # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that x and residual are
+    # read once (evict-first) and h is read again (stored evict-last, and evict-first on its last read),
+    # so that the passes after the first find h in L2 when the rows in flight outgrow it.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x_row
     residual_row = residual_ptr + row * stride_residual_row
@@ -278,11 +278,11 @@ def _looped_row(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        x = tl.load(x_row + cols, mask=mask, other=0.0)
-        r = tl.load(residual_row + cols, mask=mask, other=0.0)
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first" if KEEP_H else "")
+        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first" if KEEP_H else "")
         h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
-        tl.store(residual_out_row + cols, h_stored, mask=mask)
+        tl.store(residual_out_row + cols, h_stored, mask=mask, eviction_policy="evict_last" if KEEP_H else "")
         if HF_NUMERICS:
             h = h_stored.to(tl.float32)
         acc += h * h
@@ -300,7 +300,8 @@ def _looped_row(
         for start in range(0, H, BLOCK_H):
             cols = start + tl.arange(0, BLOCK_H)
             mask = cols < H
-            h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(residual_out_row + cols, mask=mask, other=0.0,
+                        eviction_policy="evict_last" if KEEP_H else "").to(tl.float32)
             w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
             amax = tl.maximum(amax, tl.max(tl.abs(h * rstd * w), axis=0))
         s = _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
@@ -311,7 +312,8 @@ def _looped_row(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        h = tl.load(residual_out_row + cols, mask=mask, other=0.0).to(tl.float32)
+        h = tl.load(residual_out_row + cols, mask=mask, other=0.0,
+                    eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
         y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
         if QUANT == 0:
@@ -409,6 +411,7 @@ def fused_add_rmsnorm_fwd(
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
     REREAD: tl.constexpr = False,    # looped: pass 2 re-reads x and residual (not residual_out)
     EVICT_LAST: tl.constexpr = False,  # single pass: x and residual loaded with the evict-last hint
+    KEEP_H: tl.constexpr = False,    # looped: h kept in L2 for pass 2 (x and residual evict-first)
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -428,7 +431,7 @@ def fused_add_rmsnorm_fwd(
     elif LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
+                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS, KEEP_H,
                     out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
@@ -463,6 +466,7 @@ def fused_add_rmsnorm_quant_fwd(
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
+    KEEP_H: tl.constexpr = False,
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
     if PDL:
@@ -477,7 +481,7 @@ def fused_add_rmsnorm_quant_fwd(
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
-                    eps, weight_offset, 0, weight_dtype, BLOCK_H, 0,
+                    eps, weight_offset, 0, weight_dtype, BLOCK_H, 0, KEEP_H,
                     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
                     group_size, write_y, has_ub, ue8m0, QUANT)
     else:

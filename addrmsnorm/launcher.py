@@ -103,6 +103,7 @@ def launch_forward(
             WEIGHT_FIRST=cfg.weight_first,
             REREAD=cfg.reread,
             EVICT_LAST=cfg.evict_last,
+            KEEP_H=cfg.keep_h,
             num_warps=cfg.num_warps,
             **extra,
         )
@@ -142,7 +143,7 @@ def launch_quant_forward(
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=configs.quant_kernel_mode(scale is not None, group_size), PDL=compiled_pdl,
-            WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last,
+            WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
             num_warps=cfg.num_warps, **extra,
         )
 

@@ -11,7 +11,7 @@
 
 bulk: for each H, N = 2**25 // H rows (N*H >= 16M, as the P1 target asks), the table's config and
 candidates around it (warps, rows per program, looped vs single pass, the weight loaded first or
-after the reduction), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
+after the reduction, x and residual loaded evict-last or not), timed as the report times (CUDA-graph replay, cold L2 by buffer rotation, median of 15), in
 place as vLLM calls it, against the copy roofline measured in the same run.
 
 weight: each weight dtype at each bulk shape and in the decode chain (fp16 and bf16 weights share
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
 
 import torch
 import triton
@@ -72,26 +73,27 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
             + (" weight-first" if cfg.weight_first else "") + (" evict-last" if cfg.evict_last else "")
-            + (" re-read" if cfg.reread else "")
+            + (" re-read" if cfg.reread else "") + (" h kept" if cfg.keep_h else "")
             + (f" stages {cfg.stages}" if cfg.stages != 1 else ""))
 
 
 def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
     """The table's config and its neighbours: warps halved and doubled, rows per program halved and
-    doubled, the weight loaded first or not; for wide rows, looped chunks and warps."""
+    doubled, the weight loaded first or not, evict-last or not; for wide rows, looped chunks and warps."""
     b = triton.next_power_of_2(H)
-    out = [chosen, ForwardConfig(chosen.block_h, chosen.rows_per_program, chosen.num_warps, chosen.looped,
-                                 weight_first=not chosen.weight_first)] if not chosen.looped else [chosen]
+    out = [chosen]
     if not chosen.looped:
+        out.append(replace(chosen, weight_first=not chosen.weight_first))
+        out.append(replace(chosen, evict_last=not chosen.evict_last))
         for w in (chosen.num_warps // 2, chosen.num_warps * 2):
             if 1 <= w <= 32 and chosen.rows_per_program * b // (32 * w) >= 2:
-                out.append(ForwardConfig(b, chosen.rows_per_program, w, False))
+                out.append(ForwardConfig(b, chosen.rows_per_program, w, False, evict_last=chosen.evict_last))
         for rows in (chosen.rows_per_program // 2, chosen.rows_per_program * 2):
             if rows >= 1 and rows * b <= 16384:
-                out.append(ForwardConfig(b, rows, chosen.num_warps, False))
+                out.append(ForwardConfig(b, rows, chosen.num_warps, False, evict_last=chosen.evict_last))
     if 8192 <= H:
         for chunk, w in ((4096, 8), (8192, 8), (8192, 16), (16384, 16), (16384, 32), (32768, 32)):
-            c = ForwardConfig(chunk, 1, w, True)
+            c = ForwardConfig(chunk, 1, w, True, keep_h=chosen.keep_h)
             if chunk < H and c not in out:
                 out.append(c)
     if chosen.looped and b <= 32768:
@@ -451,8 +453,9 @@ def main():
     ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
-    ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16f,l2048w4 "
-                                                "(s: single BLOCK r rows w warps [f: weight first]; l: looped chunk w warps)")
+    ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16fe,l2048w4 (s: single BLOCK r "
+                                                "rows w warps [f: weight first][e: evict-last]; l: looped chunk w "
+                                                "warps [x: re-read][k: h kept])")
     args = ap.parse_args()
     out = sys.stdout
     if args.what == "once":
@@ -460,15 +463,14 @@ def main():
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
     extra = []
     for e in filter(None, args.extra.split(",") if args.what != "bwd" else []):
-        if e[0] == "l":  # l<chunk>w<warps>[x: pass 2 re-reads x and residual]
-            c, w = e[1:].split("w")
-            extra.append(ForwardConfig(int(c), 1, int(w.rstrip("x")), True, reread=w.endswith("x")))
-        else:
-            b, rest = e[1:].split("r")
-            r, w = rest.split("w")
-            # s<block>r<rows>w<warps>[f: weight first][e: x and residual loaded evict-last]
-            extra.append(ForwardConfig(int(b), int(r), int(w.rstrip("fe")), False, weight_first="f" in w,
-                                       evict_last="e" in w))
+        # s<block>r<rows>w<warps>[f: weight first][e: x and residual loaded evict-last]
+        # l<chunk>w<warps>[x: pass 2 re-reads x and residual][k: h kept in L2 between the passes]
+        m = re.fullmatch(r"s(\d+)r(\d+)w(\d+)([fe]*)|l(\d+)w(\d+)([xk]*)", e)
+        if not m:
+            raise SystemExit(f"bad candidate {e!r}")
+        b, r, w, flags, chunk, lw, lflags = m.groups()
+        extra.append(ForwardConfig(int(b), int(r), int(w), False, weight_first="f" in flags, evict_last="e" in flags)
+                     if b else ForwardConfig(int(chunk), 1, int(lw), True, reread="x" in lflags, keep_h="k" in lflags))
     if args.what == "decode":
         return decode(out, extra=extra)
     roof = measure_roofline()

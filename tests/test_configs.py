@@ -111,14 +111,28 @@ def test_quantized_rows_up_to_32768_run_one_pass():
         assert select_forward_config(H, 2, 2, quant=True) == select_forward_config(H, 2, 2)
 
 
-def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
-    """At 6144 < H <= 8192 the plain forward of 16-bit streams loads the weight with x and residual;
-    the quantized forward takes the same tile with the weight's load after the reduction (its
-    register cap would spill otherwise), and 4-byte streams keep the tile as it was."""
-    for H in (6160, 7168, 8192):
+def test_the_plain_forward_alone_loads_the_weight_first_above_4096():
+    """At 4096 < H <= 8192 the plain forward of 16-bit streams loads the weight with x and residual;
+    the quantized forward takes the same tile with the weight's load after the reduction (more
+    registers, fewer programs per SM; spills under its cap at 8192), and 4-byte streams keep the
+    tile as it was."""
+    for H in (4104, 5120, 6144, 6160, 7168, 8192):
         plain, quant = select_forward_config(H, 2, 2), select_forward_config(H, 2, 2, quant=True)
         assert plain.weight_first and not quant.weight_first
-        assert (plain.block_h, plain.num_warps) == (quant.block_h, quant.num_warps)
+        assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps,
+                                                                      quant.evict_last)
         assert not select_forward_config(H, 4, 4).weight_first
     assert all(r.act_bytes == 2 and r.h_max is not None and not r.odd_h_only
                for r in FORWARD_TABLE if r.quant_only)
+
+
+@pytest.mark.parametrize("act_bytes", [(2, 2), (2, 4), (4, 4)])
+def test_every_single_pass_loads_evict_last_and_only_the_widest_loops_keep_h(act_bytes):
+    """The L2 hints of the table: every single pass (plain and quantized) loads x and residual
+    evict-last; the looped path that reloads h keeps it in L2 above 65536 only; the re-read path
+    carries its own hints and neither flag."""
+    for H in SAMPLE_H:
+        for quant in (False, True) if act_bytes == (2, 2) else (False,):
+            cfg = select_forward_config(H, *act_bytes, quant=quant)
+            assert cfg.evict_last == (not cfg.looped), (H, quant, cfg)
+            assert cfg.keep_h == (cfg.looped and not cfg.reread and H > 65536), (H, quant, cfg)

@@ -233,6 +233,7 @@ struct DispatchCase {
     bool quant;
     int block_h, rows_per_program, num_warps;
     bool looped;
+    int config;  // the config's index in kConfigs (configs of one tile may differ in their flags)
 };
 const DispatchCase kCases[] = {
 #include "dispatch_cases.inc"
@@ -246,6 +247,7 @@ TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
         EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].num_warps, c.num_warps) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].looped, c.looped) << "H=" << c.H << " quant " << c.quant;
+        EXPECT_EQ(i, c.config) << "H=" << c.H << " quant " << c.quant;
     }
 }
 
