@@ -28,8 +28,7 @@ class ForwardConfig:
     weight_first: bool = False  # single pass: load the weight with x and residual, before the reduction
     evict_last: bool = False  # single pass: load x and residual with the evict-last L2 hint
     reread: bool = False   # forward, looped: pass 2 re-reads x and residual (else it reloads h)
-    keep_h: bool = False   # forward, looped (not reread): h stored evict-last for the passes that reload
-    #                        it, x and residual loaded evict-first
+    keep_h: bool = False   # forward, looped (not reread): h stored evict-last for the passes that reload it
     stages: int = 1        # backward: software-pipelining depth of its row loop (1: none)
     programs_per_sm: int = 0  # backward: resident programs per SM of its persistent grid
 
@@ -88,7 +87,8 @@ QUANT_SINGLE_PASS_MAX_H = 32768
 #   fp32  128: 96.9 -> 98.7   1024: 94.8 -> 96.1   2048: 95.8 -> 98.4   8192: 96.4 -> 100.6
 #         16384: 96.5 -> 98.7      bf16 x, fp32 residual 2048: 95.0 -> 97.8   8192: 95.7 -> 100.0
 # The quantized forward shares the single pass: 2048 +0.0 to +0.5 points, 4096 +0.9 to +1.5, 5120
-# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes. The decode chain at 4096 and 8192 stayed within
+# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes; at 32768 it loses up to 21 points, and that
+# row goes without. The decode chain at 4096 and 8192 stayed within
 # 0.05 us. An evict-first hint on the y store beside it gained nothing (-0.5 to +0.5).
 
 
@@ -165,17 +165,23 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # y) at 1.4-4.5% of elements against 0.001% (results/nvidia-h200-2026-12-01-issue14-s6/).
         # The plain forward stays looped there: its kernels with an fp32 or a mixed 16-bit weight
         # would spill at this config (64 and 24-48 bytes of stack on sm_90).
-        *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32), {"quant_only": True})]
-          if act_bytes == 2 else []),
+        # Without evict-last: 8192 x 32768 bf16 with it, against without, static fp8 97.8 / 99.3%,
+        # per-token fp8 85.4 / 98.3%, per-token int8 76.2 / 97.4%, per-group 128 fp8 86.7 / 98.6%
+        # (results/nvidia-h200-2026-12-01-s8/).
+        *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
+            {"quant_only": True})] if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
-        # Above 65536, h is kept in L2 for pass 2 (keep_h): the rows in flight (one or two 32-warp
-        # programs per SM, each holding a row's h between the passes) outgrow the 50 MB L2 there.
-        # bf16, in % of the same-run roofline, without / with (results/nvidia-h200-2026-12-01-s8/):
-        # 1024 x 131072 in place 86.3 / 89.3 (three rounds), into given outputs 79.2 / 88.6; 2048 x
-        # 65536 in place 93.4 / 92.6, into given outputs 91.3 / 91.1 (two and three rounds).
-        (65536, _looped(16384, 32)),
+        # h is kept in L2 for pass 2 (keep_h: stored evict-last, reloaded evict-first): the rows in
+        # flight (one or two 32-warp programs per SM, each with a row's h between the passes) outgrow
+        # the 50 MB L2 at the widest rows. bf16, % of the same-run roofline, without / with, one to
+        # two rounds (results/nvidia-h200-2026-12-01-s8/): 1024 x 131072 in place 86.3 / 89.0, into
+        # given outputs 79.2 / 87.4; 2048 x 65536 in place 93.5 / 92.6, into given outputs 91.3 /
+        # 91.2; 2048 x 32768 in place 90.5 / 91.2, into given outputs 90.7 / 92.2. Also loading x and
+        # residual evict-first: +0.3 to +1.2 points at 131072, -1.6 at 32768 into given outputs.
+        # A separate row without the hint at H <= 65536 would cost 59 kernels per arch (the budget
+        # in tests/test_aot.py).
         (None, _looped(16384, 32, keep_h=True)),
     ]
 

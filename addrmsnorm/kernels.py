@@ -264,9 +264,9 @@ def _looped_row(
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
 ):
-    # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that x and residual are
-    # read once (evict-first) and h is read again (stored evict-last, and evict-first on its last read),
-    # so that the passes after the first find h in L2 when the rows in flight outgrow it.
+    # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
+    # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
+    # L2 when the rows in flight outgrow it.
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x_row
     residual_row = residual_ptr + row * stride_residual_row
@@ -278,8 +278,8 @@ def _looped_row(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first" if KEEP_H else "")
-        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first" if KEEP_H else "")
+        x = tl.load(x_row + cols, mask=mask, other=0.0)
+        r = tl.load(residual_row + cols, mask=mask, other=0.0)
         h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_row + cols, h_stored, mask=mask, eviction_policy="evict_last" if KEEP_H else "")
@@ -411,7 +411,7 @@ def fused_add_rmsnorm_fwd(
     WEIGHT_FIRST: tl.constexpr = False,  # single pass: load the weight before the reduction
     REREAD: tl.constexpr = False,    # looped: pass 2 re-reads x and residual (not residual_out)
     EVICT_LAST: tl.constexpr = False,  # single pass: x and residual loaded with the evict-last hint
-    KEEP_H: tl.constexpr = False,    # looped: h kept in L2 for pass 2 (x and residual evict-first)
+    KEEP_H: tl.constexpr = False,    # looped: h kept in L2 for pass 2 (stored evict-last)
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
