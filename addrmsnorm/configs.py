@@ -132,13 +132,11 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
         # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
-        # The plain forward loads the weight first here too: 16384 x 5120 bf16, evict-last alone
-        # against with the weight first, four rounds (two in place): 99.8 / 100.6% into given outputs,
-        # 99.9 / 100.5% in place (results/nvidia-h200-2026-12-01-s8/). The quantized forward keeps
-        # the weight after the reduction: weight first, its kernels hold 72-91 registers against
-        # 61-69 (sm_90, local compile), one program per SM fewer.
-        *([(6144, _single(8192, 1, 8), {"quant_only": True}),
-           (6144, _single(8192, 1, 8, weight_first=True))] if act_bytes == 2 else []),
+        # The weight stays after the reduction here: weight first gained 0.8 points at 16384 x 5120
+        # bf16 (99.8 / 100.6% into given outputs, 99.9 / 100.5% in place) but lost 2.8 at 16384 x
+        # 4100 (95.8 / 93.0% in place), and the quantized kernels would hold 72-91 registers
+        # against 61-69 (sm_90) (results/nvidia-h200-2026-12-01-s8/).
+        *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
         # 16-bit streams at 6144 < H <= 8192: weight first as at 4096. Decode, 64 dependent calls with
         # PDL, per call: 1 x 8192 1.908 -> 1.863 us, 8 x 8192 2.071 -> 1.989, 64 x 8192 2.260 ->
         # 2.117; bulk bf16 at 6656, 7168 and 8192, in place and into given outputs: +0.0 to +1.1
