@@ -175,11 +175,13 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # flight (one or two 32-warp programs per SM, each with a row's h between the passes) outgrow
         # the 50 MB L2 at the widest rows. bf16, % of the same-run roofline, without / with, one to
         # two rounds (results/nvidia-h200-2026-12-01-s8/): 1024 x 131072 in place 86.3 / 89.0, into
-        # given outputs 79.2 / 87.4; 2048 x 65536 in place 93.5 / 92.6, into given outputs 91.3 /
-        # 91.2; 2048 x 32768 in place 90.5 / 91.2, into given outputs 90.7 / 92.2. Also loading x and
-        # residual evict-first: +0.3 to +1.2 points at 131072, -1.6 at 32768 into given outputs.
-        # A separate row without the hint at H <= 65536 would cost 59 kernels per arch (the budget
-        # in tests/test_aot.py).
+        # given outputs 79.2 / 87.4; 2048 x 65536 in place 93.4 / 92.3, into given outputs 91.3 /
+        # 91.2; 2048 x 32768 in place 90.5 / 91.2, into given outputs 90.7 / 92.2; fp32 512 x 131072
+        # 79.0 / 79.1 and 77.1 / 79.3. The quantized forward (static fp8, per-token fp8 and int8,
+        # per-group 128 fp8): 2048 x 131072 +1.1 to +7.3 points, but 4096 x 65536 static -7.3 and
+        # per-group -4.3 (per token +0.4 to +0.9). Also loading x and residual evict-first: +0.3 to
+        # +1.2 points at 131072, -3.0 at 32768 into given outputs. A separate row without the hint at
+        # H <= 65536 would cost 59 kernels per arch (the budget in tests/test_aot.py).
         (None, _looped(16384, 32, keep_h=True)),
     ]
 
