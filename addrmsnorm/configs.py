@@ -82,14 +82,14 @@ QUANT_SINGLE_PASS_MAX_H = 32768
 # (devtools/tune.py bulk, H200, % of the same-run roofline; results/nvidia-h200-2026-12-01-s8/):
 #   bf16  64: 95.2 -> 97.7   128: 96.0 -> 97.1   256: 95.1 -> 97.7   512: 93.9 -> 97.6
 #         1024: 95.4 -> 97.1   2048: 95.3 -> 97.0 (fp16 94.5 -> 95.6)   4096: 96.2 -> 98.4
-#         5120: 96.3 -> 100.0 (in place 95.4 -> 99.9)   7168 / 8192: 98.9 -> 101.7 / 97.6 -> 101.3
+#         5120: 96.2 -> 99.8 (in place 95.4 -> 99.9)   7168 / 8192: 98.9 -> 101.7 / 97.6 -> 101.3
 #         14336: 95.9 -> 98.0 (in place 94.4 -> 96.7)
 #   fp32  128: 96.9 -> 98.7   1024: 94.8 -> 96.1   2048: 95.8 -> 98.4   8192: 96.4 -> 100.6
 #         16384: 96.5 -> 98.7      bf16 x, fp32 residual 2048: 95.0 -> 97.8   8192: 95.7 -> 100.0
 # The quantized forward shares the single pass: 2048 +0.0 to +0.5 points, 4096 +0.9 to +1.5, 5120
-# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes; at 32768 it loses up to 21 points, and that
-# row goes without. The decode chain at 4096 and 8192 stayed within
-# 0.05 us. An evict-first hint on the y store beside it gained nothing (-0.5 to +0.5).
+# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes; at 32768 it loses up to 21 points, and that row
+# goes without. The decode chain at 4096 and 8192 stayed within 0.05 us. An evict-first hint on the
+# y store beside it gained nothing (-0.5 to +0.5).
 
 
 def _small_h_rows(act_bytes: int) -> list:
@@ -256,9 +256,8 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
 # alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
 # 12 16-bit configs that serve even rows (two for the quantized forward alone: B8192, ahead of the
-# plain forward's weight-first row there, and B32768) = 144 kernels
-# per arch. The order of QUANT_DTYPES is the C ABI's
-# addrmsnorm_quant_dtype.
+# plain forward's weight-first row there, and B32768) = 144 kernels per arch. The order of
+# QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
 # The QUANT constexpr, one specialization per mode (the values of the C ABI's addrmsnorm_quant_mode).
 # Per token and per group are separate kernels: one kernel serving both carried the per-group code's
