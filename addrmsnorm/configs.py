@@ -168,6 +168,10 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # (results/nvidia-h200-2026-12-01-s8/).
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
             {"quant_only": True})] if act_bytes == 2 else []),
+        # The quantized forward's looped path does not keep h in L2 up to 65536: 4096 x 65536 bf16
+        # without / with the hint, static fp8 93.5 / 86.2%, per-token fp8 65.5 / 66.4%, per-token
+        # int8 63.2 / 63.6%, per-group 128 fp8 70.1 / 65.8% (results/nvidia-h200-2026-12-01-s8/).
+        *([(65536, _looped(16384, 32), {"quant_only": True})] if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
@@ -255,9 +259,9 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
 # alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
-# 12 16-bit configs that serve even rows (two for the quantized forward alone: B8192, ahead of the
-# plain forward's weight-first row there, and B32768) = 144 kernels per arch. The order of
-# QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
+# 13 16-bit configs that serve even rows (three for the quantized forward alone: B8192, ahead of the
+# plain forward's weight-first row there, B32768, and the loop without keep_h up to 65536) = 156
+# kernels per arch. The order of QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
 # The QUANT constexpr, one specialization per mode (the values of the C ABI's addrmsnorm_quant_mode).
 # Per token and per group are separate kernels: one kernel serving both carried the per-group code's

@@ -101,14 +101,18 @@ def test_odd_h_rows_take_the_re_read_path():
 
 def test_quantized_rows_up_to_32768_run_one_pass():
     """The quantized forward keeps 16-bit rows up to QUANT_SINGLE_PASS_MAX_H whole, where the plain
-    forward loops; below 16384 and above 32768 both take the same config, and 4-byte streams (which
-    the quantized forward does not take) have no such rule."""
+    forward loops; below 16384 and above 65536 both take the same config, at 32768 < H <= 65536 the
+    same loop but for its L2 hint, and 4-byte streams (which the quantized forward does not take)
+    have no such rule."""
     for H in (16400, 20480, 32768):
         q = select_forward_config(H, 2, 2, quant=True)
         assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
         assert select_forward_config(H, 2, 2).looped
-    for H in (16, 4096, 16384, 32784, 131072):
+    for H in (16, 4096, 16384, 65552, 131072):
         assert select_forward_config(H, 2, 2, quant=True) == select_forward_config(H, 2, 2)
+    for H in (32784, 65536):  # the same loop, without the hint that keeps h in L2 (configs)
+        q, p = select_forward_config(H, 2, 2, quant=True), select_forward_config(H, 2, 2)
+        assert q.looped and p.keep_h and not q.keep_h and (q.block_h, q.num_warps) == (p.block_h, p.num_warps)
 
 
 def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
@@ -133,9 +137,10 @@ def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
 def test_every_single_pass_loads_evict_last_and_every_reloading_loop_keeps_h(act_bytes):
     """The L2 hints of the table: every single pass loads x and residual evict-last, but the
     quantized one wider than the plain one's (it lost up to 21 points with the hint); the looped
-    path that reloads h keeps it in L2; the re-read path carries its own hints and neither flag."""
+    path that reloads h keeps it in L2, but the quantized one up to 65536; the re-read path carries
+    its own hints and neither flag."""
     for H in SAMPLE_H:
         for quant in (False, True) if act_bytes == (2, 2) else (False,):
             cfg = select_forward_config(H, *act_bytes, quant=quant)
             assert cfg.evict_last == (not cfg.looped and H <= SINGLE_PASS_MAX_H), (H, quant, cfg)
-            assert cfg.keep_h == (cfg.looped and not cfg.reread), (H, quant, cfg)
+            assert cfg.keep_h == (cfg.looped and not cfg.reread and not (quant and H <= 65536)), (H, quant, cfg)
