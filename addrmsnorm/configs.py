@@ -153,6 +153,9 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
         # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
         # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%) (results/nvidia-h200-2026-12-01-issue15/).
+        # Its L2 hints (x and residual evict-last, then evict-first) against five other mixes of the
+        # two passes' loads and the stores: in place 57.3-57.8% against 58.0%, into given outputs
+        # 65.2-65.7% against 65.3% (results/nvidia-h200-2026-12-01-s9/, call A): kept.
         *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
         # The quantized forward (16-bit streams, H a multiple of 16) keeps rows up to 32768 whole: the
@@ -170,7 +173,12 @@ def _forward_large_h_rows(act_bytes: int) -> list:
             {"quant_only": True})] if act_bytes == 2 else []),
         # The quantized forward's looped path does not keep h in L2 up to 65536: 4096 x 65536 bf16
         # without / with the hint, static fp8 93.5 / 86.2%, per-token fp8 65.5 / 66.4%, per-token
-        # int8 63.2 / 63.6%, per-group 128 fp8 70.1 / 65.8% (results/nvidia-h200-2026-12-01-s8/).
+        # int8 63.2 / 63.6%, per-group 128 fp8 70.1 / 65.8% (results/nvidia-h200-2026-12-01-s8/);
+        # through this table, against the same config with the hint: 93.2 / 89.5%, 65.7 / 66.2%,
+        # 63.4 / 63.6%, 71.7 / 67.2% (results/nvidia-h200-2026-12-01-s9/, call A). Chunk 8192 with 16 or
+        # 8 warps and 32768 with 32: static fp8 70.6%, 80.5%, 66.2% (call C). Software-pipelined loops
+        # (tl.range num_stages 2 or 3: the loads go through shared memory) lost 4-29 points on every
+        # quantized mode, and 11-23 on the plain forward's loop at 32768-131072 (call D).
         *([(65536, _looped(16384, 32), {"quant_only": True})] if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
