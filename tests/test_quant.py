@@ -118,6 +118,52 @@ def test_dynamic_scales_are_exact_where_amax_is():
             assert torch.equal(q, q_ref), (gs, ue8m0)
 
 
+@pytest.mark.parametrize("keep_h", [False, True])
+def test_looped_per_token_amax_is_exact(keep_h):
+    """The looped path's per-token amax (a pass of its own over h and the weight, before any q) in
+    64-wide chunks of 256, on exact inputs (as above): rows whose largest |y| is unique, in the first
+    or the last chunk, tied across chunks or within one, a zero row; then a weight of 2**100 where h
+    is 0. Every scale and every q must equal the exact reference's. (These rows also cover a row's
+    amax taken from pass 1, an experiment measured in results/nvidia-h200-2026-12-01-s9/.)"""
+    from addrmsnorm.configs import ForwardConfig
+    from addrmsnorm.launcher import launch_quant_forward
+
+    N, H = 6, 256
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-8, 9, (N, H), generator=g).float()
+    r = torch.randint(-8, 9, (N, H), generator=g).float()
+    w = 2.0 ** torch.randint(-2, 3, (H,), generator=g).float()
+    w[[3, 200, 10, 11]] = 4.0
+    x[0, 3], r[0, 3] = 40.0, 0.0        # unique, first chunk
+    x[1, 200], r[1, 200] = 0.0, -40.0   # unique, last chunk
+    x[2, 3], x[2, 200] = 40.0, -40.0    # tied across chunks
+    r[2, 3] = r[2, 200] = 0.0
+    x[3, 10], x[3, 11] = 40.0, 40.0     # tied within a chunk
+    r[3, 10] = r[3, 11] = 0.0
+    x[4], r[4] = 1.0, -1.0              # zero
+    x[5, 100], r[5, 100] = 3.0, 60.0    # unique
+    for huge in (False, True):
+        wk = w.clone()
+        xk = x.clone()
+        if huge:
+            wk[50] = 2.0 ** 100
+            xk[:, 50] = -r[:, 50]  # h = 0 there: |y| = 0, and the weight alone must not pick the column
+        xb, rb, wb = (t.to(torch.bfloat16).to(DEVICE) for t in (xk, r, wk))
+        h = xk + r
+        rstd = torch.reciprocal(torch.sqrt((h * h).sum(-1) / h.new_tensor(float(H)) + 1e-6))
+        y32 = (h * rstd.unsqueeze(-1) * wk).to(DEVICE)
+        q_ref, s_ref = quantize_ref(y32, torch.int8)
+        q = torch.empty(N, H, dtype=torch.int8, device=DEVICE)
+        ro = torch.empty_like(rb)
+        s = torch.full((N,), float("nan"), device=DEVICE)
+        launch_quant_forward(xb, rb, wb, q, ro, None, None, s, None, n_rows=N, H=H, stride_x=H, stride_residual=H,
+                             stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=1, stride_s_group=0,
+                             group_size=0, ue8m0=False, eps=1e-6, weight_offset=0.0,
+                             config=ForwardConfig(64, 1, 4, True, keep_h=keep_h))
+        assert torch.equal(bits(s), bits(s_ref)), (huge, s, s_ref)
+        assert torch.equal(q, q_ref), huge
+
+
 def test_ue8m0_scales_are_the_next_power_of_two():
     x, r, w = make_inputs(4, 512, ("bf16", "bf16", "bf16"), DEVICE, seed=3)
     _, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, group_size=128)
