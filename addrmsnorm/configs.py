@@ -72,6 +72,8 @@ def _reread(chunk: int, warps: int) -> ForwardConfig:
 SINGLE_PASS_MAX_H = 16384
 # The quantized forward's widest single pass (a rule of its own below).
 QUANT_SINGLE_PASS_MAX_H = 32768
+# The quantized forward's widest loop without the h-kept L2 hint (a rule of its own below).
+QUANT_UNHINTED_LOOP_MAX_H = 65536
 
 # The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (devtools/tune.py,
 # H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
@@ -179,7 +181,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # 8 warps and 32768 with 32: static fp8 70.6%, 80.5%, 66.2% (call C). Software-pipelined loops
         # (tl.range num_stages 2 or 3: the loads go through shared memory) lost 4-29 points on every
         # quantized mode, and 11-23 on the plain forward's loop at 32768-131072 (call D).
-        *([(65536, _looped(16384, 32), {"quant_only": True})] if act_bytes == 2 else []),
+        *([(QUANT_UNHINTED_LOOP_MAX_H, _looped(16384, 32), {"quant_only": True})] if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.

@@ -110,7 +110,7 @@ def test_quantized_rows_up_to_32768_run_one_pass():
         assert select_forward_config(H, 2, 2).looped
     for H in (16, 4096, 16384, 65552, 131072):
         assert select_forward_config(H, 2, 2, quant=True) == select_forward_config(H, 2, 2)
-    for H in (32784, 65536):  # the same loop, without the hint that keeps h in L2 (configs)
+    for H in (32784, configs.QUANT_UNHINTED_LOOP_MAX_H):  # the same loop, without the hint that keeps h in L2
         q, p = select_forward_config(H, 2, 2, quant=True), select_forward_config(H, 2, 2)
         assert q.looped and p.keep_h and not q.keep_h and (q.block_h, q.num_warps) == (p.block_h, p.num_warps)
 
@@ -143,4 +143,5 @@ def test_every_single_pass_loads_evict_last_and_every_reloading_loop_keeps_h(act
         for quant in (False, True) if act_bytes == (2, 2) else (False,):
             cfg = select_forward_config(H, *act_bytes, quant=quant)
             assert cfg.evict_last == (not cfg.looped and H <= SINGLE_PASS_MAX_H), (H, quant, cfg)
-            assert cfg.keep_h == (cfg.looped and not cfg.reread and not (quant and H <= 65536)), (H, quant, cfg)
+            unhinted = quant and H <= configs.QUANT_UNHINTED_LOOP_MAX_H
+            assert cfg.keep_h == (cfg.looped and not cfg.reread and not unhinted), (H, quant, cfg)
