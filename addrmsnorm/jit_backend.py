@@ -114,11 +114,9 @@ TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count 
 
 
 def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> torch.Tensor:
-    """The scales a quantized call returns: 0 elements (static), [rows] (per token), or [rows, groups]
-    row-major, or column-major with the column stride rounded up to a multiple of 4 rows (the
-    TMA-aligned layout DeepGEMM and FlashInfer's block quant consume)."""
-    if mode == "static":
-        return torch.empty((0,), dtype=torch.float32, device=device)
+    """The scales a dynamic quantized call returns: [rows] (per token), or [rows, groups] row-major, or
+    column-major with the column stride rounded up to a multiple of 4 rows (the TMA-aligned layout
+    DeepGEMM and FlashInfer's block quant consume)."""
     want = v.quant_scales_shape(shape, group_size)
     if mode == "group" and column_major:
         n = 1
@@ -158,8 +156,8 @@ def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset,
 def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                             column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
                             pdl=False):
-    """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (0 elements when static) and y
-    (0 elements unless return_y)."""
+    """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
+    unless return_y)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales)
@@ -168,9 +166,9 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
     shape, device = call.shape, call.device
     q = torch.empty(shape, dtype=quant_dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
-    y = torch.empty(shape if return_y else (0,), dtype=x.dtype, device=device)
+    y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
     mode = v.quant_mode(scale, group_size)
-    scales = alloc_scales(shape, group_size, mode, column_major_scales, device)
+    scales = None if mode == "static" else alloc_scales(shape, group_size, mode, column_major_scales, device)
     call.out = v.as_rows("out", q, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
     call.y = v.as_rows("y", y, shape) if return_y else None

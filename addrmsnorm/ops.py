@@ -1,6 +1,6 @@
 """The ``torch.ops.addrmsnorm`` operators: schemas, fake (meta) implementations, and the backend.
 
-Three operators, one kernel:
+The operators (one kernel source):
 
     fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0., return_rstd=False, hf=False)
         -> (y, residual_out, rstd)      functional; rstd has 0 elements unless return_rstd
@@ -10,6 +10,9 @@ Three operators, one kernel:
         into caller-given outputs, which may alias x or residual exactly
     fused_add_rmsnorm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
         -> (dresidual, dx, dweight)     dx has 0 elements when x's dtype is residual's
+    fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
+        -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
+    fused_add_rmsnorm_quant_into(x, residual, weight, out!, residual_out!, scales_out!?, y!?, eps, ...) -> ()
 
 The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
 mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
@@ -54,7 +57,7 @@ SCHEMAS = {
     "fused_add_rmsnorm_quant": "(Tensor x, Tensor residual, Tensor weight, float eps, ScalarType quant_dtype, "
                                "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
                                "bool column_major_scales=False, bool ue8m0_scales=False, float weight_offset=0., "
-                               "bool return_y=False, bool pdl=False) -> (Tensor, Tensor, Tensor, Tensor)",
+                               "bool return_y=False, bool pdl=False) -> (Tensor, Tensor, Tensor?, Tensor?)",
     "fused_add_rmsnorm_quant_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
                                     "Tensor(b!) residual_out, Tensor(c!)? scales_out, Tensor(d!)? y, float eps, "
                                     "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
@@ -118,8 +121,9 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
     shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
                                                 ue8m0=ue8m0_scales, column_major=column_major_scales)
     v.check_same_shape(shape, {"residual": residual})
-    y = x.new_empty(shape if return_y else (0,))
-    scales = jit_backend.alloc_scales(shape, group_size, mode, column_major_scales, device)
+    y = x.new_empty(shape) if return_y else None
+    scales = None if mode == "static" else jit_backend.alloc_scales(shape, group_size, mode, column_major_scales,
+                                                                     device)
     return (x.new_empty(shape, dtype=quant_dtype), torch.empty_like(residual, memory_format=torch.contiguous_format),
             scales, y)
 

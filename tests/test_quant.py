@@ -294,6 +294,20 @@ def test_operators_opcheck_and_compile():
         assert torch.equal(a, b)
 
 
+def test_the_operator_allocates_only_what_the_call_asks_for():
+    """The allocating operator returns None for the scales of a static call and for y without
+    return_y (no zero-size placeholders: each costs an allocation per eager call)."""
+    x, r, w = _fresh()
+    op = torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default
+    scale = torch.tensor([0.02], device=DEVICE)
+    q, h, s, y = op(x, r, w, 1e-6, torch.int8, scale)
+    assert s is None and y is None and q.shape == x.shape and h.shape == x.shape
+    q, h, s, y = op(x, r, w, 1e-6, torch.int8)
+    assert s.shape == x.shape[:-1] and y is None
+    q, h, s, y = op(x, r, w, 1e-6, torch.int8, None, 128, return_y=True)
+    assert s.shape == (*x.shape[:-1], x.shape[-1] // 128) and y.shape == x.shape and y.dtype == x.dtype
+
+
 def test_qmax_table():
     assert QUANT_QMAX[torch.float8_e4m3fn] == torch.finfo(torch.float8_e4m3fn).max
     assert DTYPES["bf16"] == torch.bfloat16

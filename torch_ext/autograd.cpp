@@ -39,7 +39,7 @@ using InPlaceFn = void(const Tensor&, const Tensor&, const Tensor&, double, doub
 using IntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                     const std::optional<Tensor>&, double, double, bool, bool);
 
-using QuantFn = std::tuple<Tensor, Tensor, Tensor, Tensor>(
+using QuantFn = std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>>(
     const Tensor&, const Tensor&, const Tensor&, double, c10::ScalarType, const std::optional<Tensor>&, int64_t,
     const std::optional<Tensor>&, bool, bool, double, bool, bool);
 using QuantIntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
@@ -190,7 +190,7 @@ void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, co
 
 // ----- quantized outputs: inference only -------------------------------------------------------------
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rmsnorm_quant_autograd(
+std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>> fused_add_rmsnorm_quant_autograd(
     c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
     c10::ScalarType quant_dtype, const std::optional<Tensor>& scale, int64_t group_size,
     const std::optional<Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,

@@ -472,8 +472,8 @@ std::pair<int64_t, int64_t> scales_geometry(const at::Tensor& t, int64_t groups)
     return {rows > 1 ? stride : 0, gs};
 }
 
+// The scales of a dynamic call (mode 2 or 3), laid out as jit_backend.alloc_scales lays them out.
 at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major) {
-    if (mode == 1) return at::empty({0}, x.options().dtype(c10::kFloat));
     const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
     if (mode == 3 && column_major) {
         int64_t n = 1;
@@ -519,7 +519,8 @@ void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Ten
     });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_quant(
+// Outputs a call does not ask for are None (std::nullopt): scales when static, y without return_y.
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> fused_add_rmsnorm_quant(
     const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
     const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
     bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl) {
@@ -531,9 +532,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_qua
     const auto contiguous = c10::MemoryFormat::Contiguous;
     at::Tensor q = at::empty(x.sizes(), x.options().dtype(quant_dtype).memory_format(contiguous));
     at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(contiguous));
-    at::Tensor y = at::empty(return_y ? x.sizes() : c10::IntArrayRef{0}, x.options().memory_format(contiguous));
-    at::Tensor scales = alloc_scales(x, mode, group_size, column_major_scales);
-    launch_quant(x, residual, weight, q, residual_out, return_y ? &y : nullptr, scale, mode == 1 ? nullptr : &scales,
+    std::optional<at::Tensor> y, scales;
+    if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
+    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales);
+    launch_quant(x, residual, weight, q, residual_out, y ? &*y : nullptr, scale, scales ? &*scales : nullptr,
                  scale_ub, mode, group_size, ue8m0_scales, eps, weight_offset, pdl);
     return {q, residual_out, scales, y};
 }
