@@ -256,6 +256,23 @@ def test_quant_targets_bulk_and_cpu():
     assert "plain in-place op (fused_add_rmsnorm_) 10.00 µs (1.25×) | **missed** |" in t
 
 
+def test_quant_cpu_target_is_a_ratio_within_rounds():
+    """The CPU-cost target takes the ratio round by round (the implementations were timed interleaved),
+    then its median: here a host slowdown in round 2 lifts both, and the quantized op's one slow round
+    does not decide the target as the ratio of medians (1.4x) would."""
+    from addrmsnorm.bench import quant
+
+    plain = dict(section="quant_cpu", mode="", impl=quant.PLAIN_OP, N=1, H=4096, us_median=10.0,
+                 us_rounds=[10.0, 20.0, 10.0])
+    mine = dict(section="quant_cpu", mode="", impl="quant op into outputs, static fp8", N=1, H=4096,
+                us_median=14.0, us_rounds=[11.0, 21.0, 14.0])
+    assert quant.cpu_ratio(mine, plain) == 1.1
+    t = quant.targets([plain, mine])
+    assert "(1.10×, the median of per-round ratios) | met |" in t
+    # rounds of unequal length (rows from two runs): the ratio of the medians
+    assert quant.cpu_ratio(dict(mine, us_rounds=[14.0]), plain) == 1.4
+
+
 def test_ratio_to_the_fastest_peer():
     from addrmsnorm.bench import writers
 

@@ -19,12 +19,14 @@ and 1 x 8192, CHAIN dependent calls (each call's h is the next call's residual) 
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 import addrmsnorm
 from addrmsnorm.reference import QUANT_QMAX, fused_add_rmsnorm_ref, quantize_ref
 
-from .timing import sets_for_cold_l2, time_eager_cpu, time_graph
+from .timing import sets_for_cold_l2, time_eager_cpu_rounds, time_graph
 
 def _standard_shapes():
     """The bulk shape at every H of the report's standard grid that the quantized kernels take (a
@@ -319,14 +321,28 @@ def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
             lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, EPS, out=q, scale=scale),
     }
     rows = []
+    working = {}
     for name, call in calls.items():
         base = dict(section="quant_cpu", mode="", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
         try:
-            us = time_eager_cpu(call)
-            rows.append(dict(base, us_median=us, us_min=us, us_max=us))
+            call()
+            working[name] = call
         except Exception as e:  # noqa: BLE001
             rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
+    # Interleaved rounds, so that each target is a ratio taken within a round (cpu_ratio).
+    for name, us in time_eager_cpu_rounds(working).items():
+        rows.append(dict(section="quant_cpu", mode="", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16",
+                         us_median=statistics.median(us), us_min=min(us), us_max=max(us), us_rounds=us))
     return rows
+
+
+def cpu_ratio(row: dict, plain: dict) -> float:
+    """The median over rounds of row's µs per call over plain's in the same round (time_eager_cpu_rounds),
+    or the ratio of their medians where the rows carry no rounds."""
+    a, b = row.get("us_rounds"), plain.get("us_rounds")
+    if a and b and len(a) == len(b):
+        return statistics.median(x / y for x, y in zip(a, b))
+    return row["us_median"] / plain["us_median"]
 
 
 def _mark(ok: bool) -> str:
@@ -362,18 +378,20 @@ def targets(rows: list[dict]) -> str:
         met, total = met + ok, total + 1
         t.append(f"| decode chain ≤ {DECODE_MAX_FI_PDL}× FlashInfer (PDL) | static fp8 | {N} × {H} | {mine:.2f} µs | "
                  f"FlashInfer (PDL) {fi:.2f} µs ({mine / fi:.2f}×) | {_mark(ok)} |")
-    cpu = {r["impl"]: r.get("us_median") for r in rows if r["section"] == "quant_cpu"}
-    for name, v in cpu.items():
+    cpu = {r["impl"]: r for r in rows if r["section"] == "quant_cpu" and r.get("us_median")}
+    for name, row in cpu.items():
         # the operators that write into given outputs against the plain in-place operator; the one that
         # allocates its outputs against the plain one that allocates
         against = PLAIN_FUNCTIONAL_OP if "allocating" in name else PLAIN_OP
         plain = cpu.get(against)
-        if not plain or not v or not name.startswith("quant op"):
+        if plain is None or not name.startswith("quant op"):
             continue
-        ok = v <= CPU_MAX_RATIO * plain
+        ratio = cpu_ratio(row, plain)
+        how = ", the median of per-round ratios" if row.get("us_rounds") and plain.get("us_rounds") else ""
+        ok = ratio <= CPU_MAX_RATIO
         met, total = met + ok, total + 1
-        t.append(f"| eager CPU cost ≤ {CPU_MAX_RATIO}× the plain op | {name} | 1 × 4096 | {v:.2f} µs | "
-                 f"{against} {plain:.2f} µs ({v / plain:.2f}×) | {_mark(ok)} |")
+        t.append(f"| eager CPU cost ≤ {CPU_MAX_RATIO}× the plain op | {name} | 1 × 4096 | {row['us_median']:.2f} µs | "
+                 f"{against} {plain['us_median']:.2f} µs ({ratio:.2f}×{how}) | {_mark(ok)} |")
     if total == 0:
         return ""
     return "\n".join([f"Targets (issue 14): met at {met} of {total}.", "", *t])
@@ -409,8 +427,10 @@ def table(rows: list[dict]) -> str:
             out.append(f"| {N} × {H} | " + " | ".join(cells) + " |")
     cpu = [r for r in rows if r["section"] == "quant_cpu"]
     if cpu:
-        out += ["", "| eager CPU cost at 1 × 4096 bf16 (1,000 calls, one synchronize) | µs per call |", "|---|---|"]
-        out += [f"| {r['impl']} | {r.get('note') or format(r['us_median'], '.2f')} |" for r in cpu]
+        out += ["", "| eager CPU cost at 1 × 4096 bf16 (1,000 calls, one synchronize; 7 rounds, the "
+                "implementations interleaved) | µs per call, median of rounds | min | max |", "|---|---|---|---|"]
+        out += [f"| {r['impl']} | " + (r.get("note") or f"{r['us_median']:.2f} | {r['us_min']:.2f} | {r['us_max']:.2f}")
+                + " |" for r in cpu]
     tg = targets(rows)
     if tg:
         out += ["", tg]

@@ -75,6 +75,26 @@ def time_graph(call, n_calls: int, replays: int = REPLAYS, min_calls: int = MIN_
     return Timing(statistics.median(times), min(times), max(times))
 
 
+def time_eager_cpu_rounds(calls: dict, n: int = 1000, rounds: int = 7) -> dict:
+    """Wall µs per call of each of ``calls`` (name -> callable), round by round: each round times n
+    eager calls of every callable in turn, with one synchronize after each. A host that speeds up or
+    slows down during the run then weighs on every callable of a round alike, and a ratio between two
+    callables can be taken per round. Returns name -> the list of per-round figures."""
+    for call in calls.values():
+        for _ in range(50):
+            call()
+    torch.cuda.synchronize()
+    out = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            torch.cuda.synchronize()
+            out[name].append((time.perf_counter() - t0) * 1e6 / n)
+    return out
+
+
 def time_eager_cpu(call, n: int = 1000) -> float:
     """Wall µs per call of n eager calls with one synchronize at the end (best of 3 rounds)."""
     for _ in range(50):
