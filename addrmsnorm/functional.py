@@ -191,46 +191,68 @@ def fused_add_rmsnorm_quant(
     Returns ``(q, residual_out, scales)``, or ``(q, residual_out, scales, y)`` with ``return_y`` (y in
     x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.
     """
-    gs = _quant_mode_args(scale, group_size)
-    for name, flag in (("column_major_scales", column_major_scales), ("ue8m0_scales", ue8m0_scales),
-                       ("return_y", return_y), ("pdl", pdl)):
-        if type(flag) is not bool:
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    _check_types(x, residual, weight, eps, weight_offset, pdl)
-    if not isinstance(quant_dtype, torch.dtype):
-        raise TypeError(f"quant_dtype must be a torch.dtype, got {type(quant_dtype).__name__}")
-    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor (1-element float32, on x's device), got "
-                            f"{type(t).__name__}")
-    if isinstance(out, torch.Tensor) and out.dtype != quant_dtype:
-        raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
+    gs = _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
+                            ue8m0_scales, weight_offset, return_y, pdl)
     if out is None and residual_out is None and scales_out is None:
         q, h, scales, y = ops.fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
                                                       column_major_scales, ue8m0_scales, weight_offset, return_y,
                                                       pdl)
     else:
-        from .jit_backend import alloc_scales  # the one layout rule for allocated scales
-        from .validation import quant_mode
-        for name, t in (("out", out), ("residual_out", residual_out), ("scales_out", scales_out)):
-            if t is not None and not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if scales_out is not None and scale is not None:
-            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
-        if column_major_scales and scales_out is not None:
-            raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
-                             "layout (pass one or the other)")
-        mode = quant_mode(scale, gs)
-        q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
-        h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
-        scales = scales_out if scales_out is not None else \
-            alloc_scales(x.shape, gs, mode, column_major_scales, x.device) if mode != "static" else None
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
-        ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub,
-                                         ue8m0_scales, weight_offset, pdl)
+        q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
+                                      ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl)
     if scale is not None:
         scales = scale
     return (q, h, scales, y) if return_y else (q, h, scales)
+
+
+def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
+                       ue8m0_scales, weight_offset, return_y, pdl) -> int:
+    """The Python types of a quantized call's arguments (as _check_types); returns the schema's
+    group_size (0 for none). One expression for the common call, which runs on every eager call."""
+    gs = _quant_mode_args(scale, group_size)
+    if not (type(column_major_scales) is bool and type(ue8m0_scales) is bool and type(return_y) is bool
+            and type(pdl) is bool):
+        for name, flag in (("column_major_scales", column_major_scales), ("ue8m0_scales", ue8m0_scales),
+                           ("return_y", return_y), ("pdl", pdl)):
+            if type(flag) is not bool:
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    _check_types(x, residual, weight, eps, weight_offset, pdl)
+    if not isinstance(quant_dtype, torch.dtype):
+        raise TypeError(f"quant_dtype must be a torch.dtype, got {type(quant_dtype).__name__}")
+    if not ((scale is None or isinstance(scale, _Tensor)) and (scale_ub is None or isinstance(scale_ub, _Tensor))):
+        for name, t in (("scale", scale), ("scale_ub", scale_ub)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor (1-element float32, on x's device), got "
+                                f"{type(t).__name__}")
+    return gs
+
+
+def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
+                weight_offset, out, residual_out, scales_out, return_y, pdl):
+    """A quantized call with caller-given outputs: allocates the missing ones (scales as the operator
+    lays them out), then calls the operator that writes into them. Returns (q, h, scales, y)."""
+    if isinstance(out, _Tensor) and out.dtype != quant_dtype:
+        raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
+    if not ((out is None or isinstance(out, _Tensor)) and (residual_out is None or isinstance(residual_out, _Tensor))
+            and (scales_out is None or isinstance(scales_out, _Tensor))):
+        for name, t in (("out", out), ("residual_out", residual_out), ("scales_out", scales_out)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if scales_out is not None and scale is not None:
+        raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+    if column_major_scales and scales_out is not None:
+        raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
+                         "layout (pass one or the other)")
+    q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
+    h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
+    if scales_out is not None or scale is not None:
+        scales = scales_out
+    else:
+        scales = v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
+    ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
+                                     weight_offset, pdl)
+    return q, h, scales, y
 
 
 def fused_add_rmsnorm_quant_(
@@ -259,8 +281,8 @@ def fused_add_rmsnorm_quant_(
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if quant_dtype is not None and quant_dtype != out.dtype:
         raise TypeError(f"quant_dtype is {quant_dtype} but out has dtype {out.dtype}; they must agree")
-    q, h, scales = fused_add_rmsnorm_quant(
-        x, residual, weight, eps, quant_dtype=out.dtype, scale=scale, group_size=group_size, scale_ub=scale_ub,
-        column_major_scales=column_major_scales, ue8m0_scales=ue8m0_scales, weight_offset=weight_offset,
-        out=out, residual_out=residual, scales_out=scales_out, pdl=pdl)
-    return q, h, scales
+    gs = _check_quant_types(x, residual, weight, eps, out.dtype, scale, group_size, scale_ub, column_major_scales,
+                            ue8m0_scales, weight_offset, False, pdl)
+    q, h, scales, _ = _quant_into(x, residual, weight, eps, out.dtype, scale, gs, scale_ub, column_major_scales,
+                                  ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl)
+    return q, h, scale if scale is not None else scales

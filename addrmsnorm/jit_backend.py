@@ -110,24 +110,6 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
 
 # ----- quantized outputs --------------------------------------------------------------------------
 
-TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
-
-
-def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> torch.Tensor:
-    """The scales a dynamic quantized call returns: [rows] (per token), or [rows, groups] row-major, or
-    column-major with the column stride rounded up to a multiple of 4 rows (the TMA-aligned layout
-    DeepGEMM and FlashInfer's block quant consume)."""
-    want = v.quant_scales_shape(shape, group_size)
-    if mode == "group" and column_major:
-        n = 1
-        for d in shape[:-1]:
-            n *= d
-        groups = shape[-1] // group_size
-        n_pad = -(-n // TMA_ROW_MULTIPLE) * TMA_ROW_MULTIPLE
-        return torch.empty((groups, n_pad), dtype=torch.float32, device=device).t()[:n].view(want)
-    return torch.empty(want, dtype=torch.float32, device=device)
-
-
 def _check_quant_arch(device: torch.device, quant_dtype) -> None:
     """float8 is a type of sm_89 and newer (configs.quant_built_for); the C runtime says the same."""
     if device.type != "cuda" or quant_dtype != torch.float8_e4m3fn:
@@ -168,7 +150,7 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
     mode = v.quant_mode(scale, group_size)
-    scales = None if mode == "static" else alloc_scales(shape, group_size, mode, column_major_scales, device)
+    scales = None if mode == "static" else v.alloc_scales(shape, group_size, mode, column_major_scales, device)
     call.out = v.as_rows("out", q, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
     call.y = v.as_rows("y", y, shape) if return_y else None

@@ -226,6 +226,24 @@ class QuantCall(ForwardCall):
     __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size")
 
 
+TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
+
+
+def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> torch.Tensor:
+    """The scales a dynamic quantized call returns: [rows] (per token), or [rows, groups] row-major, or
+    column-major with the column stride rounded up to a multiple of 4 rows (the TMA-aligned layout
+    DeepGEMM and FlashInfer's block quant consume)."""
+    want = quant_scales_shape(shape, group_size)
+    if mode == "group" and column_major:
+        n = 1
+        for d in shape[:-1]:
+            n *= d
+        groups = shape[-1] // group_size
+        n_pad = -(-n // TMA_ROW_MULTIPLE) * TMA_ROW_MULTIPLE
+        return torch.empty((groups, n_pad), dtype=torch.float32, device=device).t()[:n].view(want)
+    return torch.empty(want, dtype=torch.float32, device=device)
+
+
 def quant_mode(scale, group_size) -> str:
     """"static", "token" or "group", from which arguments are given (configs.quant_kernel_mode's rule)."""
     return QUANT_MODE_NAMES[configs.quant_kernel_mode(scale is not None, group_size)]

@@ -356,9 +356,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
 
 // ----- quantized outputs ---------------------------------------------------------------------------
 // validation.check_quant_meta's rules in its order and words; the C ABI then checks alignment and
-// overlap. Scales are laid out as jit_backend.alloc_scales lays them out.
+// overlap. Scales are laid out as validation.alloc_scales lays them out.
 
-constexpr int64_t kTmaRowMultiple = 4;  // jit_backend.TMA_ROW_MULTIPLE
+constexpr int64_t kTmaRowMultiple = 4;  // validation.TMA_ROW_MULTIPLE
 
 addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t) {
     if (t == c10::kChar) return ADDRMSNORM_QUANT_INT8;
@@ -472,7 +472,7 @@ std::pair<int64_t, int64_t> scales_geometry(const at::Tensor& t, int64_t groups)
     return {rows > 1 ? stride : 0, gs};
 }
 
-// The scales of a dynamic call (mode 2 or 3), laid out as jit_backend.alloc_scales lays them out.
+// The scales of a dynamic call (mode 2 or 3), laid out as validation.alloc_scales lays them out.
 at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major) {
     const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
     if (mode == 3 && column_major) {

@@ -317,6 +317,8 @@ def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
             lambda: ops.fused_add_rmsnorm_quant_into.default(x, r, w, q, r, s, None, EPS),
         "quant op allocating, static fp8 (fused_add_rmsnorm_quant)":
             lambda: ops.fused_add_rmsnorm_quant.default(x, r, w, EPS, fp8, scale),
+        "Python API addrmsnorm.fused_add_rmsnorm_ (plain, in place)":
+            lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, EPS),
         "Python API addrmsnorm.fused_add_rmsnorm_quant_, static fp8":
             lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, EPS, out=q, scale=scale),
     }
