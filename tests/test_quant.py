@@ -252,6 +252,40 @@ def test_bad_calls_are_refused_by_name_and_change_nothing(case, exc, words):
         assert torch.equal(bits(kw[k]), bits(t)), f"{k} was written"
 
 
+@pytest.mark.parametrize("api", ["functional", "vllm"])
+@pytest.mark.parametrize("kw, words", [
+    (dict(column_major_scales=1), "column_major_scales must be a bool, got int"),
+    (dict(ue8m0_scales=None), "ue8m0_scales must be a bool, got NoneType"),
+    (dict(pdl=1), "pdl must be a bool, got int"),
+    (dict(scale_ub=0.5), "scale_ub must be a torch.Tensor"),
+    (dict(scale=1), "scale must be a torch.Tensor"),
+    (dict(scales_out=[0.0] * 4), "scales_out must be a torch.Tensor, got list"),
+    (dict(eps=True), "eps must be a real number, got bool"),
+])
+def test_python_types_are_refused_by_name_in_both_apis(api, kw, words):
+    """The Python API's type checks (one expression for the common call, then a named error), in the
+    functional form with caller-given outputs and in vLLM's in-place form: each names its argument and
+    writes nothing."""
+    x, r, w = _fresh()
+    before = [t.clone() for t in (x, r)]
+    out = torch.zeros(4, 256, dtype=torch.int8, device=DEVICE)
+    kw = dict(kw)  # the parametrized dict is shared by both APIs' runs
+    eps = kw.pop("eps", 1e-6)
+    with pytest.raises(TypeError, match=words):
+        if api == "functional":
+            addrmsnorm.fused_add_rmsnorm_quant(x, r, w, eps, quant_dtype=torch.int8, out=out, **kw)
+        else:
+            addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, eps, out=out, **kw)
+    assert torch.equal(x, before[0]) and torch.equal(r, before[1])
+    assert not out.any()
+
+
+def test_return_y_must_be_a_bool():
+    x, r, w = _fresh()
+    with pytest.raises(TypeError, match="return_y must be a bool, got str"):
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8, return_y="yes")
+
+
 def test_shape_rules():
     x, r, w = make_inputs(4, 200, ("bf16", "bf16", "bf16"), DEVICE, seed=8)
     with pytest.raises(ValueError, match="H=200 is not a multiple of 16"):
