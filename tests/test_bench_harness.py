@@ -307,3 +307,20 @@ def test_quack_is_wired_through_rmsnorm_fwd_with_its_residual(monkeypatch):
     assert impl.available and not impl.in_place and not impl.ours
     assert impl.fn("x", "r", "w", 1e-5) == ("y", "h")
     assert calls == [("x", "w", "r", 1e-5)]
+
+
+def test_eager_cpu_rounds_interleave_the_calls(monkeypatch):
+    """time_eager_cpu_rounds times every callable once per round, in turn (so that a change in the
+    host's speed weighs on all of a round alike), n calls at a time; time_eager_cpu is its best of 3."""
+    from addrmsnorm.bench import timing
+
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
+    order = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    out = timing.time_eager_cpu_rounds(calls, n=2, rounds=3)
+    assert set(out) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in out.values())
+    timed = order[2 * 50:]  # after 50 warm-up calls of each
+    assert timed == ["a", "a", "b", "b"] * 3
+    seen = []
+    assert timing.time_eager_cpu(lambda: seen.append(1), n=4) > 0
+    assert len(seen) == 50 + 3 * 4

@@ -322,19 +322,19 @@ def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
         "Python API addrmsnorm.fused_add_rmsnorm_quant_, static fp8":
             lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, EPS, out=q, scale=scale),
     }
+    base = dict(section="quant_cpu", mode="", N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
     rows = []
     working = {}
     for name, call in calls.items():
-        base = dict(section="quant_cpu", mode="", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
         try:
             call()
             working[name] = call
         except Exception as e:  # noqa: BLE001
-            rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
+            rows.append(dict(base, impl=name, note=f"failed: {type(e).__name__}: {str(e)[:80]}"))
     # Interleaved rounds, so that each target is a ratio taken within a round (cpu_ratio).
     for name, us in time_eager_cpu_rounds(working).items():
-        rows.append(dict(section="quant_cpu", mode="", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16",
-                         us_median=statistics.median(us), us_min=min(us), us_max=max(us), us_rounds=us))
+        rows.append(dict(base, impl=name, us_median=statistics.median(us), us_min=min(us), us_max=max(us),
+                         us_rounds=us))
     return rows
 
 

@@ -97,17 +97,7 @@ def time_eager_cpu_rounds(calls: dict, n: int = 1000, rounds: int = 7) -> dict:
 
 def time_eager_cpu(call, n: int = 1000) -> float:
     """Wall µs per call of n eager calls with one synchronize at the end (best of 3 rounds)."""
-    for _ in range(50):
-        call()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            call()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) * 1e6 / n)
-    return best
+    return min(time_eager_cpu_rounds({"call": call}, n, rounds=3)["call"])
 
 
 @triton.jit
