@@ -245,10 +245,8 @@ def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, colu
                          "layout (pass one or the other)")
     q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
-    if scales_out is not None or scale is not None:
-        scales = scales_out
-    else:
-        scales = v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device)
+    scales = (scales_out if scales_out is not None
+              else v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device))
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
     ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
                                      weight_offset, pdl)

@@ -150,7 +150,7 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
     mode = v.quant_mode(scale, group_size)
-    scales = None if mode == "static" else v.alloc_scales(shape, group_size, mode, column_major_scales, device)
+    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
     call.out = v.as_rows("out", q, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
     call.y = v.as_rows("y", y, shape) if return_y else None

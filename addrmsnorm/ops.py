@@ -122,7 +122,7 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
                                                 ue8m0=ue8m0_scales, column_major=column_major_scales)
     v.check_same_shape(shape, {"residual": residual})
     y = x.new_empty(shape) if return_y else None
-    scales = None if mode == "static" else v.alloc_scales(shape, group_size, mode, column_major_scales, device)
+    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
     return (x.new_empty(shape, dtype=quant_dtype), torch.empty_like(residual, memory_format=torch.contiguous_format),
             scales, y)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+from typing import Optional
 
 import torch
 
@@ -229,10 +230,12 @@ class QuantCall(ForwardCall):
 TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
 
 
-def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> torch.Tensor:
-    """The scales a dynamic quantized call returns: [rows] (per token), or [rows, groups] row-major, or
-    column-major with the column stride rounded up to a multiple of 4 rows (the TMA-aligned layout
-    DeepGEMM and FlashInfer's block quant consume)."""
+def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> Optional[torch.Tensor]:
+    """The scales a quantized call returns: None for a static call (its scale is the caller's), [rows] per
+    token, [rows, groups] row-major per group, or column-major with the column stride rounded up to a
+    multiple of 4 rows (the TMA-aligned layout DeepGEMM and FlashInfer's block quant consume)."""
+    if mode == "static":
+        return None
     want = quant_scales_shape(shape, group_size)
     if mode == "group" and column_major:
         n = 1
