@@ -42,13 +42,17 @@ class ForwardRule:
     """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width,
     or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
     beyond their first, so they always run ALIGN = 1). With ``quant_only`` it serves the quantized
-    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``); the plain forward skips it."""
+    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``); the plain forward skips it. With
+    ``vector_typed_only`` it serves only plain calls that take 16-byte accesses (ALIGN is the
+    vector), with the weight of x's dtype and the contract's numerics: the calls whose kernels at
+    its config hold the row without spilling (select_forward_config's ``vector_typed``)."""
 
     act_bytes: int         # widest of x and residual, in bytes per element (2 or 4)
     h_max: int | None
     config: ForwardConfig
     odd_h_only: bool = False
     quant_only: bool = False
+    vector_typed_only: bool = False
 
 
 def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> ForwardConfig:
@@ -175,6 +179,17 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # (results/nvidia-h200-2026-12-01-s8/).
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
             {"quant_only": True})] if act_bytes == 2 else []),
+        # The plain forward at 16384 < H <= 32768, for calls with 16-byte rows, the weight of x's dtype
+        # and the contract's numerics: one pass of 16 warps holding the row (112-122 registers, no
+        # stack on sm_90), against the looped row below. tune.py bulk, in place / into given outputs:
+        # 2048 x 32768 bf16 91.1 / 92.2% -> 93.7 / 96.8%, fp16 91.5 / 92.5% -> 93.3 / 95.3%, 2730 x
+        # 24576 bf16 78.8 / 83.1% -> 96.3 / 92.7% (results/nvidia-h200-2026-12-01-s11/, call F). The
+        # other calls stay looped: with an fp32 weight, the int16-bits weight or ALIGN 1 this config's
+        # kernels spill 16-296 bytes and lose (1024 x 32768 bf16 with an fp32 weight 83.8 -> 75.0%;
+        # 2048 x 32767 in place 54.9 -> 48.5%; call G), and building them would take 1.4 MiB of the
+        # 30 MiB per arch (offline-size32768.txt). This row adds two kernels per arch.
+        *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 16), {"vector_typed_only": True})]
+          if act_bytes == 2 else []),
         # The quantized forward's looped path does not keep h in L2 up to 65536: 4096 x 65536 bf16
         # without / with the hint, static fp8 93.5 / 86.2%, per-token fp8 65.5 / 66.4%, per-token
         # int8 63.2 / 63.6%, per-group 128 fp8 70.1 / 65.8% (results/nvidia-h200-2026-12-01-s8/);
@@ -493,23 +508,37 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: in
     return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
 
 
-def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False) -> ForwardConfig:
+def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False,
+                          vector_typed: bool = False) -> ForwardConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H (for
     the quantized forward with ``quant``, which alone takes the ``quant_only`` rows).
 
-    The weight's dtype does not change the choice: it is read once per column and stays in cache.
+    ``vector_typed``: the call takes 16-byte accesses (its ALIGN is the vector), its weight has x's
+    dtype and its numerics are the contract's (``is_vector_typed``); only such calls take the
+    ``vector_typed_only`` rows. Otherwise the weight's dtype does not change the choice: it is read
+    once per column and stays in cache. The row count never enters.
     """
-    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize, quant)
+    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize, quant, vector_typed)
 
 
-def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False) -> ForwardConfig:
+def is_vector_typed(align: int, x_itemsize: int, residual_itemsize: int, weight_is_x_dtype: bool,
+                    numerics: int) -> bool:
+    """select_forward_config's ``vector_typed`` for a plain call: ALIGN (align_elems) is the full
+    vector, the weight has x's dtype, and the numerics are the contract's. The C++ runtime's
+    forward.cpp has the same rule."""
+    return align == vector_elems(x_itemsize, residual_itemsize) and weight_is_x_dtype and numerics == CONTRACT
+
+
+def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False,
+            vector_typed: bool = False) -> ForwardConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
     if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
-        if (rule.odd_h_only and H % 2 == 0) or (rule.quant_only and not quant):
+        if ((rule.odd_h_only and H % 2 == 0) or (rule.quant_only and not quant)
+                or (rule.vector_typed_only and (quant or not vector_typed))):
             continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config

@@ -79,7 +79,9 @@ def launch_forward(
     strides = (stride_x, stride_residual, stride_out, stride_residual_out)
     w_arg, w16 = _forward_weight(x, weight)
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
-    cfg = config or select_forward_config(H, xs, rs)
+    numerics = configs.numerics_mode(hf, weight_offset, xs)
+    vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
+    cfg = config or select_forward_config(H, xs, rs, vector_typed=vector_typed)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     cap = configs.max_registers("fwd", cfg, _arch(x.device)) if max_registers is None else max_registers
@@ -98,7 +100,7 @@ def launch_forward(
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
             ALIGN=align,
-            HF_NUMERICS=configs.numerics_mode(hf, weight_offset, xs),
+            HF_NUMERICS=numerics,
             PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first,
             REREAD=cfg.reread,

@@ -53,6 +53,7 @@ import triton
 from addrmsnorm.bench.baseline import one_row_
 from addrmsnorm.bench.byte_model import forward_bytes
 from addrmsnorm.bench.timing import measure_roofline, sets_for_cold_l2, time_graph
+from addrmsnorm import configs
 from addrmsnorm.configs import ForwardConfig, select_forward_config
 from addrmsnorm.launcher import launch_forward
 from addrmsnorm.reference import TOLERANCES, assert_close, fused_add_rmsnorm_ref, quantize_ref
@@ -68,6 +69,15 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
     launch_forward(x, r, w, o, ro, None, n_rows=x.numel() // H, H=H, stride_x=H, stride_residual=H,
                    stride_out=H, stride_residual_out=H, eps=1e-6, weight_offset=0.0, pdl=pdl, config=cfg,
                    max_registers=cap)
+
+
+def _table_config(H: int, x_itemsize: int, residual_itemsize: int, weight_is_x_dtype: bool = True) -> ForwardConfig:
+    """The table's config for a sweep's call: fresh contiguous buffers (16-byte aligned), rows of H,
+    the contract's numerics, so ALIGN is the vector when H is a multiple of it (configs.align_elems)."""
+    align = configs.vector_elems(x_itemsize, residual_itemsize)
+    vt = configs.is_vector_typed(align if H % align == 0 else 1, x_itemsize, residual_itemsize, weight_is_x_dtype,
+                                 configs.CONTRACT)
+    return select_forward_config(H, x_itemsize, residual_itemsize, vector_typed=vt)
 
 
 def _tag(cfg: ForwardConfig) -> str:
@@ -109,7 +119,7 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
             for _ in range(sets_for_cold_l2(nbytes))]
     outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets] if out_of_place else [None] * len(sets)
     w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
-    chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
+    chosen = _table_config(H, xd.itemsize, rd.itemsize)
     results = []
     base = [chosen] if only_extra else candidates(H, chosen)
     for cfg in base + [c for c in extra if c not in base]:
@@ -162,7 +172,7 @@ def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3, extra=(
                      torch.randn(N, H, device="cuda", generator=gen).to(rd)) for _ in range(n_sets)]
             outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
-            chosen = select_forward_config(H, xd.itemsize, rd.itemsize)
+            chosen = _table_config(H, xd.itemsize, rd.itemsize)
             variants = []
             for cfg, cap in [(c, cap) for c in [chosen] + [c for c in extra if c != chosen and _fits(c, H)]
                              for cap in cap_values]:
@@ -349,7 +359,7 @@ def decode(out, chain=64, extra=()):
             x = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
             r = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
-            chosen = select_forward_config(H, 2, 2)
+            chosen = _table_config(H, 2, 2)
             kernels = [("one-row Triton baseline", lambda: one_row_(x, r, w, 1e-6))]
             for pdl in (False, True):  # the table's own config, whatever its flags
                 kernels.append((f"addrmsnorm table: {_tag(chosen)}" + (" PDL" if pdl else ""),
@@ -387,8 +397,8 @@ def weight_variants(hs, dtypes, roof, out, chain=64):
                      torch.randn(N, H, device="cuda", generator=gen).to(rd))
                     for _ in range(sets_for_cold_l2(nbytes))]
             w32 = 1 + 0.1 * torch.randn(H, device="cuda", generator=gen)
-            cfg = select_forward_config(H, xd.itemsize, rd.itemsize)
             for wd in variants(xd):
+                cfg = _table_config(H, xd.itemsize, rd.itemsize, wd == xd)
                 w = w32.to(wd)
                 x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
                 ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
@@ -405,7 +415,7 @@ def weight_variants(hs, dtypes, roof, out, chain=64):
         for N in (1, 8):
             x = torch.randn(N, H, device="cuda").to(torch.bfloat16)
             r = torch.randn(N, H, device="cuda").to(torch.bfloat16)
-            cfg = select_forward_config(H, 2, 2)
+            cfg = _table_config(H, 2, 2)
             for wd in variants(torch.bfloat16):
                 w = torch.ones(H, device="cuda", dtype=wd)
 
@@ -434,7 +444,7 @@ def once(shape, dtype):
     x = torch.randn(N, H, device="cuda").to(DT[xd])
     r = torch.randn(N, H, device="cuda").to(DT[rd or xd])
     w = torch.ones(H, device="cuda", dtype=DT[xd])
-    cfg = select_forward_config(H, x.element_size(), r.element_size())
+    cfg = _table_config(H, x.element_size(), r.element_size())
     for _ in range(4):
         _launch(x, r, w, cfg)
     torch.cuda.synchronize()

@@ -55,18 +55,19 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     if (rows == 1) {  // a single row has no stride; 0 keeps the alignment promise trivially true
         stride_x = stride_residual = stride_out = stride_residual_out = 0;
     }
-    const int config = select_forward_config(hidden, dtype_size(x_dtype), dtype_size(residual_dtype), false);
-    if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     // configs.align_elems, generated (as on the JIT path, so that both run the same specialization):
     // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
     const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
     const bool pointers_aligned =
         aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
     const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
-    const int align_class =
-        forward_align_class(pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out,
-                            dtype_size(x_dtype), dtype_size(residual_dtype), ends_only);
-    const int numerics = numerics_mode(hf, weight_offset, dtype_size(x_dtype));
+    const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
+    const int align_class = forward_align_class(
+        pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out, xs, rs, ends_only);
+    const int numerics = numerics_mode(hf, weight_offset, xs);
+    const bool vector_typed = is_vector_typed(align_class, xs, rs, weight_dtype == x_dtype, numerics);
+    const int config = select_forward_config(hidden, xs, rs, false, vector_typed);
+    if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
     st = get_built_kernel(*d, variant, "kernel", &k);
@@ -154,7 +155,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     if (d == nullptr) return st;
     if (rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
     const int xs = dtype_size(x_dtype);
-    const int config = select_forward_config(hidden, xs, xs, true);
+    const int config = select_forward_config(hidden, xs, xs, true, false);
     const addrmsnorm_quant& qd = *quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
     const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);

@@ -77,9 +77,10 @@ inline int backward_variant_index(int config, int x, int residual, bool aligned)
 inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == ADDRMSNORM_FLOAT32 ? 1 : 2; }
 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant` for the
-// quantized forward, which alone takes configs.FORWARD_TABLE's quant_only rows. Batch invariance
-// rests on it never seeing the row count.
-int select_forward_config(long long H, int x_itemsize, int residual_itemsize, bool quant);
+// quantized forward, which alone takes configs.FORWARD_TABLE's quant_only rows; `vector_typed`
+// (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows. Batch
+// invariance rests on it never seeing the row count.
+int select_forward_config(long long H, int x_itemsize, int residual_itemsize, bool quant, bool vector_typed);
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether
@@ -105,6 +106,15 @@ extern const bool kBackwardRowMeans[];
 inline int numerics_mode(bool hf, float weight_offset, int x_itemsize) {
     if (!hf) return 0;
     return (weight_offset != 0.0f && x_itemsize == 2) ? 2 : 1;
+}
+
+// configs.is_vector_typed: select_forward_config's vector_typed for a plain call. ALIGN (1 << the
+// forward's align class) is the full 16-byte vector, the weight has x's dtype, and the numerics are
+// the contract's (numerics_mode 0).
+inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsize, bool weight_is_x_dtype,
+                            int numerics) {
+    const int narrow = x_itemsize < residual_itemsize ? x_itemsize : residual_itemsize;
+    return (1 << align_class) * narrow == kAlignmentBytes && weight_is_x_dtype && numerics == 0;
 }
 
 inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {

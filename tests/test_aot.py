@@ -22,7 +22,8 @@ DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
 # carries at most 30 MiB of cubins per arch; issue 14 added 132 quantized-output kernels, one per
 # mode: 719 per arch; issue 15 the odd-H re-read rule, ALIGN 1 only: 729; the quantized single pass at
 # 32768: 741; the wide 16-bit backward: 745; the quantized looped path without the h-kept hint up to
-# 65536: 757). A new variant must fit in it.
+# 65536: 757; the plain single pass at 32768 for vector-typed calls, one kernel per 16-bit pair: 759).
+# A new variant must fit in it.
 MAX_KERNELS_PER_ARCH = 760
 
 
@@ -128,7 +129,8 @@ quant = {s.config for s in specs if s.kind == "qfwd"}
 quant_reached = {cfgs.index(C.select_forward_config(H, 2, 2, quant=True)) for H in range(16, 262145, 16)}
 assert quant == quant_reached, (sorted(quant), sorted(quant_reached))
 plain = {s.config for s in specs if s.kind == "fwd" and s.x == s.residual and s.x in ("fp16", "bf16")}
-plain_reached = {cfgs.index(C.select_forward_config(H, 2, 2)) for H in range(1, 262145)}
+plain_reached = {cfgs.index(C.select_forward_config(H, 2, 2, vector_typed=vt)) for H in range(1, 262145)
+                 for vt in (False, True)}
 assert plain == plain_reached, (sorted(plain), sorted(plain_reached))
 assert any(r.quant_only and r.h_max < C.QUANT_SINGLE_PASS_MAX_H for r in C.FORWARD_TABLE)  # the case it covers
 print("ok")

@@ -33,9 +33,10 @@ def test_table_shape():
 
 
 def test_dispatch_never_sees_the_row_count():
-    """Batch invariance rests on this: the rule's inputs are H and the dtypes only."""
+    """Batch invariance rests on this: the rule's inputs are H, the dtypes and the call's kind (quantized;
+    vector accesses with the weight of x's dtype), never the row count."""
     params = list(inspect.signature(select_forward_config).parameters)
-    assert params == ["H", "x_itemsize", "residual_itemsize", "quant"]
+    assert params == ["H", "x_itemsize", "residual_itemsize", "quant", "vector_typed"]
 
 
 def test_fp32_residual_stream_uses_the_wide_rules():
@@ -113,6 +114,30 @@ def test_quantized_rows_up_to_32768_run_one_pass():
     for H in (32784, configs.QUANT_UNHINTED_LOOP_MAX_H):  # the same loop, without the hint that keeps h in L2
         q, p = select_forward_config(H, 2, 2, quant=True), select_forward_config(H, 2, 2)
         assert q.looped and p.keep_h and not q.keep_h and (q.block_h, q.num_warps) == (p.block_h, p.num_warps)
+
+
+def test_vector_typed_plain_rows_up_to_32768_run_one_pass():
+    """At 16384 < H <= 32768 the plain forward of 16-bit streams keeps the row in one pass of 16 warps
+    for vector-typed calls (16-byte accesses, the weight of x's dtype, the contract's numerics), whose
+    kernels do not spill; every other call there loops, the quantized forward keeps its own row, and
+    4-byte streams have no such rule."""
+    for H in (16400, 24576, 32768):
+        vt = select_forward_config(H, 2, 2, vector_typed=True)
+        assert not vt.looped and (vt.block_h, vt.num_warps) == (configs.QUANT_SINGLE_PASS_MAX_H, 16)
+        assert vt.evict_last and not vt.weight_first
+        assert select_forward_config(H, 2, 2).looped
+        assert select_forward_config(H, 2, 2, quant=True, vector_typed=True) == select_forward_config(H, 2, 2, quant=True)
+        assert select_forward_config(H, 4, 4, vector_typed=True).looped
+        assert select_forward_config(H, 2, 4, vector_typed=True).looped
+    for H in (16, 4096, 16384, 32769, 65536):
+        assert select_forward_config(H, 2, 2, vector_typed=True) == select_forward_config(H, 2, 2)
+    # The rule's input, as the launcher and forward.cpp compute it.
+    assert configs.is_vector_typed(8, 2, 2, True, configs.CONTRACT)
+    assert not configs.is_vector_typed(4, 2, 2, True, configs.CONTRACT)  # 8-byte accesses
+    assert not configs.is_vector_typed(1, 2, 2, True, configs.CONTRACT)  # odd H, a misaligned row
+    assert not configs.is_vector_typed(8, 2, 2, False, configs.CONTRACT)  # fp32 or the other 16-bit weight
+    assert not configs.is_vector_typed(8, 2, 2, True, configs.HF_LLAMA)
+    assert configs.is_vector_typed(4, 4, 4, True, configs.CONTRACT) and configs.is_vector_typed(4, 2, 4, True, 0)
 
 
 def test_the_plain_forward_alone_loads_the_weight_first_at_8192():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import addrmsnorm
+from addrmsnorm import configs
 from addrmsnorm.configs import SINGLE_PASS_MAX_H, select_forward_config
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
@@ -16,8 +17,9 @@ from helpers import DTYPE_COMBOS, bits, check_forward, combo_id, make_inputs
 
 pytestmark = needs_kernels
 
-LOOPED_H = SINGLE_PASS_MAX_H + 500  # the first H served by the looped two-pass path
-KEPT_H = SINGLE_PASS_MAX_H + 16  # the looped path, which keeps h in L2 between the passes
+LOOPED_H = SINGLE_PASS_MAX_H + 500  # the looped two-pass path (8-byte rows: no vector-typed single pass)
+KEPT_H = configs.QUANT_SINGLE_PASS_MAX_H + 16  # the looped path, which keeps h in L2 between the passes
+WIDE_H = 24576 if ON_GPU else SINGLE_PASS_MAX_H + 16  # vector-typed 16-bit calls: one pass up to 32768
 
 if ON_GPU:
     NS = [1, 19, 99, 989, 16384]
@@ -159,7 +161,57 @@ def test_the_looped_path_that_keeps_h_in_l2(mode, combo):
     check_forward(x0, r0, w0, y, ro, None, 1e-6, 0.0, what=f"5x{KEPT_H} {mode}")
 
 
-@pytest.mark.parametrize("H", [111, 4096] + ([11111, 65536] if ON_GPU else [LOOPED_H]))
+@pytest.mark.parametrize("combo", [DTYPE_COMBOS[0], DTYPE_COMBOS[1], DTYPE_COMBOS[5]], ids=combo_id)
+@pytest.mark.parametrize("mode", ["out_of_place", "in_place"])
+def test_the_vector_typed_single_pass_beyond_16384(mode, combo):
+    """At 16384 < H <= 32768 a 16-bit call with 16-byte rows and the weight of x's dtype keeps the row
+    in one pass; with an fp32 weight (the last combo) the same rows loop. Both match the reference,
+    into given outputs and in place."""
+    x, r, w = make_inputs(5, WIDE_H, combo, DEVICE, seed=WIDE_H)
+    typed = w.dtype == x.dtype
+    cfg = select_forward_config(WIDE_H, 2, 2, vector_typed=configs.is_vector_typed(8, 2, 2, typed, configs.CONTRACT))
+    assert cfg.looped != typed and (typed or cfg.keep_h)
+    x0, r0, w0 = x.clone(), r.clone(), w.clone()
+    if mode == "in_place":
+        y, ro = addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6)
+        assert y is x and ro is r
+    else:
+        y, ro = addrmsnorm.fused_add_rmsnorm(x, r, w, 1e-6, out=torch.full_like(x, float("nan")),
+                                             residual_out=torch.full_like(r, float("nan")))
+    check_forward(x0, r0, w0, y, ro, None, 1e-6, 0.0, what=f"5x{WIDE_H} {mode}")
+
+
+def test_the_launcher_asks_for_the_vector_typed_rows_only_for_such_calls(monkeypatch):
+    """The JIT launcher's vector_typed (configs.is_vector_typed): 16-byte rows, the weight of x's dtype
+    and the contract's numerics, each needed; forward.cpp has the same rule (tests/cpp/host_test.cpp)."""
+    from addrmsnorm import launcher
+
+    seen = []
+    real = launcher.select_forward_config
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("vector_typed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(launcher, "select_forward_config", spy)
+    H = WIDE_H
+    x, r, w = make_inputs(2, H + 8, DTYPE_COMBOS[0], DEVICE, seed=1)
+    w32 = w.float()
+
+    def call(xv, rv, wv, hf=False):
+        out, ro = torch.empty_like(xv), torch.empty_like(rv)
+        launcher.launch_forward(xv, rv, wv, out, ro, None, n_rows=xv.shape[0], H=xv.shape[-1],
+                                stride_x=xv.stride(0), stride_residual=rv.stride(0), stride_out=H,
+                                stride_residual_out=H, eps=1e-6, weight_offset=0.0, hf=hf)
+
+    call(x[:, :H], r[:, :H], w[:H])                   # 16-byte rows (stride H + 8), typed weight: True
+    call(x[:, :H], r[:, :H], w32[:H])                 # an fp32 weight: False
+    call(x[:, :H], r[:, :H], w[:H], hf=True)          # HF numerics: False
+    call(x[:, 4:H + 4], r[:, 4:H + 4], w[4:H + 4])    # rows start 8 bytes off 16: False
+    assert seen == [True, False, False, False]
+
+
+@pytest.mark.parametrize("H", [111, 4096] + ([11111, 24576, 65536] if ON_GPU else [LOOPED_H]))
 @pytest.mark.parametrize("combo", [DTYPE_COMBOS[0], DTYPE_COMBOS[3]], ids=combo_id)
 def test_batch_invariance(H, combo):
     """A row's outputs are bitwise the same alone as among 989 rows, at any position."""

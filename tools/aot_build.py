@@ -101,6 +101,13 @@ def _odd_h_only(cfg, act_bytes: int) -> bool:
     return bool(rules) and all(r.odd_h_only for r in rules)
 
 
+def _vector_typed_only(cfg, act_bytes: int) -> bool:
+    """Whether only vector_typed_only rules serve a forward config for a stream width (its calls then
+    always run the full vector with the weight of x's dtype and the contract's numerics)."""
+    rules = [r for r in configs.FORWARD_TABLE if r.config == cfg and r.act_bytes == act_bytes and not r.quant_only]
+    return bool(rules) and all(r.vector_typed_only for r in rules)
+
+
 def _plain_widths(cfg) -> list:
     """The stream widths whose plain-forward rules use cfg (quant_only rules serve no plain call)."""
     return sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg and not r.quant_only})
@@ -112,7 +119,7 @@ def _serves_quant(cfg) -> bool:
     quant_only row ahead of a plain row of the same bound takes every quantized call there)."""
     covered = 0  # quantized calls with H <= covered have found their rule
     for r in configs.FORWARD_TABLE:
-        if r.act_bytes != 2 or r.odd_h_only:
+        if r.act_bytes != 2 or r.odd_h_only or r.vector_typed_only:  # rows the quantized forward never takes
             continue
         if r.config == cfg and (r.h_max is None or r.h_max > covered):
             return True
@@ -138,6 +145,10 @@ def all_specs(cfgs, bcfgs):
     for ci, cfg in enumerate(cfgs):
         for act_bytes in _plain_widths(cfg):
             odd_only = _odd_h_only(cfg, act_bytes)  # odd rows run ALIGN 1 only
+            if _vector_typed_only(cfg, act_bytes):  # one kernel per dtype pair: the full vector, typed weight
+                for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
+                    specs.append(Spec("fwd", ci, x, res, x, configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])))
+                continue
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                 for w in configs.forward_weight_args(x):
                     w16 = w == configs.WEIGHT_W16
@@ -557,7 +568,8 @@ addrmsnorm_cubin_blob:
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
-        quant_arg = ", bool quant" if table is configs.FORWARD_TABLE else ""  # the quantized forward's rows
+        # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
+        quant_arg = ", bool quant, bool vector_typed" if table is configs.FORWARD_TABLE else ""
         lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
         lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
         for act in sorted({r.act_bytes for r in table}):
@@ -569,6 +581,9 @@ addrmsnorm_cubin_blob:
                 if r.quant_only:
                     assert r.h_max is not None and not r.odd_h_only, "a quantized-only rule has a bound"
                     lines.append(f"        if (quant && H <= {r.h_max}) return {ci};")
+                elif r.vector_typed_only:
+                    assert r.h_max is not None and not r.odd_h_only, "a vector-typed rule has a bound"
+                    lines.append(f"        if (!quant && vector_typed && H <= {r.h_max}) return {ci};")
                 elif r.odd_h_only:
                     assert r.h_max is not None, "an odd-H rule has a bound"
                     lines.append(f"        if (H % 2 == 1 && H <= {r.h_max}) return {ci};")
@@ -591,11 +606,13 @@ addrmsnorm_cubin_blob:
     cases = []
     for H in sorted({*range(1, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025,
                      2048, 2049, 3000, 4096, 4100, 5120, 6144, 6145, 8192, 8193, 8194, 11111, 11112, 16383, 16384,
-                     16385, 32768, 32769, 32784, 65536, 262144}):
-        for xs, rs, quant in ((2, 2, False), (2, 4, False), (4, 4, False), (2, 2, True)):
-            c = configs.select_forward_config(H, xs, rs, quant)
-            cases.append(f"{{{H}, {xs}, {rs}, {str(quant).lower()}, {c.block_h}, {c.rows_per_program}, "
-                         f"{c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
+                     16385, 24576, 32767, 32768, 32769, 32784, 65536, 262144}):
+        for xs, rs, quant, vt in ((2, 2, False, False), (2, 2, False, True), (2, 4, False, False),
+                                  (2, 4, False, True), (4, 4, False, False), (4, 4, False, True),
+                                  (2, 2, True, False), (2, 2, True, True)):
+            c = configs.select_forward_config(H, xs, rs, quant, vt)
+            cases.append(f"{{{H}, {xs}, {rs}, {str(quant).lower()}, {str(vt).lower()}, {c.block_h}, "
+                         f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 
     tols = _load("tolerances")

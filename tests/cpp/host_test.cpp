@@ -230,7 +230,7 @@ TEST(Status, CppWrapperCarriesTheMessage) {
 struct DispatchCase {
     long long H;
     int x_size, residual_size;
-    bool quant;
+    bool quant, vector_typed;
     int block_h, rows_per_program, num_warps;
     bool looped;
     int config;  // the config's index in kConfigs (configs of one tile may differ in their flags)
@@ -241,13 +241,14 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant);
+        const int i =
+            addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant, c.vector_typed);
         ASSERT_GE(i, 0);
-        EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " quant " << c.quant;
+        EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
         EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].num_warps, c.num_warps) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].looped, c.looped) << "H=" << c.H << " quant " << c.quant;
-        EXPECT_EQ(i, c.config) << "H=" << c.H << " quant " << c.quant;
+        EXPECT_EQ(i, c.config) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
     }
 }
 
@@ -260,7 +261,7 @@ const addrmsnorm_dtype kActivationPairs[5][2] = {{ADDRMSNORM_FLOAT16, ADDRMSNORM
 
 TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
-    for (long long H : {1LL, 64LL, 111LL, 4096LL, 11111LL, 16384LL, 16385LL, 32768LL, 262144LL})
+    for (long long H : {1LL, 64LL, 111LL, 4096LL, 11111LL, 16384LL, 16385LL, 24576LL, 32767LL, 32768LL, 262144LL})
         for (const auto& p : kActivationPairs)
             for (int w = 0; w < 3; ++w)
                     for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
@@ -274,7 +275,8 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                         // `common` = 1 << align_class asks for exactly that class, if it is built.
                         const bool ends_only = hf || weight_slot(p[0], w) == 2;
                         if (forward_align_class(true, 1LL << align_class, xs, rs, ends_only) != align_class) continue;
-                        const int cfg = select_forward_config(H, xs, rs, false);
+                        const bool vt = is_vector_typed(align_class, xs, rs, w == p[0], numerics);
+                        const int cfg = select_forward_config(H, xs, rs, false, vt);
                         const int v = variant_index(cfg, p[0], p[1], w, align_class, numerics);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].kind, 0);
@@ -471,7 +473,7 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
-                    const int cfg = select_forward_config(H, 2, 2, true);
+                    const int cfg = select_forward_config(H, 2, 2, true, false);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
                     EXPECT_EQ(kVariants[v].kind, 3);
