@@ -137,7 +137,7 @@ def test_vector_typed_plain_rows_up_to_32768_run_one_pass():
     assert not configs.is_vector_typed(1, 2, 2, True, configs.CONTRACT)  # odd H, a misaligned row
     assert not configs.is_vector_typed(8, 2, 2, False, configs.CONTRACT)  # fp32 or the other 16-bit weight
     assert not configs.is_vector_typed(8, 2, 2, True, configs.HF_LLAMA)
-    assert configs.is_vector_typed(4, 4, 4, True, configs.CONTRACT) and configs.is_vector_typed(4, 2, 4, True, 0)
+    assert configs.is_vector_typed(4, 4, 4, True, configs.CONTRACT) and configs.is_vector_typed(8, 2, 4, True, 0)
 
 
 def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
