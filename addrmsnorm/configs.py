@@ -161,9 +161,10 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%) (results/nvidia-h200-2026-12-01-issue15/).
         # Its L2 hints (x and residual evict-last, then evict-first) against five other mixes of the
         # two passes' loads and the stores: in place 57.3-57.8% against 58.0%, into given outputs
-        # 65.2-65.7% against 65.3% (results/nvidia-h200-2026-12-01-s9/, call A): kept. In place now
-        # matches into given outputs: 65.1-65.4% against 57.4% before the barrier between each chunk's
-        # loads and its stores (kernels._loads_before_stores; results/nvidia-h200-2026-12-01-s11/).
+        # 65.2-65.7% against 65.3% (results/nvidia-h200-2026-12-01-s9/, call A): kept. In place is now
+        # within a point of into given outputs in bf16: 65.1-65.4% against 57.4% before the barrier
+        # between each chunk's loads and its stores (fp16: 63.4% against 65.4% into given outputs;
+        # kernels._loads_before_stores; results/nvidia-h200-2026-12-01-s11/).
         *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
         # The quantized forward (16-bit streams, H a multiple of 16) keeps rows up to 32768 whole: the
