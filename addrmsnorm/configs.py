@@ -482,10 +482,14 @@ BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
 
 # The dweight reduction: tile of partials x columns, and its warps. Each program sums its columns
 # over every partial in a fixed order, in ceil(partials / BLOCK_P) dependent steps: tall, narrow
-# tiles keep the steps few (2-3 for a grid of 132 SMs x up to 7 programs) and the programs many
+# tiles keep the steps few (1-2 for a grid of 132 SMs x up to 7 programs) and the programs many
 # (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile,
-# results/nvidia-h200-2026-12-01-issue15/), against 36 µs for the backward kernel itself.
-DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 256, 16, 4
+# results/nvidia-h200-2026-12-01-issue15/), against 36 µs for the backward kernel itself. 512
+# partials a step (one step for the 264 of a 2-programs-per-SM grid; 166 registers, no spill on
+# sm_80/90/100) against 256: the bf16 step (forward + backward, CUDA graph) 266.5 -> 264.5 µs at
+# 16384 x 4096 and 74.5 -> 73.8 at 16384 x 1024, but 279.2 -> 281.0 at 4096 x 14336 (H200,
+# results/nvidia-h200-2026-12-01-s12/).
+DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 
 
 def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
