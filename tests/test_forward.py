@@ -144,13 +144,8 @@ def test_empty_rows_launch_nothing(monkeypatch):
     assert y is x and ro is r
 
 
-@pytest.mark.parametrize("combo", DTYPE_COMBOS[:4], ids=combo_id)
-@pytest.mark.parametrize("mode", ["out_of_place", "in_place"])
-def test_the_looped_path_that_keeps_h_in_l2(mode, combo):
-    """Pass 1 stores h with an evict-last hint and pass 2 reloads it: into given outputs, and in
-    place, where h overwrites the residual it was summed from and y the x."""
-    x, r, w = make_inputs(5, KEPT_H, combo, DEVICE, seed=KEPT_H)
-    assert select_forward_config(KEPT_H, x.element_size(), r.element_size()).keep_h
+def _check_in_place_and_into_outputs(x, r, w, mode, what):
+    """Run the forward in place ("in_place") or into NaN-filled given outputs, and check it."""
     x0, r0, w0 = x.clone(), r.clone(), w.clone()
     if mode == "in_place":
         y, ro = addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6)
@@ -158,7 +153,17 @@ def test_the_looped_path_that_keeps_h_in_l2(mode, combo):
     else:
         y, ro = addrmsnorm.fused_add_rmsnorm(x, r, w, 1e-6, out=torch.full_like(x, float("nan")),
                                              residual_out=torch.full_like(r, float("nan")))
-    check_forward(x0, r0, w0, y, ro, None, 1e-6, 0.0, what=f"5x{KEPT_H} {mode}")
+    check_forward(x0, r0, w0, y, ro, None, 1e-6, 0.0, what=what)
+
+
+@pytest.mark.parametrize("combo", DTYPE_COMBOS[:4], ids=combo_id)
+@pytest.mark.parametrize("mode", ["out_of_place", "in_place"])
+def test_the_looped_path_that_keeps_h_in_l2(mode, combo):
+    """Pass 1 stores h with an evict-last hint and pass 2 reloads it: into given outputs, and in
+    place, where h overwrites the residual it was summed from and y the x."""
+    x, r, w = make_inputs(5, KEPT_H, combo, DEVICE, seed=KEPT_H)
+    assert select_forward_config(KEPT_H, x.element_size(), r.element_size()).keep_h
+    _check_in_place_and_into_outputs(x, r, w, mode, f"5x{KEPT_H} {mode}")
 
 
 @pytest.mark.parametrize("combo", [DTYPE_COMBOS[0], DTYPE_COMBOS[1], DTYPE_COMBOS[5]], ids=combo_id)
@@ -171,14 +176,7 @@ def test_the_vector_typed_single_pass_beyond_16384(mode, combo):
     typed = w.dtype == x.dtype
     cfg = select_forward_config(WIDE_H, 2, 2, vector_typed=configs.is_vector_typed(8, 2, 2, typed, configs.CONTRACT))
     assert cfg.looped != typed and (typed or cfg.keep_h)
-    x0, r0, w0 = x.clone(), r.clone(), w.clone()
-    if mode == "in_place":
-        y, ro = addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6)
-        assert y is x and ro is r
-    else:
-        y, ro = addrmsnorm.fused_add_rmsnorm(x, r, w, 1e-6, out=torch.full_like(x, float("nan")),
-                                             residual_out=torch.full_like(r, float("nan")))
-    check_forward(x0, r0, w0, y, ro, None, 1e-6, 0.0, what=f"5x{WIDE_H} {mode}")
+    _check_in_place_and_into_outputs(x, r, w, mode, f"5x{WIDE_H} {mode}")
 
 
 def test_the_launcher_asks_for_the_vector_typed_rows_only_for_such_calls(monkeypatch):
