@@ -486,9 +486,10 @@ BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
 # (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile,
 # results/nvidia-h200-2026-12-01-issue15/), against 36 µs for the backward kernel itself. 512
 # partials a step (one step for the 264 of a 2-programs-per-SM grid; 166 registers, no spill on
-# sm_80/90/100) against 256: the bf16 step (forward + backward, CUDA graph) 266.5 -> 264.5 µs at
-# 16384 x 4096 and 74.5 -> 73.8 at 16384 x 1024, but 279.2 -> 281.0 at 4096 x 14336 (H200,
-# results/nvidia-h200-2026-12-01-s12/).
+# sm_80/90/100) against 256, the bf16 step (forward + backward, CUDA graph) in two calls: 1-2 µs
+# faster at 16384 x 4096 and about 1 µs at 16384 x 1024, about 1.5 µs slower at 4096 x 14336 (H200,
+# results/nvidia-h200-2026-12-01-s12/, calls A and C). In the report that followed, the 16384 x 4096
+# step (268.2 µs) was within the run-to-run spread of the last one (268.3).
 DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 
 
@@ -532,6 +533,16 @@ def is_vector_typed(align: int, x_itemsize: int, residual_itemsize: int, weight_
     vector, the weight has x's dtype, and the numerics are the contract's. The C++ runtime's
     forward.cpp has the same rule."""
     return align == vector_elems(x_itemsize, residual_itemsize) and weight_is_x_dtype and numerics == CONTRACT
+
+
+def contiguous_forward_config(H: int, x_itemsize: int, residual_itemsize: int,
+                              weight_is_x_dtype: bool = True) -> ForwardConfig:
+    """The config the launcher picks for a plain, contract-numerics call on fresh contiguous buffers
+    (16-byte aligned, rows of H): ALIGN by align_elems, then select_forward_config. For tools and
+    the demo, which name the path a call takes without launching it."""
+    align = align_elems((0,), H, (H,), x_itemsize, residual_itemsize)
+    return select_forward_config(H, x_itemsize, residual_itemsize, vector_typed=is_vector_typed(
+        align, x_itemsize, residual_itemsize, weight_is_x_dtype, CONTRACT))
 
 
 def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False,

@@ -14,8 +14,7 @@ import sys
 
 import torch
 
-from . import configs
-from .configs import select_forward_config
+from .configs import contiguous_forward_config
 from .functional import fused_add_rmsnorm
 from .launcher import INTERPRETED
 from .reference import RSTD_TOLERANCE, TOLERANCES, fused_add_rmsnorm_ref
@@ -47,10 +46,7 @@ def run(device: str) -> bool:
             worst = ((y.double() - ref.y).abs() / (tol.atol + tol.rtol * ref.y.abs())).max().item()
             exact = torch.equal(ro, ref.residual_out)
             rstd_err = ((rstd.double() - ref.rstd).abs() / ref.rstd.abs()).max().item()
-            xs, rs = x.element_size(), r.element_size()
-            v = configs.vector_elems(xs, rs)  # fresh tensors: 16-byte rows where H allows, the contract's numerics
-            cfg = select_forward_config(H, xs, rs, vector_typed=configs.is_vector_typed(
-                v if H % v == 0 else 1, xs, rs, True, configs.CONTRACT))
+            cfg = contiguous_forward_config(H, x.element_size(), r.element_size())
             path = (f"{'re-read' if cfg.reread else 'looped'}, chunk {cfg.block_h}" if cfg.looped
                     else f"single, {cfg.rows_per_program} row(s) x {cfg.block_h}")
             # Under the interpreter bf16 stores truncate (see reference.py), so only report there.

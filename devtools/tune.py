@@ -71,15 +71,6 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
                    max_registers=cap)
 
 
-def _table_config(H: int, x_itemsize: int, residual_itemsize: int, weight_is_x_dtype: bool = True) -> ForwardConfig:
-    """The table's config for a sweep's call: fresh contiguous buffers (16-byte aligned), rows of H,
-    the contract's numerics, so ALIGN is the vector when H is a multiple of it (configs.align_elems)."""
-    align = configs.vector_elems(x_itemsize, residual_itemsize)
-    vt = configs.is_vector_typed(align if H % align == 0 else 1, x_itemsize, residual_itemsize, weight_is_x_dtype,
-                                 configs.CONTRACT)
-    return select_forward_config(H, x_itemsize, residual_itemsize, vector_typed=vt)
-
-
 def _tag(cfg: ForwardConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
             + (" weight-first" if cfg.weight_first else "") + (" evict-last" if cfg.evict_last else "")
@@ -119,7 +110,7 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
             for _ in range(sets_for_cold_l2(nbytes))]
     outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets] if out_of_place else [None] * len(sets)
     w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
-    chosen = _table_config(H, xd.itemsize, rd.itemsize)
+    chosen = configs.contiguous_forward_config(H, xd.itemsize, rd.itemsize)
     results = []
     base = [chosen] if only_extra else candidates(H, chosen)
     for cfg in base + [c for c in extra if c not in base]:
@@ -172,7 +163,7 @@ def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3, extra=(
                      torch.randn(N, H, device="cuda", generator=gen).to(rd)) for _ in range(n_sets)]
             outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
-            chosen = _table_config(H, xd.itemsize, rd.itemsize)
+            chosen = configs.contiguous_forward_config(H, xd.itemsize, rd.itemsize)
             variants = []
             for cfg, cap in [(c, cap) for c in [chosen] + [c for c in extra if c != chosen and _fits(c, H)]
                              for cap in cap_values]:
@@ -359,7 +350,7 @@ def decode(out, chain=64, extra=()):
             x = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
             r = torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
-            chosen = _table_config(H, 2, 2)
+            chosen = configs.contiguous_forward_config(H, 2, 2)
             kernels = [("one-row Triton baseline", lambda: one_row_(x, r, w, 1e-6))]
             for pdl in (False, True):  # the table's own config, whatever its flags
                 kernels.append((f"addrmsnorm table: {_tag(chosen)}" + (" PDL" if pdl else ""),
@@ -398,7 +389,7 @@ def weight_variants(hs, dtypes, roof, out, chain=64):
                     for _ in range(sets_for_cold_l2(nbytes))]
             w32 = 1 + 0.1 * torch.randn(H, device="cuda", generator=gen)
             for wd in variants(xd):
-                cfg = _table_config(H, xd.itemsize, rd.itemsize, wd == xd)
+                cfg = configs.contiguous_forward_config(H, xd.itemsize, rd.itemsize, wd == xd)
                 w = w32.to(wd)
                 x, r = sets[0][0][:64].clone(), sets[0][1][:64].clone()
                 ref = fused_add_rmsnorm_ref(x, r, w, 1e-6)
@@ -415,7 +406,7 @@ def weight_variants(hs, dtypes, roof, out, chain=64):
         for N in (1, 8):
             x = torch.randn(N, H, device="cuda").to(torch.bfloat16)
             r = torch.randn(N, H, device="cuda").to(torch.bfloat16)
-            cfg = _table_config(H, 2, 2)
+            cfg = configs.contiguous_forward_config(H, 2, 2)
             for wd in variants(torch.bfloat16):
                 w = torch.ones(H, device="cuda", dtype=wd)
 
@@ -444,7 +435,7 @@ def once(shape, dtype):
     x = torch.randn(N, H, device="cuda").to(DT[xd])
     r = torch.randn(N, H, device="cuda").to(DT[rd or xd])
     w = torch.ones(H, device="cuda", dtype=DT[xd])
-    cfg = _table_config(H, x.element_size(), r.element_size())
+    cfg = configs.contiguous_forward_config(H, x.element_size(), r.element_size())
     for _ in range(4):
         _launch(x, r, w, cfg)
     torch.cuda.synchronize()

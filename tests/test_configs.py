@@ -140,6 +140,19 @@ def test_vector_typed_plain_rows_up_to_32768_run_one_pass():
     assert configs.is_vector_typed(4, 4, 4, True, configs.CONTRACT) and configs.is_vector_typed(8, 2, 4, True, 0)
 
 
+def test_the_config_for_fresh_contiguous_buffers_follows_the_launchers_rule():
+    """configs.contiguous_forward_config (the demo's and tune.py's): fresh 16-byte-aligned rows of H
+    take the vector-typed row where H is a multiple of the vector and the weight has x's dtype."""
+    single = configs.contiguous_forward_config(24576, 2, 2)
+    assert not single.looped and single == select_forward_config(24576, 2, 2, vector_typed=True)
+    assert configs.contiguous_forward_config(24576, 2, 2, weight_is_x_dtype=False).looped
+    assert configs.contiguous_forward_config(24580, 2, 2).looped  # 8-byte rows: ALIGN 4, not the vector
+    assert configs.contiguous_forward_config(32767, 2, 2).looped
+    assert configs.contiguous_forward_config(24576, 4, 4).looped
+    for H in (128, 4096, 11111, 65536):
+        assert configs.contiguous_forward_config(H, 2, 2) == select_forward_config(H, 2, 2)
+
+
 def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
     """At 6144 < H <= 8192 the plain forward of 16-bit streams loads the weight with x and residual;
     the quantized forward takes the same tile with the weight's load after the reduction (its
