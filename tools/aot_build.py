@@ -457,6 +457,15 @@ def _rule_cases() -> str:
         for offset in (0.0, 1.0, -1.0, 0.5, 1e-30, 1e-45, 7e-46, -0.0):
             for xs in (2, 4):
                 out.append(f"{{{str(hf).lower()}, {offset!r}f, {xs}, {configs.numerics_mode(hf, offset, xs)}}},")
+    out += ["#endif", "#ifdef ADDRMSNORM_VECTOR_TYPED_CASES",
+            "// {align class, x_itemsize, residual_itemsize, weight_is_x_dtype, numerics, vector_typed}: "
+            "configs.is_vector_typed, which kernel_table.h restates"]
+    for align_class in range(4):
+        for xs, rs in ITEMSIZE_PAIRS:
+            for typed in (False, True):
+                for numerics in (configs.CONTRACT, configs.HF_LLAMA, configs.HF_GEMMA):
+                    vt = configs.is_vector_typed(1 << align_class, xs, rs, typed, numerics)
+                    out.append(f"{{{align_class}, {xs}, {rs}, {str(typed).lower()}, {numerics}, {str(vt).lower()}}},")
     out.append("#endif")
     return "\n".join(out) + "\n"
 

@@ -393,6 +393,28 @@ TEST(Dispatch, NumericsModeMatchesThePythonRule) {
             << "hf=" << c.hf << " weight_offset=" << c.weight_offset << " x_itemsize=" << c.x_itemsize;
 }
 
+struct VectorTypedCase {
+    int align_class, x_itemsize, residual_itemsize;
+    bool weight_is_x_dtype;
+    int numerics;
+    bool vector_typed;
+};
+const VectorTypedCase kVectorTypedCases[] = {
+#define ADDRMSNORM_VECTOR_TYPED_CASES
+#include "rule_cases.inc"
+#undef ADDRMSNORM_VECTOR_TYPED_CASES
+};
+
+// kernel_table.h's is_vector_typed is written by hand: hold it to configs.is_vector_typed's answers.
+TEST(Dispatch, VectorTypedMatchesThePythonRule) {
+    using namespace addrmsnorm::detail;
+    for (const VectorTypedCase& c : kVectorTypedCases)
+        EXPECT_EQ(is_vector_typed(c.align_class, c.x_itemsize, c.residual_itemsize, c.weight_is_x_dtype, c.numerics),
+                  c.vector_typed)
+            << "align class " << c.align_class << " x " << c.x_itemsize << " residual " << c.residual_itemsize
+            << " typed " << c.weight_is_x_dtype << " numerics " << c.numerics;
+}
+
 TEST(Dispatch, BuiltArchsAreListed) {
     const std::string archs = addrmsnorm_built_archs();
     EXPECT_NE(archs.find("sm_"), std::string::npos);
