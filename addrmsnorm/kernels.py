@@ -285,13 +285,17 @@ def _looped_row(
     out_row = out_ptr + row * stride_out_row
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
 
-    # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane.
+    # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane. Per token, also
+    # each lane's largest |u|, u = h_stored * w: the row's amax (below).
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    u_max = tl.zeros([BLOCK_H // 8], dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
         x = tl.load(x_row + cols, mask=mask, other=0.0)
         r = tl.load(residual_row + cols, mask=mask, other=0.0)
+        if QUANT == 2:
+            w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
         _loads_before_stores()
         h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
@@ -299,6 +303,8 @@ def _looped_row(
         if HF_NUMERICS:
             h = h_stored.to(tl.float32)
         acc += h * h
+        if QUANT == 2:
+            u_max = tl.maximum(u_max, tl.max(tl.reshape(tl.abs(h_stored.to(tl.float32) * w), [BLOCK_H // 8, 8]), axis=1))
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
     tl.store(rstd_ptr + row, rstd, mask=write_rstd != 0)
 
@@ -308,16 +314,11 @@ def _looped_row(
     inv = 1.0  # quantized: 1 / the scale of the whole row (static, or per token)
     if QUANT == 1:
         inv = tl.math.div_rn(1.0, tl.load(scale_ptr))
-    if QUANT == 2:  # per token: the row's amax before any q is written, in a pass of its own
-        amax = 0.0
-        for start in range(0, H, BLOCK_H):
-            cols = start + tl.arange(0, BLOCK_H)
-            mask = cols < H
-            h = tl.load(residual_out_row + cols, mask=mask, other=0.0,
-                        eviction_policy="evict_last" if KEEP_H else "").to(tl.float32)
-            w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
-            amax = tl.maximum(amax, tl.max(tl.abs(h * rstd * w), axis=0))
-        s = _dynamic_scale(amax, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
+    if QUANT == 2:
+        # Per token, the row's amax without a pass of its own: pass 2's y is (h_stored * w) * rstd =
+        # u * rstd, rounded after each multiply, and x -> round(x * rstd) is monotone for rstd > 0, so
+        # the largest |y| of the row is round(max |u| * rstd), bit for bit.
+        s = _dynamic_scale(tl.max(u_max, axis=0) * rstd, scale_ub_ptr, has_ub, ue8m0, out_ptr.dtype.element_ty)
         tl.store(scales_ptr + row * stride_s_row, s)
         inv = tl.math.div_rn(1.0, s)
 
@@ -328,10 +329,13 @@ def _looped_row(
         h = tl.load(residual_out_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
-        y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
         if QUANT == 0:
+            y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
             tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
+            # (h_stored * w) first: with a weight of h's 16-bit type and no offset the product is exact
+            # in fp32, so y is rounded once; per token, pass 1's u is this product.
+            y = (h * w) * rstd
             v = y * inv
             if QUANT == 3:  # per group
                 one = tl.zeros([1], dtype=tl.int64) + row
