@@ -41,8 +41,9 @@ class ForwardConfig:
 class ForwardRule:
     """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width,
     or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
-    beyond their first, so they always run ALIGN = 1). With ``quant_only`` it serves the quantized
-    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``); the plain forward skips it. With
+    beyond their first, so they always run ALIGN = 1). With ``quant_modes`` it serves the quantized
+    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``), in those of its modes (QUANT_MODES); the
+    plain forward and the other modes skip it. With
     ``vector_typed_only`` it serves only plain calls that take 16-byte accesses (ALIGN is the
     vector), with the weight of x's dtype and the contract's numerics: the calls whose kernels at
     its config hold the row without spilling (select_forward_config's ``vector_typed``)."""
@@ -51,8 +52,22 @@ class ForwardRule:
     h_max: int | None
     config: ForwardConfig
     odd_h_only: bool = False
-    quant_only: bool = False
+    quant_modes: tuple[int, ...] = ()
     vector_typed_only: bool = False
+
+    @property
+    def quant_only(self) -> bool:
+        """Whether the row serves the quantized forward alone."""
+        return bool(self.quant_modes)
+
+
+# The quantized forward's modes: the QUANT constexpr, one specialization per mode (the values of the
+# C ABI's addrmsnorm_quant_mode; 0 is the plain forward). Per token and per group are separate kernels:
+# one kernel serving both carried the per-group code's registers into per-token calls (76 against 64 at
+# H = 14336, half the occupancy; 87% of the roofline).
+QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
+QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
+_QUANT_ALL = {"quant_modes": QUANT_MODES}
 
 
 def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> ForwardConfig:
@@ -76,7 +91,7 @@ def _reread(chunk: int, warps: int) -> ForwardConfig:
 SINGLE_PASS_MAX_H = 16384
 # The quantized forward's widest single pass (a rule of its own below).
 QUANT_SINGLE_PASS_MAX_H = 32768
-# The quantized forward's widest loop without the h-kept L2 hint (a rule of its own below).
+# The quantized forward's widest loop without the h-kept L2 hint, for static scales (a rule of its own below).
 QUANT_UNHINTED_LOOP_MAX_H = 65536
 
 # The measurements behind the rows below are in results/h200-2026-11-29-tuning/ (devtools/tune.py,
@@ -152,7 +167,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # Evict-last on x and residual as at 4096: 16384 x 8192 97.5 -> 101.3% (both rounds); decode
         # without PDL 1 x 8192 2.170 -> 2.194 us, 64 x 8192 2.372 -> 2.472 (exact3). Through this
         # table (call H): 16384 x 8192 97.6 -> 101.3%, 16384 x 7168 98.9 -> 101.7%.
-        *([(8192, _single(8192, 1, 16), {"quant_only": True}),
+        *([(8192, _single(8192, 1, 16), _QUANT_ALL),
            (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
@@ -179,7 +194,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # per-token fp8 85.4 / 98.3%, per-token int8 76.2 / 97.4%, per-group 128 fp8 86.7 / 98.6%
         # (results/nvidia-h200-2026-12-01-s8/).
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
-            {"quant_only": True})] if act_bytes == 2 else []),
+            _QUANT_ALL)] if act_bytes == 2 else []),
         # The plain forward at 16384 < H <= 32768, for calls with 16-byte rows, the weight of x's dtype
         # and the contract's numerics: one pass of 16 warps holding the row (112-122 registers, no
         # stack on sm_90), against the looped row below. tune.py bulk, in place / into given outputs:
@@ -191,15 +206,25 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # 30 MiB per arch (offline-size32768.txt). This row adds two kernels per arch.
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 16), {"vector_typed_only": True})]
           if act_bytes == 2 else []),
-        # The quantized forward's looped path does not keep h in L2 up to 65536: 4096 x 65536 bf16
-        # without / with the hint, static fp8 93.5 / 86.2%, per-token fp8 65.5 / 66.4%, per-token
-        # int8 63.2 / 63.6%, per-group 128 fp8 70.1 / 65.8% (results/nvidia-h200-2026-12-01-s8/);
-        # through this table, against the same config with the hint: 93.2 / 89.5%, 65.7 / 66.2%,
-        # 63.4 / 63.6%, 71.7 / 67.2% (results/nvidia-h200-2026-12-01-s9/, call A). Chunk 8192 with 16 or
-        # 8 warps and 32768 with 32: static fp8 70.6%, 80.5%, 66.2% (call C). Software-pipelined loops
-        # (tl.range num_stages 2 or 3: the loads go through shared memory) lost 4-29 points on every
-        # quantized mode, and 11-23 on the plain forward's loop at 32768-131072 (call D).
-        *([(QUANT_UNHINTED_LOOP_MAX_H, _looped(16384, 32), {"quant_only": True})] if act_bytes == 2 else []),
+        # The quantized forward above 32768 (kernels._looped_row; per token takes its amax from pass 1,
+        # so every mode makes two passes), keyed on the mode. 4096 x 65536 / 2048 x 131072 bf16 into given
+        # outputs, % of the same-run roofline (tune.py quant; results/nvidia-h200-2026-12-01-s13/, call B):
+        #   chunk, warps, h kept:  16384 w32   16384 w32 k   8192 w32    8192 w32 k   8192 w16
+        #   static fp8             93.3 / 81.2  85.9 / 88.6  83.5 / 76.9  91.8 / 78.6  70.8 / 69.5
+        #   per-token fp8          91.1 / 79.9  94.3 / 88.8  81.0 / 77.3  86.0 / 79.4  43.7 / 43.6
+        #   per-token int8         89.6 / 78.8  92.5 / 87.1  80.3 / 76.9  84.5 / 78.8  43.9 / 43.6
+        #   per-group 128 fp8      71.2 / 67.6  66.3 / 68.9  75.9 / 71.8  79.9 / 71.9  74.2 / 70.5
+        # So: per group, chunk 8192 (32 registers, two programs per SM) with h kept; static, the loop
+        # without the hint up to 65536; per token, the loop with it (the unbounded row below). Before the
+        # amax came from pass 1, per token made a third pass over h and ran at 63-66%. Earlier: chunk
+        # 8192 with 16 or 8 warps and 32768 with 32, static fp8 70.6%, 80.5%, 66.2% at 65536
+        # (results/nvidia-h200-2026-12-01-s9/, call C); software-pipelined loops (tl.range num_stages 2
+        # or 3) lost 4-29 points on every quantized mode, and 11-23 on the plain forward's loop at
+        # 32768-131072 (call D). Re-reading x and residual in every pass, so that q comes from the
+        # fp32 h as in one pass, measured 56-79% at 65536 and 45-64% at 131072 (call A).
+        *([(QUANT_UNHINTED_LOOP_MAX_H, _looped(16384, 32), {"quant_modes": (QUANT_STATIC,)}),
+           (None, _looped(8192, 32, keep_h=True), {"quant_modes": (QUANT_PER_GROUP,)})]
+          if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
         # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
@@ -291,11 +316,7 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # plain forward's weight-first row there, B32768, and the loop without keep_h up to 65536) = 156
 # kernels per arch. The order of QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
-# The QUANT constexpr, one specialization per mode (the values of the C ABI's addrmsnorm_quant_mode).
-# Per token and per group are separate kernels: one kernel serving both carried the per-group code's
-# registers into per-token calls (76 against 64 at H = 14336, half the occupancy; 87% of the roofline).
-QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
-QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
+# The QUANT constexpr (QUANT_MODES, above the table: its rows may serve some modes alone).
 
 
 # Register caps (ptxas maxnreg), per arch and kernel kind ("fwd" the forward, "qfwd" the quantized
@@ -514,11 +535,12 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: in
     return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
 
 
-def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False,
+def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
                           vector_typed: bool = False) -> ForwardConfig:
-    """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H (for
-    the quantized forward with ``quant``, which alone takes the ``quant_only`` rows).
+    """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
 
+    ``quant``: 0 for the plain forward, else the quantized forward's mode (one of QUANT_MODES,
+    ``quant_kernel_mode``), which alone takes the rows whose ``quant_modes`` name it.
     ``vector_typed``: the call takes 16-byte accesses (its ALIGN is the vector), its weight has x's
     dtype and its numerics are the contract's (``is_vector_typed``); only such calls take the
     ``vector_typed_only`` rows. Otherwise the weight's dtype does not change the choice: it is read
@@ -545,15 +567,17 @@ def contiguous_forward_config(H: int, x_itemsize: int, residual_itemsize: int,
         align, x_itemsize, residual_itemsize, weight_is_x_dtype, CONTRACT))
 
 
-def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: bool = False,
+def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
             vector_typed: bool = False) -> ForwardConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
+    if isinstance(quant, bool) or quant not in (0,) + QUANT_MODES:  # a bool would pass as mode 1
+        raise ValueError(f"quant must be 0 (the plain forward) or one of {QUANT_MODES}, got {quant!r}")
     if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
-        if ((rule.odd_h_only and H % 2 == 0) or (rule.quant_only and not quant)
+        if ((rule.odd_h_only and H % 2 == 0) or (rule.quant_only and quant not in rule.quant_modes)
                 or (rule.vector_typed_only and (quant or not vector_typed))):
             continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):

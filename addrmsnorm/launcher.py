@@ -125,7 +125,8 @@ def launch_quant_forward(
     else 2 per token (group_size 0) or 3 per group. Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
-    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=True)
+    mode = configs.quant_kernel_mode(scale is not None, group_size)
+    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode)
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())
@@ -144,7 +145,7 @@ def launch_quant_forward(
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
-            QUANT=configs.quant_kernel_mode(scale is not None, group_size), PDL=compiled_pdl,
+            QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
             num_warps=cfg.num_warps, **extra,
         )

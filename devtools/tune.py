@@ -228,8 +228,8 @@ def quant(hs, extra, cap_values, roof, out, rounds=3):
                  (4 * torch.randn(N, H, device="cuda", generator=gen)).to(torch.bfloat16)) for _ in range(n_sets)]
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
         scale = torch.tensor([0.01], device="cuda")
-        chosen = select_forward_config(H, 2, 2, quant=True)
         for mode, (qd, static, gs) in QUANT_MODES.items():
+            chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs))
             groups = H // gs if gs else 1
             nbytes = nbytes_base + (4 if static else 4 * N * groups)
             outs = [(torch.empty(N, H, dtype=qd, device="cuda"), torch.empty_like(r),

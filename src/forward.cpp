@@ -66,7 +66,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
         pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out, xs, rs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs);
     const bool vector_typed = is_vector_typed(align_class, xs, rs, weight_dtype == x_dtype, numerics);
-    const int config = select_forward_config(hidden, xs, rs, false, vector_typed);
+    const int config = select_forward_config(hidden, xs, rs, 0, vector_typed);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
@@ -155,9 +155,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     if (d == nullptr) return st;
     if (rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
     const int xs = dtype_size(x_dtype);
-    const int config = select_forward_config(hidden, xs, xs, true, false);
     const addrmsnorm_quant& qd = *quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
+    const int config = select_forward_config(hidden, xs, xs, mode, false);
     const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);
     LoadedKernel k;
     st = get_built_kernel(*d, variant, "quantized kernel", &k);

@@ -25,7 +25,7 @@ struct KernelVariant {
                            // pointers, and H and strides multiples of ALIGN
     int numerics;          // HF_NUMERICS: 0 the contract, 1 HF LlamaRMSNorm's roundings, 2 HF's
                            // offset-weight (Gemma) norm's; see numerics_mode below
-    int quant;             // quantized forward: QUANT, 1 (static) or 2 (dynamic); else 0
+    int quant;             // quantized forward: QUANT, 1 (static), 2 (per token) or 3 (per group); else 0
     int quant_dtype;       // quantized forward: addrmsnorm_quant_dtype of q; else -1
 };
 
@@ -76,11 +76,12 @@ inline int backward_variant_index(int config, int x, int residual, bool aligned)
 // fp32 weight (slot 1); any other weight runs the "w16" variant on its int16 bits (slot 2).
 inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == ADDRMSNORM_FLOAT32 ? 1 : 2; }
 
-// The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant` for the
-// quantized forward, which alone takes configs.FORWARD_TABLE's quant_only rows; `vector_typed`
+// The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant`: 0 for the
+// plain forward, else the quantized forward's QUANT mode, which alone takes configs.FORWARD_TABLE's
+// rows whose quant_modes name it; `vector_typed`
 // (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows. Batch
 // invariance rests on it never seeing the row count.
-int select_forward_config(long long H, int x_itemsize, int residual_itemsize, bool quant, bool vector_typed);
+int select_forward_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether

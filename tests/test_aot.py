@@ -116,8 +116,9 @@ print("ok")
 
 def test_the_build_compiles_the_quantized_kernels_of_every_config_a_quantized_call_reaches_and_no_other():
     """The quantized kernels go to exactly the configs the dispatch rule gives quantized calls (H a
-    multiple of 16, 16-bit streams): a quant_only row ahead of a plain row of the same bound takes every
-    quantized call there, so the plain row's config gets no quantized kernels (aot_build._serves_quant).
+    multiple of 16, 16-bit streams), mode by mode: a quant_only row ahead of a plain row of the same bound
+    takes every quantized call of its modes there, so the plain row's config gets no quantized kernels of
+    those modes (aot_build._serves_quant).
     The plain 16-bit kernels likewise go to the configs that plain calls reach. In a subprocess:
     importing aot_build turns the Triton interpreter off for its process."""
     code = r'''
@@ -125,14 +126,16 @@ import aot_build as a
 C = a.configs
 cfgs = a.unique_configs()
 specs = a.all_specs(cfgs, a.unique_configs(C.BACKWARD_TABLE))
-quant = {s.config for s in specs if s.kind == "qfwd"}
-quant_reached = {cfgs.index(C.select_forward_config(H, 2, 2, quant=True)) for H in range(16, 262145, 16)}
+quant = {(s.config, s.quant) for s in specs if s.kind == "qfwd"}
+quant_reached = {(cfgs.index(C.select_forward_config(H, 2, 2, quant=m)), m) for H in range(16, 262145, 16)
+                 for m in C.QUANT_MODES}
 assert quant == quant_reached, (sorted(quant), sorted(quant_reached))
 plain = {s.config for s in specs if s.kind == "fwd" and s.x == s.residual and s.x in ("fp16", "bf16")}
 plain_reached = {cfgs.index(C.select_forward_config(H, 2, 2, vector_typed=vt)) for H in range(1, 262145)
                  for vt in (False, True)}
 assert plain == plain_reached, (sorted(plain), sorted(plain_reached))
-assert any(r.quant_only and r.h_max < C.QUANT_SINGLE_PASS_MAX_H for r in C.FORWARD_TABLE)  # the case it covers
+assert any(r.quant_only and r.h_max and r.h_max < C.QUANT_SINGLE_PASS_MAX_H for r in C.FORWARD_TABLE)  # the case it covers
+assert any(r.quant_only and set(r.quant_modes) != set(C.QUANT_MODES) for r in C.FORWARD_TABLE)  # and mode by mode
 print("ok")
 '''
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=AOT.parent)

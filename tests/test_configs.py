@@ -27,9 +27,13 @@ def test_every_h_gets_a_valid_config(act_bytes):
 def test_table_shape():
     for act in (2, 4):
         rules = [r for r in FORWARD_TABLE if r.act_bytes == act]
-        bounds = [r.h_max for r in rules[:-1]]
-        assert bounds == sorted(bounds), "rules must be in increasing h_max"
+        bounded = [r.h_max for r in rules if r.h_max is not None]
+        assert bounded == sorted(bounded), "rules must be in increasing h_max"
         assert rules[-1].h_max is None and rules[-1].config.looped, "last rule: unbounded, looped"
+        unbounded = [i for i, r in enumerate(rules) if r.h_max is None]
+        assert unbounded == list(range(len(rules) - len(unbounded), len(rules))), "unbounded rules come last"
+        assert all(rules[i].quant_only and rules[i].config.looped for i in unbounded[:-1]), \
+            "an unbounded rule before the last serves some quantized modes alone"
 
 
 def test_dispatch_never_sees_the_row_count():
@@ -100,20 +104,40 @@ def test_odd_h_rows_take_the_re_read_path():
     assert not select_forward_config(11111, 4, 4).reread
 
 
-def test_quantized_rows_up_to_32768_run_one_pass():
+STATIC, PER_TOKEN, PER_GROUP = configs.QUANT_MODES
+
+
+def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
     """The quantized forward keeps 16-bit rows up to QUANT_SINGLE_PASS_MAX_H whole, where the plain
-    forward loops; below 16384 and above 65536 both take the same config, at 32768 < H <= 65536 the
-    same loop but for its L2 hint, and 4-byte streams (which the quantized forward does not take)
-    have no such rule."""
-    for H in (16400, 20480, 32768):
-        q = select_forward_config(H, 2, 2, quant=True)
-        assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
-        assert select_forward_config(H, 2, 2).looped
-    for H in (16, 4096, 16384, 65552, 131072):
-        assert select_forward_config(H, 2, 2, quant=True) == select_forward_config(H, 2, 2)
-    for H in (32784, configs.QUANT_UNHINTED_LOOP_MAX_H):  # the same loop, without the hint that keeps h in L2
-        q, p = select_forward_config(H, 2, 2, quant=True), select_forward_config(H, 2, 2)
-        assert q.looped and p.keep_h and not q.keep_h and (q.block_h, q.num_warps) == (p.block_h, p.num_warps)
+    forward loops, in every mode; below 16384 every mode takes the plain forward's config. Above 32768
+    each mode has its loop: per token the plain forward's (h kept in L2), static the same loop without
+    the hint up to 65536, per group a loop of 8192-wide chunks with the hint. 4-byte streams (which the
+    quantized forward does not take) have no such rule."""
+    for mode in configs.QUANT_MODES:
+        for H in (16400, 20480, 32768):
+            q = select_forward_config(H, 2, 2, quant=mode)
+            assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
+            assert select_forward_config(H, 2, 2).looped
+        for H in (16, 4096, 16384):
+            assert select_forward_config(H, 2, 2, quant=mode) == select_forward_config(H, 2, 2)
+    for H in (32784, 65536, 65552, 131072):
+        plain = select_forward_config(H, 2, 2)
+        assert plain.looped and plain.keep_h and (plain.block_h, plain.num_warps) == (16384, 32)
+        assert select_forward_config(H, 2, 2, quant=PER_TOKEN) == plain
+        g = select_forward_config(H, 2, 2, quant=PER_GROUP)
+        assert g.looped and g.keep_h and (g.block_h, g.num_warps) == (8192, 32)
+        s = select_forward_config(H, 2, 2, quant=STATIC)
+        if H <= configs.QUANT_UNHINTED_LOOP_MAX_H:  # the same loop, without the hint that keeps h in L2
+            assert s.looped and not s.keep_h and (s.block_h, s.num_warps) == (plain.block_h, plain.num_warps)
+        else:
+            assert s == plain
+
+
+def test_the_quant_argument_is_a_mode_not_a_flag():
+    """select_forward_config's quant is 0 or a QUANT mode: True would pass as mode 1 (static)."""
+    for bad in (True, False, 4, -1):
+        with pytest.raises(ValueError, match="quant"):
+            select_forward_config(4096, 2, 2, quant=bad)
 
 
 def test_vector_typed_plain_rows_up_to_32768_run_one_pass():
@@ -126,7 +150,9 @@ def test_vector_typed_plain_rows_up_to_32768_run_one_pass():
         assert not vt.looped and (vt.block_h, vt.num_warps) == (configs.QUANT_SINGLE_PASS_MAX_H, 16)
         assert vt.evict_last and not vt.weight_first
         assert select_forward_config(H, 2, 2).looped
-        assert select_forward_config(H, 2, 2, quant=True, vector_typed=True) == select_forward_config(H, 2, 2, quant=True)
+        for mode in configs.QUANT_MODES:
+            assert (select_forward_config(H, 2, 2, quant=mode, vector_typed=True)
+                    == select_forward_config(H, 2, 2, quant=mode))
         assert select_forward_config(H, 4, 4, vector_typed=True).looped
         assert select_forward_config(H, 2, 4, vector_typed=True).looped
     for H in (16, 4096, 16384, 32769, 65536):
@@ -159,15 +185,17 @@ def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
     register cap would spill otherwise), and 4-byte streams keep the tile as it was. At 4096 < H <=
     6144 neither loads it first (it lost 2.8 points at 4100)."""
     for H in (6160, 7168, 8192):
-        plain, quant = select_forward_config(H, 2, 2), select_forward_config(H, 2, 2, quant=True)
-        assert plain.weight_first and not quant.weight_first
-        assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps,
-                                                                      quant.evict_last)
+        for mode in configs.QUANT_MODES:
+            plain, quant = select_forward_config(H, 2, 2), select_forward_config(H, 2, 2, quant=mode)
+            assert plain.weight_first and not quant.weight_first
+            assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps,
+                                                                          quant.evict_last)
         assert not select_forward_config(H, 4, 4).weight_first
     for H in (4100, 5120, 6144):
-        assert select_forward_config(H, 2, 2) == select_forward_config(H, 2, 2, quant=True)
+        for mode in configs.QUANT_MODES:
+            assert select_forward_config(H, 2, 2) == select_forward_config(H, 2, 2, quant=mode)
         assert not select_forward_config(H, 2, 2).weight_first
-    assert all(r.act_bytes == 2 and r.h_max is not None and not r.odd_h_only
+    assert all(r.act_bytes == 2 and not r.odd_h_only and set(r.quant_modes) <= set(configs.QUANT_MODES)
                for r in FORWARD_TABLE if r.quant_only)
 
 
@@ -175,11 +203,11 @@ def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
 def test_every_single_pass_loads_evict_last_and_every_reloading_loop_keeps_h(act_bytes):
     """The L2 hints of the table: every single pass loads x and residual evict-last, but the
     quantized one wider than the plain one's (it lost up to 21 points with the hint); the looped
-    path that reloads h keeps it in L2, but the quantized one up to 65536; the re-read path carries
+    path that reloads h keeps it in L2, but the static quantized one up to 65536; the re-read path carries
     its own hints and neither flag."""
     for H in SAMPLE_H:
-        for quant in (False, True) if act_bytes == (2, 2) else (False,):
+        for quant in (0,) + configs.QUANT_MODES if act_bytes == (2, 2) else (0,):
             cfg = select_forward_config(H, *act_bytes, quant=quant)
             assert cfg.evict_last == (not cfg.looped and H <= SINGLE_PASS_MAX_H), (H, quant, cfg)
-            unhinted = quant and H <= configs.QUANT_UNHINTED_LOOP_MAX_H
+            unhinted = quant == STATIC and H <= configs.QUANT_UNHINTED_LOOP_MAX_H
             assert cfg.keep_h == (cfg.looped and not cfg.reread and not unhinted), (H, quant, cfg)

@@ -113,13 +113,15 @@ def _plain_widths(cfg) -> list:
     return sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg and not r.quant_only})
 
 
-def _serves_quant(cfg) -> bool:
-    """Whether some quantized call reaches cfg: a 16-bit rule that is not for odd H alone (the
-    quantized forward's rows are multiples of 16), and not shadowed by the rules before it (a
-    quant_only row ahead of a plain row of the same bound takes every quantized call there)."""
+def _serves_quant(cfg, mode: int) -> bool:
+    """Whether some quantized call of mode (configs.QUANT_MODES) reaches cfg: a 16-bit rule that is not
+    for odd H alone (the quantized forward's rows are multiples of 16) nor for other modes alone, and
+    not shadowed by the rules before it (a quant_only row ahead of a plain row of the same bound takes
+    every quantized call of its modes there)."""
     covered = 0  # quantized calls with H <= covered have found their rule
     for r in configs.FORWARD_TABLE:
-        if r.act_bytes != 2 or r.odd_h_only or r.vector_typed_only:  # rows the quantized forward never takes
+        if (r.act_bytes != 2 or r.odd_h_only or r.vector_typed_only  # rows the quantized forward never takes
+                or (r.quant_only and mode not in r.quant_modes)):
             continue
         if r.config == cfg and (r.h_max is None or r.h_max > covered):
             return True
@@ -162,12 +164,11 @@ def all_specs(cfgs, bcfgs):
                             if align == 1 or not odd_only:
                                 specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
-        if not _serves_quant(cfg):
-            continue
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for q in configs.QUANT_DTYPES:
                 for mode in configs.QUANT_MODES:
-                    specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
+                    if _serves_quant(cfg, mode):
+                        specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
     return specs
 
 
@@ -578,7 +579,7 @@ addrmsnorm_cubin_blob:
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
-        quant_arg = ", bool quant, bool vector_typed" if table is configs.FORWARD_TABLE else ""
+        quant_arg = ", int quant, bool vector_typed" if table is configs.FORWARD_TABLE else ""
         lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
         lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
         for act in sorted({r.act_bytes for r in table}):
@@ -588,11 +589,14 @@ addrmsnorm_cubin_blob:
                     continue
                 ci = cl.index(r.config)
                 if r.quant_only:
-                    assert r.h_max is not None and not r.odd_h_only, "a quantized-only rule has a bound"
-                    lines.append(f"        if (quant && H <= {r.h_max}) return {ci};")
+                    assert not r.odd_h_only, "the quantized forward's rows are never odd"
+                    modes = ("quant != 0" if set(r.quant_modes) == set(configs.QUANT_MODES) else
+                             " || ".join(f"quant == {m}" for m in r.quant_modes))
+                    bound = "" if r.h_max is None else f" && H <= {r.h_max}"
+                    lines.append(f"        if (({modes}){bound}) return {ci};")
                 elif r.vector_typed_only:
                     assert r.h_max is not None and not r.odd_h_only, "a vector-typed rule has a bound"
-                    lines.append(f"        if (!quant && vector_typed && H <= {r.h_max}) return {ci};")
+                    lines.append(f"        if (quant == 0 && vector_typed && H <= {r.h_max}) return {ci};")
                 elif r.odd_h_only:
                     assert r.h_max is not None, "an odd-H rule has a bound"
                     lines.append(f"        if (H % 2 == 1 && H <= {r.h_max}) return {ci};")
@@ -616,11 +620,11 @@ addrmsnorm_cubin_blob:
     for H in sorted({*range(1, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025,
                      2048, 2049, 3000, 4096, 4100, 5120, 6144, 6145, 8192, 8193, 8194, 11111, 11112, 16383, 16384,
                      16385, 24576, 32767, 32768, 32769, 32784, 65536, 262144}):
-        for xs, rs, quant, vt in ((2, 2, False, False), (2, 2, False, True), (2, 4, False, False),
-                                  (2, 4, False, True), (4, 4, False, False), (4, 4, False, True),
-                                  (2, 2, True, False), (2, 2, True, True)):
+        for xs, rs, quant, vt in ((2, 2, 0, False), (2, 2, 0, True), (2, 4, 0, False), (2, 4, 0, True),
+                                  (4, 4, 0, False), (4, 4, 0, True),
+                                  *((2, 2, m, vt) for m in configs.QUANT_MODES for vt in (False, True))):
             c = configs.select_forward_config(H, xs, rs, quant, vt)
-            cases.append(f"{{{H}, {xs}, {rs}, {str(quant).lower()}, {str(vt).lower()}, {c.block_h}, "
+            cases.append(f"{{{H}, {xs}, {rs}, {quant}, {str(vt).lower()}, {c.block_h}, "
                          f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 

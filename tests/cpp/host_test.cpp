@@ -230,7 +230,8 @@ TEST(Status, CppWrapperCarriesTheMessage) {
 struct DispatchCase {
     long long H;
     int x_size, residual_size;
-    bool quant, vector_typed;
+    int quant;  // 0: the plain forward; else the quantized forward's QUANT mode
+    bool vector_typed;
     int block_h, rows_per_program, num_warps;
     bool looped;
     int config;  // the config's index in kConfigs (configs of one tile may differ in their flags)
@@ -276,7 +277,7 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                         const bool ends_only = hf || weight_slot(p[0], w) == 2;
                         if (forward_align_class(true, 1LL << align_class, xs, rs, ends_only) != align_class) continue;
                         const bool vt = is_vector_typed(align_class, xs, rs, w == p[0], numerics);
-                        const int cfg = select_forward_config(H, xs, rs, false, vt);
+                        const int cfg = select_forward_config(H, xs, rs, 0, vt);
                         const int v = variant_index(cfg, p[0], p[1], w, align_class, numerics);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].kind, 0);
@@ -491,11 +492,11 @@ TEST(BackwardValidation, BadCalls) {
 
 TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
-    for (long long H : {16LL, 64LL, 128LL, 4096LL, 16384LL, 16400LL, 32768LL, 32784LL, 262144LL})
+    for (long long H : {16LL, 64LL, 128LL, 4096LL, 16384LL, 16400LL, 32768LL, 32784LL, 65536LL, 65552LL, 262144LL})
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
-                    const int cfg = select_forward_config(H, 2, 2, true, false);
+                    const int cfg = select_forward_config(H, 2, 2, mode, false);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
                     EXPECT_EQ(kVariants[v].kind, 3);
