@@ -120,11 +120,13 @@ def test_dynamic_scales_are_exact_where_amax_is():
 
 @pytest.mark.parametrize("keep_h", [False, True])
 def test_looped_per_token_amax_is_exact(keep_h):
-    """The looped path's per-token amax (a pass of its own over h and the weight, before any q) in
-    64-wide chunks of 256, on exact inputs (as above): rows whose largest |y| is unique, in the first
-    or the last chunk, tied across chunks or within one, a zero row; then a weight of 2**100 where h
-    is 0. Every scale and every q must equal the exact reference's. (These rows also cover a row's
-    amax taken from pass 1, an experiment measured in results/nvidia-h200-2026-12-01-s9/.)"""
+    """The looped path's per-token amax, taken in pass 1 as round(max |h_stored * w| * rstd) (its y is
+    (h_stored * w) * rstd, and rounding is monotone), in 64-wide chunks of 256: rows whose largest |y|
+    is unique, in the first or the last chunk, tied across chunks or within one, a zero row. Integer
+    activations make the sum of squares, rstd and each h * w exact in fp32. With power-of-two weights
+    y is exact too; then a weight of 2**100 where h is 0; then random bf16 weights, where y = (h * w) *
+    rstd is rounded and rows hold near-ties. Every scale and every q must equal the reference's, which
+    takes the amax of that y, computed in fp32 in that order."""
     from addrmsnorm.configs import ForwardConfig
     from addrmsnorm.launcher import launch_quant_forward
 
@@ -142,16 +144,18 @@ def test_looped_per_token_amax_is_exact(keep_h):
     r[3, 10] = r[3, 11] = 0.0
     x[4], r[4] = 1.0, -1.0              # zero
     x[5, 100], r[5, 100] = 3.0, 60.0    # unique
-    for huge in (False, True):
-        wk = w.clone()
+    rounded = (1 + 0.3 * torch.randn(H, generator=g)).to(torch.bfloat16).float()
+    rounded[[3, 200, 10, 11]] = rounded[[3, 200, 10, 11]].abs().max()
+    for weights in ("exact", "huge", "rounded"):
+        wk = rounded.clone() if weights == "rounded" else w.clone()
         xk = x.clone()
-        if huge:
+        if weights == "huge":
             wk[50] = 2.0 ** 100
             xk[:, 50] = -r[:, 50]  # h = 0 there: |y| = 0, and the weight alone must not pick the column
         xb, rb, wb = (t.to(torch.bfloat16).to(DEVICE) for t in (xk, r, wk))
         h = xk + r
         rstd = torch.reciprocal(torch.sqrt((h * h).sum(-1) / h.new_tensor(float(H)) + 1e-6))
-        y32 = (h * rstd.unsqueeze(-1) * wk).to(DEVICE)
+        y32 = ((h * wk) * rstd.unsqueeze(-1)).to(DEVICE)
         q_ref, s_ref = quantize_ref(y32, torch.int8)
         q = torch.empty(N, H, dtype=torch.int8, device=DEVICE)
         ro = torch.empty_like(rb)
@@ -160,8 +164,8 @@ def test_looped_per_token_amax_is_exact(keep_h):
                              stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=1, stride_s_group=0,
                              group_size=0, ue8m0=False, eps=1e-6, weight_offset=0.0,
                              config=ForwardConfig(64, 1, 4, True, keep_h=keep_h))
-        assert torch.equal(bits(s), bits(s_ref)), (huge, s, s_ref)
-        assert torch.equal(q, q_ref), huge
+        assert torch.equal(bits(s), bits(s_ref)), (weights, s, s_ref)
+        assert torch.equal(q, q_ref), weights
 
 
 def test_ue8m0_scales_are_the_next_power_of_two():
