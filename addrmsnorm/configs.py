@@ -311,10 +311,11 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
 # and 3 (per group of 64 or 128 columns, the group size a runtime argument), for 16-bit activations
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
-# alignment alone (validation.QUANT_ALIGN refuses other rows): 3 modes x 2 targets x 2 dtypes x the
-# 13 16-bit configs that serve even rows (three for the quantized forward alone: B8192, ahead of the
-# plain forward's weight-first row there, B32768, and the loop without keep_h up to 65536) = 156
-# kernels per arch. The order of QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
+# alignment alone (validation.QUANT_ALIGN refuses other rows): 2 targets x 2 dtypes x the modes that
+# reach each of the 14 16-bit configs serving even rows (11 single passes in every mode, B8192 and
+# B32768 among them for the quantized forward alone; the loop without keep_h, static; the 8192-wide
+# loop, per group; the plain forward's loop, static and per token) = 148 kernels per arch (aot_build
+# builds the reachable ones). The order of QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
 QUANT_DTYPES = ("int8", "fp8e4m3")
 # The QUANT constexpr (QUANT_MODES, above the table: its rows may serve some modes alone).
 

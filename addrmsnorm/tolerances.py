@@ -52,9 +52,10 @@ QUANT_BOUNDARY_FRACTION = 1e-4
 # On the looped path (H above configs.QUANT_SINGLE_PASS_MAX_H) y comes from h rounded to bf16: y / s
 # is then a product of two 8-bit mantissas (h and w) times one fp32 factor, and per token that factor
 # cancels (v = 448 * h w / max |h w|), so v lands exactly on a rounding midpoint far more often, and
-# the kernel's two fp32 roundings and the reference's one decide those ties. Emulated in fp32 on the
-# CPU for 67 x 65536 bf16, per-token fp8: 5.9e-5 of the elements against 2.0e-6 in one pass; measured
-# on the H200: 1.07e-4.
+# the kernel's two fp32 roundings (y, then y * (1 / s)) and the reference's one decide those ties.
+# Emulated in fp32 on the CPU for 67 x 65536 bf16, per-token fp8: 5.9e-5 of the elements against
+# 2.0e-6 in one pass; measured on the H200: 1.07e-4 (when y was (h * rstd) * w, before the per-token
+# amax came from pass 1; the GPU suite holds today's (h * w) * rstd to the same bound).
 QUANT_BOUNDARY_FRACTION_LOOPED = 5e-4
 
 
