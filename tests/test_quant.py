@@ -91,7 +91,8 @@ def test_quant_matches_reference(qname, mode, dtype, H):
         inv = _inv_of(scales, x.shape, gs)  # q against the kernel's own scales: isolates y's error
     n = check_q(q, y32, quant_dtype, inv)
     if dtype == "bf16":
-        looped = configs.select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(mode == "static", gs or 0)).looped
+        mode_code = configs.quant_kernel_mode(mode == "static", gs or 0)
+        looped = configs.select_forward_config(H, 2, 2, quant=mode_code).looped
         fraction = QUANT_BOUNDARY_FRACTION_LOOPED if looped else QUANT_BOUNDARY_FRACTION
         assert n <= max(1, int(q.numel() * fraction)), f"{n} of {q.numel()} elements of q differ"
 
