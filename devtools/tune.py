@@ -3,7 +3,7 @@
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py decode
     PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile] [--extra s8192r1w16]
-    PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0]
+    PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0] [--modes group]
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
@@ -215,8 +215,9 @@ def _launch_quant(x, r, w, q, h, scales, scale, group_size, cfg, cap):
                          weight_offset=0.0, config=cfg, max_registers=cap)
 
 
-def quant(hs, extra, cap_values, roof, out, rounds=3):
-    """The quantized forward's configs and caps, into given outputs, interleaved in rounds."""
+def quant(hs, extra, cap_values, roof, out, rounds=3, modes=()):
+    """The quantized forward's configs and caps, into given outputs, interleaved in rounds; modes: words
+    that select QUANT_MODES by name (none: every mode)."""
     print("| shape | mode | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for H in hs:
@@ -229,6 +230,8 @@ def quant(hs, extra, cap_values, roof, out, rounds=3):
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
         scale = torch.tensor([0.01], device="cuda")
         for mode, (qd, static, gs) in QUANT_MODES.items():
+            if modes and not any(m in mode for m in modes):
+                continue
             chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs))
             groups = H // gs if gs else 1
             nbytes = nbytes_base + (4 if static else 4 * N * groups)
@@ -446,6 +449,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd"])
     ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
+    ap.add_argument("--modes", default="", help="quant: only the modes whose names contain one of these "
+                    "comma-separated words (e.g. group,int8); default every mode")
     ap.add_argument("shape", nargs="?")
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
@@ -485,7 +490,7 @@ def main():
                    roof.gbs, out)
     if args.what == "quant":
         return quant([int(h) for h in args.h.split(",")], extra, [int(c) for c in args.caps.split(",") if c],
-                     roof.gbs, out)
+                     roof.gbs, out, modes=[m for m in args.modes.split(",") if m])
     if args.what == "caps":
         return caps([int(h) for h in args.h.split(",")], dts, [int(c) for c in args.caps.split(",")], roof.gbs, out,
                     args.compile, extra=extra)
