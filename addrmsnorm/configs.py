@@ -60,6 +60,16 @@ class ForwardRule:
         """Whether the row serves the quantized forward alone."""
         return bool(self.quant_modes)
 
+    def takes(self, quant: int, vector_typed: bool) -> bool:
+        """Whether the row is open to a call of this kind, H aside: quant 0 for the plain forward,
+        else the quantized forward's mode; vector_typed as select_forward_config's. The one statement
+        of the rows' flags, for the dispatch rule and for the AOT build's reachable kernels."""
+        if self.quant_only:
+            return quant in self.quant_modes
+        if self.vector_typed_only:
+            return quant == 0 and vector_typed
+        return True
+
 
 # The quantized forward's modes: the QUANT constexpr, one specialization per mode (the values of the
 # C ABI's addrmsnorm_quant_mode; 0 is the plain forward). Per token and per group are separate kernels:
@@ -68,6 +78,7 @@ class ForwardRule:
 QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
 QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
 _QUANT_ALL = {"quant_modes": QUANT_MODES}
+_QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant
 
 
 def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> ForwardConfig:
@@ -572,14 +583,13 @@ def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: int =
             vector_typed: bool = False) -> ForwardConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
-    if isinstance(quant, bool) or quant not in (0,) + QUANT_MODES:  # a bool would pass as mode 1
+    if isinstance(quant, bool) or quant not in _QUANT_ARGS:  # a bool would pass as mode 1
         raise ValueError(f"quant must be 0 (the plain forward) or one of {QUANT_MODES}, got {quant!r}")
     if x_itemsize not in SUPPORTED_ITEMSIZES or residual_itemsize not in SUPPORTED_ITEMSIZES:
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
-        if ((rule.odd_h_only and H % 2 == 0) or (rule.quant_only and quant not in rule.quant_modes)
-                or (rule.vector_typed_only and (quant or not vector_typed))):
+        if (rule.odd_h_only and H % 2 == 0) or not rule.takes(quant, vector_typed):
             continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config

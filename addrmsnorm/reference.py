@@ -51,22 +51,15 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
-def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None, mode=None):
+def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None):
     """(reference, fp32 y) for the quantized kernels: the contract's y where a row fits one pass; on the
-    looped path (H above the single-pass limit) the kernel reloads h from residual_out for its second
-    pass, so y there is the same rstd times h rounded to the residual dtype (h_stored: the residual_out
-    the kernel wrote; default h rounded by torch). mode: the QUANT mode (configs.QUANT_MODES); None
-    for any, where every mode takes the same kind of path."""
+    looped path (H above the single-pass limit, in every mode) the kernel reloads h from residual_out
+    for its second pass, so y there is the same rstd times h rounded to the residual dtype (h_stored:
+    the residual_out the kernel wrote; default h rounded by torch)."""
     from . import configs
 
     ref = fused_add_rmsnorm_ref(x, residual, weight, eps, weight_offset)
-    paths = {(c.looped, c.reread) for c in (
-        configs.select_forward_config(x.shape[-1], x.element_size(), residual.element_size(), quant=m)
-        for m in ((mode,) if mode is not None else configs.QUANT_MODES))}
-    if len(paths) != 1:
-        raise ValueError(f"the quantized modes take different paths at H={x.shape[-1]}: pass mode")
-    looped, reread = paths.pop()
-    if not looped or reread:
+    if x.shape[-1] <= configs.QUANT_SINGLE_PASS_MAX_H:
         return ref, ref.y.float()
     h = (ref.h.to(residual.dtype) if h_stored is None else h_stored).double()
     return ref, (h * ref.rstd.unsqueeze(-1) * (weight.double() + weight_offset)).float()

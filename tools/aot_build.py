@@ -120,8 +120,7 @@ def _serves_quant(cfg, mode: int) -> bool:
     every quantized call of its modes there)."""
     covered = 0  # quantized calls with H <= covered have found their rule
     for r in configs.FORWARD_TABLE:
-        if (r.act_bytes != 2 or r.odd_h_only or r.vector_typed_only  # rows the quantized forward never takes
-                or (r.quant_only and mode not in r.quant_modes)):
+        if r.act_bytes != 2 or r.odd_h_only or not r.takes(mode, False):  # rows these calls never take
             continue
         if r.config == cfg and (r.h_max is None or r.h_max > covered):
             return True
@@ -164,11 +163,11 @@ def all_specs(cfgs, bcfgs):
                             if align == 1 or not odd_only:
                                 specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
+        modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for q in configs.QUANT_DTYPES:
-                for mode in configs.QUANT_MODES:
-                    if _serves_quant(cfg, mode):
-                        specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
+                for mode in modes:
+                    specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
     return specs
 
 
