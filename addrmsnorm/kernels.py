@@ -174,20 +174,26 @@ def _quant_groups(y, rows, row_mask, col0, H, scales_ptr, scale_ub_ptr, stride_s
                   group_size, has_ub, ue8m0, q_dtype: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
     """Per-group scales of a [R, B] tile whose first column is col0 (a multiple of 128), written to
     scales; returns y * (1 / s) per group. group_size is 64 or 128."""
-    G64: tl.constexpr = B // 64
-    a64 = tl.max(tl.reshape(tl.abs(y), [R, G64, 64]), axis=2)
     if B >= 128:
-        if group_size == 128:  # pairs of 64-wide groups
-            a128 = tl.max(tl.reshape(a64, [R, G64 // 2, 2]), axis=2)
-            a64 = tl.reshape(tl.join(a128, a128), [R, G64])
-    s = _dynamic_scale(a64, scale_ub_ptr, has_ub, ue8m0, q_dtype)
-    inv = tl.math.div_rn(1.0, s)
-    gi = tl.arange(0, G64)
-    per = group_size // 64
-    g = (col0 // 64 + gi) // per
-    smask = row_mask[:, None] & ((col0 + gi * 64) < H)[None, :] & ((gi % per) == 0)[None, :]
-    tl.store(scales_ptr + rows[:, None] * stride_s_row + g[None, :] * stride_s_group, s, mask=smask)
-    return tl.reshape(tl.reshape(y, [R, G64, 64]) * inv[:, :, None], [R, B])
+        # As [R, pairs, 2, 64]: a 128-wide group is a pair of 64-wide ones, its amax the pair's max,
+        # broadcast back over the pair. Every step stays in one layout (the tile's, and its slices):
+        # no layout conversion through shared memory per tile.
+        P: tl.constexpr = B // 128
+        y4 = tl.reshape(y, [R, P, 2, 64])
+        a64 = tl.max(tl.abs(y4), axis=3)
+        a = tl.where(group_size == 128, tl.max(a64, axis=2)[:, :, None], a64)
+        s = _dynamic_scale(a, scale_ub_ptr, has_ub, ue8m0, q_dtype)
+        k = 2 * tl.arange(0, P)[None, :, None] + tl.arange(0, 2)[None, None, :]  # the 64-wide group
+        per = group_size // 64
+        smask = row_mask[:, None, None] & ((col0 + k * 64) < H) & ((k % per) == 0)
+        tl.store(scales_ptr + rows[:, None, None] * stride_s_row + ((col0 // 64 + k) // per) * stride_s_group,
+                 s, mask=smask)
+        return tl.reshape(y4 * tl.math.div_rn(1.0, s)[:, :, :, None], [R, B])
+    else:  # a 64-wide tile: 64-wide groups only (a 128-wide group needs H >= 128, so B >= 128)
+        a64 = tl.max(tl.abs(y), axis=1)
+        s = _dynamic_scale(a64, scale_ub_ptr, has_ub, ue8m0, q_dtype)
+        tl.store(scales_ptr + rows * stride_s_row + (col0 // 64) * stride_s_group, s, mask=row_mask & (col0 < H))
+        return y * tl.math.div_rn(1.0, s)[:, None]
 
 
 @triton.jit
