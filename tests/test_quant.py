@@ -119,14 +119,16 @@ def test_dynamic_scales_are_exact_where_amax_is():
 
 
 @pytest.mark.parametrize("keep_h", [False, True])
-def test_looped_per_token_amax_is_exact(keep_h):
-    """The looped path's per-token amax, taken in pass 1 as round(max |h_stored * w| * rstd) (its y is
-    (h_stored * w) * rstd, and rounding is monotone), in 64-wide chunks of 256: rows whose largest |y|
-    is unique, in the first or the last chunk, tied across chunks or within one, a zero row. Integer
-    activations make the sum of squares, rstd and each h * w exact in fp32. With power-of-two weights
-    y is exact too; then a weight of 2**100 where h is 0; then random bf16 weights, where y = (h * w) *
-    rstd is rounded and rows hold near-ties. Every scale and every q must equal the reference's, which
-    takes the amax of that y, computed in fp32 in that order."""
+@pytest.mark.parametrize("group_size", [None, 64, 128])
+def test_looped_dynamic_amax_is_exact(keep_h, group_size):
+    """The looped path's dynamic amax, on rows of 256 walked in chunks (64 wide per token; per group
+    128, whole pairs of 64-wide groups). Per token it is taken in pass 1 as round(max |h_stored * w| *
+    rstd) (its y is (h_stored * w) * rstd, and rounding is monotone); per group, from each chunk's y in
+    pass 2. Rows whose largest |y| is unique, in the first or the last chunk, tied across chunks or
+    within one, a zero row. Integer activations make the sum of squares, rstd and each h * w exact in
+    fp32. With power-of-two weights y is exact too; then a weight of 2**100 where h is 0; then random
+    bf16 weights, where y = (h * w) * rstd is rounded and rows hold near-ties. Every scale and every q
+    must equal the reference's, which takes the amax of that y, computed in fp32 in that order."""
     from addrmsnorm.configs import ForwardConfig
     from addrmsnorm.launcher import launch_quant_forward
 
@@ -156,14 +158,15 @@ def test_looped_per_token_amax_is_exact(keep_h):
         h = xk + r
         rstd = torch.reciprocal(torch.sqrt((h * h).sum(-1) / h.new_tensor(float(H)) + 1e-6))
         y32 = ((h * wk) * rstd.unsqueeze(-1)).to(DEVICE)
-        q_ref, s_ref = quantize_ref(y32, torch.int8)
+        q_ref, s_ref = quantize_ref(y32, torch.int8, group_size=group_size)
         q = torch.empty(N, H, dtype=torch.int8, device=DEVICE)
         ro = torch.empty_like(rb)
-        s = torch.full((N,), float("nan"), device=DEVICE)
+        s = torch.full(s_ref.shape, float("nan"), device=DEVICE)
         launch_quant_forward(xb, rb, wb, q, ro, None, None, s, None, n_rows=N, H=H, stride_x=H, stride_residual=H,
-                             stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=1, stride_s_group=0,
-                             group_size=0, ue8m0=False, eps=1e-6, weight_offset=0.0,
-                             config=ForwardConfig(64, 1, 4, True, keep_h=keep_h))
+                             stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=s.stride(0),
+                             stride_s_group=s.stride(-1) if group_size else 0, group_size=group_size or 0,
+                             ue8m0=False, eps=1e-6, weight_offset=0.0,
+                             config=ForwardConfig(128 if group_size else 64, 1, 4, True, keep_h=keep_h))
         assert torch.equal(bits(s), bits(s_ref)), (weights, s, s_ref)
         assert torch.equal(q, q_ref), weights
 
