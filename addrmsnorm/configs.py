@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The Triton release this table's register plan (MAX_REGISTERS, BACKWARD_TABLE's programs_per_sm) was
+# tuned and verified with. The AOT build compiles with it alone (pyproject.toml pins it as a build
+# requirement; build_info.json records it); the JIT backend runs on others and degrades a config
+# whose plan no longer holds (register_plan.py).
+AOT_TRITON_VERSION = "3.6.0"
+
 
 @dataclass(frozen=True)
 class ForwardConfig:

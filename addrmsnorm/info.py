@@ -72,11 +72,17 @@ def main() -> int:
     from .launcher import INTERPRETED
 
     if os.environ.get("ADDRMSNORM_INFO_SELF_CHECK") == "cpu":  # the interpreter child of the line below
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            print("FAILED: Triton's CPU interpreter needs numpy, which is not installed (pip install numpy)")
+            return 1
         ok, what = self_check("cpu")
         print(("ok: " if ok else "FAILED: ") + what)
         return 0 if ok else 1
     print(f"addrmsnorm {__version__} (torch {torch.__version__})")
     print(f"backend: {ops.backend()} ({ops.backend_reason()})")
+    print(f"torch extension: {ops.extension_status()}")
     archs, source = built_archs()
     print(f"C++ runtime: cubins for {archs} ({source})" if archs else f"C++ runtime: {source}")
     t0 = time.perf_counter()
@@ -94,6 +100,11 @@ def main() -> int:
           "interpreter")
     env = {**os.environ, "TRITON_INTERPRET": "1", "ADDRMSNORM_INFO_SELF_CHECK": "cpu"}
     p = subprocess.run([sys.executable, "-m", "addrmsnorm"], env=env, capture_output=True, text=True)
-    line = (p.stdout.strip().splitlines() or [p.stderr.strip()[-500:]])[-1]
+    verdicts = [ln for ln in p.stdout.splitlines() if ln.startswith(("ok: ", "FAILED: "))]
+    if verdicts:
+        line = verdicts[-1]
+    else:  # the child died before its verdict: its exception's last line, whole
+        last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        line = f"FAILED: {last}"
     print(f"self-check on the CPU: {line} ({time.perf_counter() - t0:.1f} s)")
     return p.returncode

@@ -8,10 +8,12 @@ nothing and never synchronizes. Validation lives in ``validation.py`` and runs b
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
+import triton
 
-from . import configs
+from . import configs, register_plan
 from .configs import ForwardConfig, align_elems, select_forward_config
 from .kernels import (fused_add_rmsnorm_bwd, fused_add_rmsnorm_bwd_unaligned, fused_add_rmsnorm_dweight,
                       fused_add_rmsnorm_fwd, fused_add_rmsnorm_fwd_unaligned, fused_add_rmsnorm_quant_fwd)
@@ -84,13 +86,14 @@ def launch_forward(
     cfg = config or select_forward_config(H, xs, rs, vector_typed=vector_typed)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
-    cap = configs.max_registers("fwd", cfg, _arch(x.device)) if max_registers is None else max_registers
+    arch = _arch(x.device)
+    cap = _planned_cap("fwd", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
-        kernel[(cfg.grid(n_rows),)](
+        compiled = kernel[(cfg.grid(n_rows),)](
             x, residual, w_arg, out, residual_out,
             _no_rstd(x.device) if rstd is None else rstd,
             n_rows, H,
@@ -109,6 +112,8 @@ def launch_forward(
             num_warps=cfg.num_warps,
             **extra,
         )
+    if cap and max_registers is None and compiled not in _CHECKED:
+        _check_cap("fwd", cfg, arch, cap, compiled)
 
 
 def launch_quant_forward(
@@ -132,12 +137,13 @@ def launch_quant_forward(
     align = configs.vector_elems(x.element_size(), residual.element_size())
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
-    cap = configs.max_registers("qfwd", cfg, _arch(x.device)) if max_registers is None else max_registers
+    arch = _arch(x.device)
+    cap = _planned_cap("qfwd", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
-        fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
+        compiled = fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
             x, residual, weight, q, residual_out, x if y is None else y,
             f32 if scale is None else scale, f32 if scales is None else scales,
             f32 if scale_ub is None else scale_ub,
@@ -149,6 +155,56 @@ def launch_quant_forward(
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
             num_warps=cfg.num_warps, **extra,
         )
+    if cap and max_registers is None and compiled not in _CHECKED:
+        _check_cap("qfwd", cfg, arch, cap, compiled)
+
+
+# ----- the register plan under the Triton that is here (register_plan.py) -------------------------
+# Checked once per compiled kernel, after its first launch (its registers are known once it is
+# loaded); a broken plan degrades the config for the calls after it, with one warning.
+_CHECKED: set = set()  # compiled kernels already checked (the JIT keeps them for the process)
+_UNCAPPED: set = set()  # (kind, cfg, arch) whose register cap broke: compiled without it
+_BACKWARD_FIT: dict = {}  # (cfg, arch) -> programs per SM that fit, where fewer than the plan
+
+
+def _degraded(what: str) -> None:
+    warnings.warn(f"addrmsnorm: under Triton {triton.__version__} {what}. The kernel table was tuned with Triton "
+                  f"{configs.AOT_TRITON_VERSION}; results are the same, only slower.", RuntimeWarning, stacklevel=3)
+
+
+def _planned_cap(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
+    if (kind, cfg, arch) in _UNCAPPED:
+        return None
+    return configs.max_registers(kind, cfg, arch)
+
+
+def _check_cap(kind: str, cfg: ForwardConfig, arch: int, cap: int, compiled) -> None:
+    _CHECKED.add(compiled)
+    problem = register_plan.cap_problem(compiled.n_regs, compiled.n_spills, cap)
+    if problem:
+        _UNCAPPED.add((kind, cfg, arch))
+        _degraded(f"the {kind} kernel at block {cfg.block_h} x {cfg.rows_per_program} rows, {cfg.num_warps} warps "
+                  f"holds {problem} on sm_{arch}: it is compiled without the cap from now on")
+
+
+def _check_backward(cfg: ForwardConfig, arch: int, compiled) -> None:
+    _CHECKED.add(compiled)
+    fit = register_plan.backward_fit(compiled.n_regs, compiled.metadata.shared, cfg.num_warps, arch,
+                                     cfg.programs_per_sm)
+    if fit is not None and fit < _BACKWARD_FIT.get((cfg, arch), cfg.programs_per_sm):
+        _BACKWARD_FIT[(cfg, arch)] = max(1, fit)
+        _degraded(f"the backward at block {cfg.block_h} x {cfg.rows_per_program} rows, {cfg.num_warps} warps holds "
+                  f"{compiled.n_regs} registers on sm_{arch}, which fit {fit} programs per SM where the table "
+                  f"plans {cfg.programs_per_sm}: its grid launches {max(1, fit)} per SM from now on")
+
+
+def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int, device: torch.device) -> int:
+    """configs.backward_programs, with the programs per SM that fit where the plan broke (never more
+    than configs.backward_workspace_floats sized the workspace for)."""
+    fit = _BACKWARD_FIT.get((cfg, _arch(device))) if _BACKWARD_FIT else None
+    if fit is None:
+        return configs.backward_programs(n_rows, cfg, n_sms)
+    return max(1, min(-(-n_rows // cfg.rows_per_program), n_sms * fit))
 
 
 _ARCHS: dict[int, int] = {}
@@ -203,7 +259,8 @@ def launch_backward(
     """
     xs, rs = dy.element_size(), h.element_size()
     cfg = configs.select_backward_config(H, xs, rs)
-    programs = configs.backward_programs(n_rows, cfg, n_sms)
+    arch = _arch(dy.device)
+    programs = backward_programs(n_rows, cfg, n_sms, dy.device)
     separate_dx = dx is not None
     has_dres_out = dres_out is not None
     # Absent tensors are passed as present ones of the same dtype that the kernel will not touch,
@@ -221,17 +278,22 @@ def launch_backward(
                                     dres.data_ptr(), dx_t.data_ptr()), H, strides, xs, rs)
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace
-    cap = configs.max_registers("bwd", cfg, _arch(dy.device))
+    cap = _planned_cap("bwd", cfg, arch)
     extra = {"maxnreg": cap} if cap else {}  # the AOT build compiles with the same cap
     with _device_guard(dy.device):
         kernel = fused_add_rmsnorm_bwd if align > 1 else fused_add_rmsnorm_bwd_unaligned  # as the forward
-        kernel[(programs,)](
+        compiled = kernel[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
             num_warps=cfg.num_warps, **extra,
         )
+        if arch and compiled not in _CHECKED:
+            if cap:
+                _check_cap("bwd", cfg, arch, cap, compiled)
+            if align > 1:  # the plan covers the aligned kernels (tools/aot_build.py)
+                _check_backward(cfg, arch, compiled)
         if dweight is not None:
             bc = configs.DWEIGHT_BLOCK_C
             fused_add_rmsnorm_dweight[(-(-H // bc),)](

@@ -20,7 +20,8 @@ mode is on, and bump the version counters of what they write (``autograd.py``, o
 Backends. CUDA tensors go to one of:
 
 * "cpp": the C++ extension (``torch_ext/ops.cpp``, built by CMake as libaddrmsnorm_torch.so next to
-  libaddrmsnorm.so, which it links; ``pip install .`` installs both in the package), which checks
+  libaddrmsnorm.so, which it links; ``pip install .`` installs both in the package, and where torch
+  came after the wheel, the first import builds it: ``torch_ext_build.py``), which checks
   its arguments in C++ and calls the C ABI of the AOT-compiled runtime on torch's current stream. A
   few microseconds per call.
 * "triton": ``jit_backend.py``, Python checks and the Triton JIT launcher. Works wherever Triton
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from . import autograd, jit_backend, locate
+from . import autograd, jit_backend, locate, torch_ext_build
 from . import validation as v
 from .launcher import INTERPRETED
 
@@ -159,6 +160,30 @@ def extension_path() -> Path | None:
 _REBUILD = "pip install . (or pip install --no-build-isolation . to build against this environment's torch)"
 
 
+def _usable_extension() -> tuple[Path | None, str | None]:
+    """The extension to load and None, or None and why there is none. Where the installed one is
+    missing or built for another torch, and $ADDRMSNORM_TORCH_EXT does not name one, it is built for
+    this torch (torch_ext_build.py, cached: once per torch version)."""
+    path = extension_path()
+    problem = None
+    if path is None:
+        problem = (f"the C++ extension is not built ({EXTENSION_NAME} is in neither the installed package, "
+                   f"build/ nor ${EXTENSION_ENV})")
+    else:
+        built_with = locate.build_info(path).get("torch")
+        if built_with and built_with != torch.__version__:
+            problem = f"{path} was built against torch {built_with}, and this is torch {torch.__version__}"
+    if problem is None:
+        return path, None
+    if os.environ.get(EXTENSION_ENV) or not torch_ext_build.enabled():
+        why = f"${EXTENSION_ENV} names it" if os.environ.get(EXTENSION_ENV) else f"{torch_ext_build.BUILD_ENV}=0"
+        return None, f"{problem}; rebuild it: {_REBUILD} (not built at import: {why})"
+    try:
+        return torch_ext_build.build(locate.find("libaddrmsnorm.so", "ADDRMSNORM_LIB")), None
+    except torch_ext_build.BuildError as e:
+        return None, f"{problem}, and building it for torch {torch.__version__} failed: {e}"
+
+
 def _select_backend() -> tuple[str, str]:
     want = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
     if want not in ("auto", "cpp", "triton"):
@@ -170,28 +195,35 @@ def _select_backend() -> tuple[str, str]:
             return "triton", "TRITON_INTERPRET=1: the kernels run on the CPU"
         if torch.version.cuda is None:
             return "triton", "this torch has no CUDA, so the C++ extension is not used"
-    path = extension_path()
-    problem = None
-    if path is None:
-        problem = (f"the C++ extension is not built ({EXTENSION_NAME} is in neither the installed package, "
-                   f"build/ nor ${EXTENSION_ENV}); {_REBUILD} builds it where cmake and a C++ compiler are")
-    else:
-        built_with = locate.build_info(path).get("torch")
-        if built_with and built_with != torch.__version__:
-            problem = (f"{path} was built against torch {built_with}, and this is torch {torch.__version__}; "
-                       f"rebuild it: {_REBUILD}")
-        else:
-            try:
-                torch.ops.load_library(str(path))
-            except OSError as e:
-                problem = f"{path} failed to load ({e})"
+    path, problem = _usable_extension()
     if problem is None:
+        try:
+            torch.ops.load_library(str(path))
+        except OSError as e:
+            problem = f"{path} failed to load ({e})"
+    if problem is None:
+        global _EXTENSION
+        _EXTENSION = path
         return "cpp", f"C++ extension {path}"
     if want == "cpp":
         raise ImportError(f"{BACKEND_ENV}=cpp but {problem}")
     warnings.warn(f"addrmsnorm runs CUDA calls on the Triton JIT backend (more CPU time per call): {problem}",
                   BackendFallbackWarning, stacklevel=2)
     return "triton", problem
+
+
+_EXTENSION: Path | None = None  # the extension the cpp backend loaded
+
+
+def extension_status() -> str:
+    """For ``python -m addrmsnorm``: "built for torch <version> (<path>)", or "missing: <reason>"."""
+    if _EXTENSION is not None:
+        return f"built for torch {torch.__version__} ({_EXTENSION})"
+    path = extension_path() or torch_ext_build.cached(locate.find("libaddrmsnorm.so", "ADDRMSNORM_LIB"))
+    built_with = locate.build_info(path).get("torch") if path else None
+    if path is not None and built_with == torch.__version__:
+        return f"built for torch {built_with} ({path}; not used: {_REASON})"
+    return f"missing: {_REASON}"
 
 
 _BACKEND, _REASON = _select_backend()

@@ -14,10 +14,15 @@ Reads the one kernel source (``addrmsnorm/kernels.py``) and the one config table
     <out>/cache/                  one cubin + metadata per specialization, keyed by a hash of
                                   everything that determines it: unchanged kernels are not rebuilt
 
+The cubins are compiled with the one Triton release the kernel table was tuned and verified with
+(configs.AOT_TRITON_VERSION, pinned in pyproject.toml's build requirements); another refuses to build.
+
 Usage: aot_build.py --out DIR --archs "80;90;100" [--jobs N]
        aot_build.py --list --archs "80;90;100"          the kernels per arch, compiling nothing
        aot_build.py --sample --out DIR --archs "80;100" compile a sample of each arch's list (CI checks
                                                         archs it does not build)
+       aot_build.py --jit-check --out DIR --archs "80;90;100" under any Triton: what the JIT backend
+                                                        compiles, and the register plans it degrades
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def _load(name):
 
 
 configs = _load("configs")
+register_plan = _load("register_plan")
 
 # "w16": a 16-bit weight's int16 bits (configs.WEIGHT_W16); "any": the backward's untyped weight.
 TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W16: "i16", "any": "u8",
@@ -229,11 +235,11 @@ TOOL_VERSION = 8
 
 def compile_one(job):
     """Compile one specialization for one arch (runs in a worker process)."""
-    spec, cfg, arch, cache_dir, key = job
+    spec, cfg, arch, cache_dir, key, jit_check = job
     cubin_path = Path(cache_dir) / f"{key}.cubin"
     meta_path = Path(cache_dir) / f"{key}.json"
     if cubin_path.exists() and meta_path.exists():
-        return key, True
+        return key, []
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -270,18 +276,23 @@ def compile_one(job):
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
-    if "maxnreg" in options:  # a capped kernel must not spill: that would cost more than the cap buys
+    problems = []
+    if "maxnreg" in options:
         regs, stack = _resource_usage(compiled.asm["cubin"])
-        if regs > options["maxnreg"] or stack:
-            raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers under a cap of "
-                               f"{options['maxnreg']}, {stack} bytes of stack; configs.MAX_REGISTERS must "
-                               "not cap this config")
-    if spec.kind == "bwd" and spec.align > 1 and arch in SM_LIMITS:
-        _check_backward_fit(spec, cfg, arch, compiled)
+        problem = register_plan.cap_problem(regs, stack, options["maxnreg"])
+        if problem:
+            problems.append(f"{problem}; configs.MAX_REGISTERS must not cap this config")
+    if spec.kind == "bwd" and spec.align > 1 and arch in register_plan.SM_LIMITS:
+        problem = _check_backward_fit(spec, cfg, arch, compiled)
+        if problem:
+            problems.append(f"{problem}; configs.BACKWARD_TABLE must plan what fits, with no spill outside "
+                            "configs.BACKWARD_SPILLS_MEASURED")
+    if problems and not jit_check:
+        raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: " + "; ".join(problems))
     md = compiled.metadata
     entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", compiled.asm["ptx"], re.S)
     n_params = len([p for p in entry.group(2).split(",") if p.strip()])
-    if n_params != n_args + 2:
+    if n_params != n_args + 2 and not jit_check:  # the C ABI's launch convention; the JIT launches its own way
         raise RuntimeError(f"expected {n_args} arguments plus Triton's two hidden scratch pointers, "
                            f"the kernel has {n_params} parameters: this Triton version is not supported")
     if md.global_scratch_size or md.profile_scratch_size:
@@ -295,38 +306,27 @@ def compile_one(job):
     tmp.write_bytes(compiled.asm["cubin"])
     tmp.replace(cubin_path)
     meta_path.write_text(json.dumps(meta))
-    return key, False
+    return key, problems
 
 
-# Per SM, for the default archs that configs.BACKWARD_TABLE's programs_per_sm is planned for:
-# registers, shared memory in bytes (the carve-out's maximum) and threads. Other archs are not
-# checked (there a backward grid that does not fit runs in waves).
-SM_LIMITS = {80: (65536, 167936, 2048), 90: (65536, 233472, 2048), 100: (65536, 233472, 2048)}
-SHARED_RESERVED_PER_BLOCK = 1024  # the driver's shared memory per resident block (sm_80 and newer)
+SM_LIMITS = register_plan.SM_LIMITS
+programs_that_fit = register_plan.programs_that_fit
 
 
-def programs_that_fit(regs: int, shared: int, num_warps: int, arch: int) -> int:
-    """Programs of one kernel resident on an SM at once (registers are allocated per thread in
-    multiples of 8)."""
-    max_regs, max_shared, max_threads = SM_LIMITS[arch]
-    threads = 32 * num_warps
-    return min(max_regs // (threads * (-(-regs // 8) * 8)), max_shared // (shared + SHARED_RESERVED_PER_BLOCK),
-               max_threads // threads)
-
-
-def _check_backward_fit(spec: Spec, cfg, arch: int, compiled) -> None:
-    """The persistent backward grid plans cfg.programs_per_sm programs per SM: refuse a build where a
-    16-byte-aligned backward kernel fits fewer (its grid would run in waves). ALIGN 1 rows (odd H)
-    hold more registers and may run in waves; they are rare and not checked."""
+def _check_backward_fit(spec: Spec, cfg, arch: int, compiled) -> str | None:
+    """The persistent backward grid plans cfg.programs_per_sm programs per SM: why a 16-byte-aligned
+    backward kernel breaks that plan (it fits fewer, or spills outside
+    configs.BACKWARD_SPILLS_MEASURED), or None. ALIGN 1 rows (odd H) hold more registers and may run
+    in waves; they are rare and not checked."""
     regs, stack = _resource_usage(compiled.asm["cubin"])
-    fit = programs_that_fit(regs, compiled.metadata.shared, cfg.num_warps, arch)
+    fit = register_plan.backward_fit(regs, compiled.metadata.shared, cfg.num_warps, arch, cfg.programs_per_sm)
     if stack and (cfg.block_h, cfg.rows_per_program, cfg.num_warps) in configs.BACKWARD_SPILLS_MEASURED:
         stack = 0  # measured to win despite its spill (configs.BACKWARD_SPILLS_MEASURED)
-    if cfg.programs_per_sm > fit or stack:
-        raise RuntimeError(f"{spec} at {cfg} for sm_{arch}: {regs} registers, {compiled.metadata.shared} bytes of "
-                           f"shared memory and {stack} of stack fit {fit} programs per SM, and the table plans "
-                           f"{cfg.programs_per_sm}; configs.BACKWARD_TABLE must plan what fits, with no spill "
-                           "outside configs.BACKWARD_SPILLS_MEASURED")
+    if fit is None and not stack:
+        return None
+    return (f"{regs} registers, {compiled.metadata.shared} bytes of shared memory and {stack} of stack fit "
+            f"{register_plan.programs_that_fit(regs, compiled.metadata.shared, cfg.num_warps, arch)} programs "
+            f"per SM, and the table plans {cfg.programs_per_sm}")
 
 
 def _resource_usage(cubin: bytes) -> tuple[int, int]:
@@ -657,6 +657,10 @@ def main():
     ap.add_argument("--capped", action="store_true",
                     help="compile the forward kernels under a register cap (each is checked for spills), "
                          "write no table")
+    ap.add_argument("--jit-check", action="store_true",
+                    help="under any Triton release, compile what the JIT backend would: the sample, every "
+                         "capped kernel and every aligned backward kernel; report each broken register plan "
+                         "(which the JIT degrades, register_plan.py) instead of failing; write no table")
     args = ap.parse_args()
     if not args.list and args.out is None:
         ap.error("--out is required")
@@ -665,6 +669,11 @@ def main():
         ap.error("no archs")
     import triton
 
+    if not (args.list or args.jit_check) and triton.__version__ != configs.AOT_TRITON_VERSION:
+        sys.exit(f"addrmsnorm AOT: this is Triton {triton.__version__}, and the kernel table's register plan was "
+                 f"tuned and verified with Triton {configs.AOT_TRITON_VERSION}, which the build pins "
+                 f"(pyproject.toml): pip install triton=={configs.AOT_TRITON_VERSION} into the build "
+                 "environment. The JIT backend runs on other releases (tools/aot_build.py --jit-check).")
     kernels = _load("kernels")
 
     cfgs = unique_configs()
@@ -681,17 +690,23 @@ def main():
             print(f"sm_{arch}: {len(built)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
                   f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward)")
         return
-    if args.sample:
+    if args.sample or args.jit_check:
         picked = []
         for kind in KINDS:
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
+        if args.jit_check:  # the kernels a register plan covers
+            picked += [s for s in specs if (s.kind == "bwd" and s.align > 1) or (s.kind != "dw" and any(
+                configs.max_registers(s.kind, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs))]
         specs = list(dict.fromkeys(picked))
     if args.capped:
         specs = [s for s in specs if s.kind != "dw" and any(
             configs.max_registers(s.kind, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
-    cache_dir = out / "cache"
+    # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
+    # determines a cubin, the Triton release included).
+    cache_dir = Path(os.environ["ADDRMSNORM_AOT_CACHE"]).resolve() if os.environ.get("ADDRMSNORM_AOT_CACHE") \
+        else out / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
@@ -701,28 +716,41 @@ def main():
                 continue
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key
-            jobs.append((spec, cfg, arch, str(cache_dir), key))
+            jobs.append((spec, cfg, arch, str(cache_dir), key, args.jit_check))
     todo = [j for j in jobs if not ((cache_dir / f"{j[4]}.cubin").exists() and (cache_dir / f"{j[4]}.json").exists())]
     print(f"addrmsnorm AOT: {len(specs)} specializations x {len(archs)} archs "
           f"({', '.join(f'sm_{a}' for a in archs)}) = {len(jobs)} kernels; "
           f"{len(jobs) - len(todo)} up to date, {len(todo)} to compile with {args.jobs} jobs", flush=True)
     t0 = time.time()
+    broken = []  # (job, problems): --jit-check's broken register plans
     if todo:
         done = 0
         step = max(1, len(todo) // 20)
+
+        def progress(job, result):
+            nonlocal done
+            done += 1
+            if result[1]:
+                broken.append((job, result[1]))
+            if done % step == 0 or done == len(todo):
+                print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+
         if args.jobs > 1:
             import multiprocessing as mp
             with cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as ex:
-                for _ in ex.map(compile_one, todo, chunksize=4):
-                    done += 1
-                    if done % step == 0 or done == len(todo):
-                        print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+                for job, result in zip(todo, ex.map(compile_one, todo, chunksize=4)):
+                    progress(job, result)
         else:
             for job in todo:
-                compile_one(job)
-                done += 1
-                if done % step == 0 or done == len(todo):
-                    print(f"  [{done}/{len(todo)}] compiled, {time.time() - t0:.0f}s", flush=True)
+                progress(job, compile_one(job))
+    if args.jit_check:
+        for (spec, cfg, arch, *_), problems in broken:
+            print(f"  sm_{arch} {spec.kind} {spec.x}/{spec.residual} block {cfg.block_h} x {cfg.rows_per_program} "
+                  f"rows, {cfg.num_warps} warps: the plan breaks ({'; '.join(problems)}); the JIT degrades it")
+        print(f"addrmsnorm JIT check, Triton {triton.__version__}: {len(specs)} specializations compiled for "
+              f"{', '.join(f'sm_{a}' for a in archs)}, {len(broken)} register plans broken, "
+              f"{time.time() - t0:.0f}s", flush=True)
+        return
     if args.sample or args.capped:
         print(f"addrmsnorm AOT: {'a sample of ' if args.sample else ''}{len(specs)} specializations compiled for "
               f"{', '.join(f'sm_{a}' for a in archs)}, {time.time() - t0:.0f}s", flush=True)
