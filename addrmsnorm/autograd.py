@@ -26,7 +26,11 @@ IN_PLACE_OPS = ("fused_add_rmsnorm_", "fused_add_rmsnorm_into")
 
 
 def no_backward_message(op: str, arg: str) -> str:
-    """The refusal of a mutating operator; torch_ext/autograd.cpp words it the same."""
+    """The refusal of an operator with no backward; torch_ext/autograd.cpp words it the same. The
+    quantized ones are for inference alone; the other mutating ones have a functional twin with autograd."""
+    if "quant" in op:
+        return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; quantized outputs are for "
+                f"inference: call it under torch.no_grad() or torch.inference_mode()")
     return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
             f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
             f"residual_out=")

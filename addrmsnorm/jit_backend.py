@@ -8,6 +8,8 @@ the tests hold the two to the same bits and the same verdicts.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import configs
@@ -20,8 +22,12 @@ def _check_runnable(device: torch.device) -> None:
         return
     if device.type == "cpu" and INTERPRETED:
         return
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        raise ValueError("x is on cpu, and TRITON_INTERPRET=1 is set, but it was set after addrmsnorm was imported: "
+                         "Triton chooses its interpreter when the kernels are defined, at the first import. Set "
+                         "TRITON_INTERPRET=1 before importing addrmsnorm (or triton), e.g. in the shell")
     raise ValueError(f"x is on {device}; addrmsnorm runs on CUDA tensors, or on CPU tensors under "
-                     f"the Triton interpreter (TRITON_INTERPRET=1)")
+                     f"the Triton interpreter (set TRITON_INTERPRET=1 before importing addrmsnorm)")
 
 
 def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: bool, pdl: bool) -> None:

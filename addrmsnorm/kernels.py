@@ -152,7 +152,17 @@ def _quantize(v, q_dtype: tl.constexpr):
         # 8192 (8 warps) 64 against 71 (results/nvidia-h200-2026-12-01-issue14-s6/).
         return tl.extra.cuda.libdevice.rint(c).to(tl.int8)
     # float8_e4m3fn (validation.QUANT_DTYPES): qmax 448
-    return tl.minimum(tl.maximum(v, -448.0), 448.0).to(q_dtype)
+    c = tl.minimum(tl.maximum(v, -448.0), 448.0)
+    if _INTERPRETED:
+        # The interpreter's fp32 -> float8 conversion neither rounds to nearest even nor saturates
+        # (triton 3.6: 1.0625 -> 1.125), but converts e4m3 values exactly. So round first, exactly, as
+        # int8 does: to a multiple of the spacing of e4m3 values at c's binade, 2**(e - 3) with 3
+        # mantissa bits, where e is c's exponent, at least -6 (below it the subnormals' spacing 2**-9).
+        # |c| / spacing < 16, so the 1.5 * 2**23 trick rounds it to an integer, half to even.
+        e = tl.maximum(((c.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
+        spacing = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
+        c = ((c / spacing + 12582912.0) - 12582912.0) * spacing
+    return c.to(q_dtype)
 
 
 @triton.jit

@@ -180,8 +180,9 @@ def _rows_of(x, residual, shape, outputs: dict):
             rows[name] = rr
         elif t is not None:
             rows[name] = as_rows(name, t, shape)
+    inputs = {"x": xr, "residual": rr}
     for name, r in rows.items():
-        check_no_self_overlap(name, r)
+        check_no_self_overlap(name, r, inputs)
     return xr, rr, rows
 
 
@@ -264,8 +265,12 @@ def _check_scale_tensor(name: str, t, device) -> None:
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
                      column_major=False):
-    """The rules of a quantized forward that need no memory. Returns (shape, H, device, mode)."""
+    """The rules of a quantized forward that need no memory. Returns (shape, H, device, mode). Into
+    given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no quant_dtype."""
     if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
+        if out is not None:
+            raise TypeError(f"out has dtype {quant_dtype}; the quantized output must be torch.float8_e4m3fn "
+                            f"or torch.int8")
         raise TypeError(f"quant_dtype must be torch.float8_e4m3fn or torch.int8, got {quant_dtype}")
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
@@ -426,12 +431,32 @@ def _exact_alias(a: Rows, b: Rows) -> bool:
             and (a.n_rows <= 1 or a.row_stride == b.row_stride))
 
 
-def check_no_self_overlap(name: str, r: Rows) -> None:
+def _written_name(name: str, r: Rows, inputs: dict) -> str:
+    """An output's name in messages: the input it is exactly, where it is written in place (an in-place
+    caller passed x and residual, not out and residual_out): residual_out's own input first. The C
+    ABI's written_name."""
+    for iname in (("residual", "x") if name == "residual_out" else ("x", "residual")):
+        i = inputs.get(iname)
+        if i is not None and r.n_rows > 0 and _exact_alias(r, i):
+            return iname
+    return name
+
+
+def _in_place_note(names, outputs) -> str:
+    """" (x is written in place)", " (x and residual are written in place)" or ""."""
+    moved = [n for n, o in zip(names, outputs) if n != o]
+    if not moved:
+        return ""
+    return f" ({' and '.join(moved)} {'is' if len(moved) == 1 else 'are'} written in place)"
+
+
+def check_no_self_overlap(name: str, r: Rows, inputs: dict | None = None) -> None:
     """An output whose rows share memory would have two programs writing one element."""
     H = r.tensor.shape[1]
     if r.n_rows > 1 and r.row_stride < H:
-        raise ValueError(f"{name}: row stride {r.row_stride} < H={H}, so its rows overlap; "
-                         f"an output must not overlap itself")
+        shown = _written_name(name, r, inputs or {})
+        raise ValueError(f"{shown}: row stride {r.row_stride} < H={H}, so its rows overlap; "
+                         f"an output must not overlap itself{_in_place_note([shown], [name])}")
 
 
 def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
@@ -444,7 +469,9 @@ def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
     for i, oname in enumerate(out_names):
         for other in out_names[i + 1:]:
             if _overlaps(outputs[oname], outputs[other]):
-                raise ValueError(f"{oname} and {other} overlap in memory; outputs must not share memory")
+                a, b = (_written_name(n, outputs[n], inputs) for n in (oname, other))
+                raise ValueError(f"{a} and {b} overlap in memory; outputs must not share memory"
+                                 f"{_in_place_note([a, b], [oname, other])}")
         for iname, inp in inputs.items():
             if not _overlaps(outputs[oname], inp):
                 continue

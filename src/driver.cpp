@@ -29,7 +29,7 @@ Loaded& load_once() {
         if (lib == nullptr) {
             const char* why = dlerror();
             std::snprintf(loaded.error, sizeof(loaded.error),
-                          "no CUDA driver: dlopen(\"%s\") failed: %s", path, why ? why : "unknown");
+                          "dlopen(\"%s\") failed: %s", path, why ? why : "unknown");
             return;
         }
         Driver& d = loaded.driver;
@@ -37,7 +37,7 @@ Loaded& load_once() {
     d.name = reinterpret_cast<decltype(d.name)>(dlsym(lib, #name));                                 \
     if (d.name == nullptr) {                                                                        \
         std::snprintf(loaded.error, sizeof(loaded.error),                                           \
-                      "no CUDA driver: %s has no symbol %s (the driver is too old; CUDA 12.0+ is "  \
+                      "%s has no symbol %s (the driver is too old; CUDA 12.0+ is "  \
                       "needed)", path, #name);                                                      \
         return;                                                                                     \
     }
@@ -48,7 +48,7 @@ Loaded& load_once() {
         if (r != CUDA_SUCCESS) {
             const char* s = nullptr;
             d.cuGetErrorString(r, &s);
-            std::snprintf(loaded.error, sizeof(loaded.error), "no CUDA driver: cuInit failed: %s (%d)",
+            std::snprintf(loaded.error, sizeof(loaded.error), "cuInit failed: %s (%d)",
                           s ? s : "unknown error", static_cast<int>(r));
             return;
         }

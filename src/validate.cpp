@@ -1,6 +1,7 @@
 #include "validate.h"
 
 #include <cmath>
+#include <string>
 #include <string_view>
 #include <cstdint>
 
@@ -78,6 +79,43 @@ addrmsnorm_status check_output_input(const Rows& o, const Rows& in, bool may_ali
                 in.name, o.name, in.name);
 }
 
+// An output's name in messages: the input it is exactly, where it is written in place (an in-place
+// caller passed x and residual, not out and residual_out): residual_out's own input first.
+// validation._written_name.
+const char* written_name(const Rows& o, const Rows& x, const Rows& res) {
+    if (o.rows <= 0) return o.name;
+    const bool residual_first = std::string_view(o.name) == "residual_out";
+    const Rows& first = residual_first ? res : x;
+    const Rows& second = residual_first ? x : res;
+    if (exact_alias(o, first)) return first.name;
+    if (exact_alias(o, second)) return second.name;
+    return o.name;
+}
+
+// " (x is written in place)", " (x and residual are written in place)" or "": validation._in_place_note.
+std::string in_place_note(const char* a, const char* b, const Rows& oa, const Rows* ob) {
+    const bool ia = a != oa.name, ib = ob != nullptr && b != ob->name;
+    if (ia && ib) return std::string(" (") + a + " and " + b + " are written in place)";
+    if (ia || ib) return std::string(" (") + (ia ? a : b) + " is written in place)";
+    return "";
+}
+
+// An output whose rows share memory would have two programs writing one element.
+addrmsnorm_status check_no_self_overlap(const Rows& o, const Rows& x, const Rows& res, int64_t hidden) {
+    if (o.rows <= 1 || o.stride_elems >= hidden) return ADDRMSNORM_SUCCESS;
+    const char* name = written_name(o, x, res);
+    return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself%s", name,
+                (long long)o.stride_elems, (long long)hidden, in_place_note(name, nullptr, o, nullptr).c_str());
+}
+
+addrmsnorm_status check_outputs_apart(const Rows& a, const Rows& b, const Rows& x, const Rows& res) {
+    if (!overlaps(a, b)) return ADDRMSNORM_SUCCESS;
+    const char *na = written_name(a, x, res), *nb = written_name(b, x, res);
+    return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s and %s overlap in memory; outputs must not share memory%s", na,
+                nb, in_place_note(na, nb, a, &b).c_str());
+}
+
 }  // namespace
 
 addrmsnorm_status validate_forward(const ForwardCall& c) {
@@ -147,15 +185,11 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
         r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
     }
-    // Outputs must not overlap themselves: two programs would write one element.
-    for (int i = 2; i < 4; ++i)
-        if (c.rows > 1 && r[i].stride_elems < c.hidden)
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself",
-                        r[i].name, (long long)r[i].stride_elems, (long long)c.hidden);
     const Rows &x = r[0], &res = r[1], &out = r[2], &rout = r[3], &w = r[4];
-    if (overlaps(out, rout))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out and residual_out overlap in memory; outputs must not share memory");
+    for (int i = 2; i < 4; ++i)
+        if (const addrmsnorm_status st = check_no_self_overlap(r[i], x, res, c.hidden); st != ADDRMSNORM_SUCCESS)
+            return st;
+    if (const addrmsnorm_status st = check_outputs_apart(out, rout, x, res); st != ADDRMSNORM_SUCCESS) return st;
     // out may be x or residual exactly; residual_out may be residual or x exactly.
     const Rows* outputs[2] = {&out, &rout};
     for (const Rows* o : outputs) {
@@ -360,10 +394,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
     }
     for (int i = 3; i < 6; ++i)
-        if (r[i].rows > 1 && r[i].stride_elems < c.hidden)
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself",
-                        r[i].name, (long long)r[i].stride_elems, (long long)c.hidden);
+        if (const addrmsnorm_status st = check_no_self_overlap(r[i], r[0], r[1], c.hidden); st != ADDRMSNORM_SUCCESS)
+            return st;
     // scale and scale_ub: one fp32 each, inputs.
     Rows sc{"scale", reinterpret_cast<uintptr_t>(qd.scale), 4, 4, qd.scale ? 1 : 0, 4, 1};
     Rows ub{"scale_ub", reinterpret_cast<uintptr_t>(qd.scale_ub), 4, 4, qd.scale_ub ? 1 : 0, 4, 1};
@@ -371,9 +403,9 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const Rows* outputs[3] = {qo, rout, yo};
     for (int i = 0; i < 3; ++i)
         for (int j = i + 1; j < 3; ++j)
-            if (overlaps(*outputs[i], *outputs[j]))
-                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s and %s overlap in memory; outputs must not share memory",
-                            outputs[i]->name, outputs[j]->name);
+            if (const addrmsnorm_status st = check_outputs_apart(*outputs[i], *outputs[j], *x, *res);
+                st != ADDRMSNORM_SUCCESS)
+                return st;
     // residual_out may be residual or x exactly; y may be x exactly; q aliases nothing.
     for (const Rows* o : outputs) {
         const Rows* inputs[5] = {x, res, w, &sc, &ub};

@@ -22,6 +22,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -60,6 +61,10 @@ const c10::TypedOperatorHandle<BackwardFn>& backward_op() {
 
 // addrmsnorm/autograd.py no_backward_message, word for word.
 std::string no_backward_message(const char* name, const char* arg) {
+    if (std::string_view(name).find("quant") != std::string_view::npos)
+        return std::string("addrmsnorm::") + name + " has no backward, but " + arg +
+               " requires grad; quantized outputs are for inference: call it under torch.no_grad() or "
+               "torch.inference_mode()";
     return std::string("addrmsnorm::") + name + " has no backward, but " + arg +
            " requires grad; call it under torch.no_grad(), or for training call "
            "addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or residual_out=";

@@ -360,9 +360,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
 
 constexpr int64_t kTmaRowMultiple = 4;  // validation.TMA_ROW_MULTIPLE
 
-addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t) {
+// The quantized dtype: quant_dtype's, or (into given outputs, where the caller passes no quant_dtype) out's.
+addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t, bool from_out = false) {
     if (t == c10::kChar) return ADDRMSNORM_QUANT_INT8;
     if (t == c10::ScalarType::Float8_e4m3fn) return ADDRMSNORM_QUANT_FLOAT8_E4M3;
+    if (from_out)
+        TORCH_CHECK_TYPE(false, "out has dtype ", torch_name(t),
+                         "; the quantized output must be torch.float8_e4m3fn or torch.int8");
     TORCH_CHECK_TYPE(false, "quant_dtype must be torch.float8_e4m3fn or torch.int8, got ", torch_name(t));
 }
 
@@ -386,7 +390,7 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
                      const std::optional<at::Tensor>& scale_ub, const at::Tensor* out, const at::Tensor* residual_out,
                      const std::optional<at::Tensor>* scales_out, const std::optional<at::Tensor>* y, bool ue8m0,
                      bool column_major) {
-    to_quant_dtype(quant_dtype);
+    to_quant_dtype(quant_dtype, out != nullptr);
     to_dtype("x", x);
     TORCH_CHECK_TYPE(x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16, "x has dtype ",
                      torch_name(x.scalar_type()), "; quantized outputs take x of float16 or bfloat16");
