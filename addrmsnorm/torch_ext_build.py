@@ -5,7 +5,7 @@ fresh environment torch arrives after the wheel is built (pip installs the depen
 later ``pip install -U torch`` leaves an extension built for another torch. Then the first import
 builds it: two small C++ files (``torch_ext/``) against torch's headers and the installed
 ``libaddrmsnorm.so``, with the C++ compiler torch's own extensions use (``$CXX``, else ``c++``). It
-takes about a minute, once: the result is cached per torch version, ABI and runtime build under
+takes under a minute, once: the result is cached per torch version, ABI and runtime build under
 ``$ADDRMSNORM_CACHE_DIR`` (default ``$XDG_CACHE_HOME/addrmsnorm``, else ``~/.cache/addrmsnorm``).
 ``ADDRMSNORM_TORCH_EXT_BUILD=0`` turns it off. Where it cannot build (no compiler, no headers), the
 backend falls back to Triton, and ``ops.backend_reason()`` and ``python -m addrmsnorm`` say why.
@@ -66,11 +66,14 @@ def _include_dir(runtime: Path) -> Path | None:
 
 def _torch_facts() -> dict:
     import torch
-    import torch.utils.cpp_extension as ext
 
+    # What torch.utils.cpp_extension.include_paths() and library_paths() give for a CPU extension,
+    # without importing that module (it looks for a CUDA toolkit, and warns where there is none).
+    root = Path(torch.__file__).resolve().parent
     libstdcxx = next((line.split()[-1] for line in open("/proc/self/maps") if "libstdc++" in line), None)
     return {"torch": torch.__version__, "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
-            "includes": ext.include_paths(), "libdirs": ext.library_paths(), "libstdcxx": libstdcxx}
+            "includes": [str(root / "include"), str(root / "include" / "torch" / "csrc" / "api" / "include")],
+            "libdirs": [str(root / "lib")], "libstdcxx": libstdcxx}
 
 
 def _key(runtime: Path, src: Path, facts: dict) -> str:
@@ -105,9 +108,10 @@ def build(runtime: Path | None, log=None) -> Path:
     include = _include_dir(runtime)
     if include is None:
         raise BuildError("addrmsnorm/addrmsnorm.h is not installed beside the runtime")
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    named = os.environ.get("CXX")
+    cxx = shutil.which(named) if named else (shutil.which("c++") or shutil.which("g++"))
     if not cxx:
-        raise BuildError("no C++ compiler (c++, or $CXX) to build it with")
+        raise BuildError(f"no C++ compiler to build it with ({f'$CXX={named} is not found' if named else 'c++ or g++ on PATH, or $CXX'})")
     facts = _torch_facts()
     if not any(Path(d, "torch", "library.h").is_file() for d in facts["includes"]):
         raise BuildError("this torch has no C++ headers (torch/library.h)")
@@ -124,10 +128,11 @@ def build(runtime: Path | None, log=None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file():  # another process built it while this one waited
             return target
-        log(f"addrmsnorm: building the torch extension for torch {facts['torch']} (once, about a minute on two "
-            f"cores; cached in {out_dir})")
+        log(f"addrmsnorm: building the torch extension for torch {facts['torch']} (once, under a minute; cached "
+            f"in {out_dir})")
         t0 = time.time()
-        flags = ["-O2", "-std=c++17", "-fPIC", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={facts['abi']}",
+        # C++20: torch 2.14's headers need it (concepts), as torch's own extension builder says.
+        flags = ["-O2", "-std=c++20", "-fPIC", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={facts['abi']}",
                  f"-I{include}"] + [f"-isystem{d}" for d in facts["includes"]]
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             def compile_one(name):

@@ -1,5 +1,5 @@
 """The benchmark report: addrmsnorm against every peer, in GB/s, as a share of a roofline measured
-in the same run. Follows ../shared/BENCHMARKING.md.
+in the same run. How it measures: docs/report.md.
 
     python -m addrmsnorm.bench                 # the standard grid
     python -m addrmsnorm.bench --quick         # a subset

@@ -1,7 +1,7 @@
 // addrmsnorm-bench: the C++ runtime's bandwidth and launch cost, with no Python.
 //
 // For each shape: µs per call (median, min, max of 15 CUDA-graph replays), GB/s by the byte model
-// of ../shared/BENCHMARKING.md, and the percent of a copy roofline measured in the same run (the
+// of docs/report.md, and the percent of a copy roofline measured in the same run (the
 // larger of a device-to-device memcpy and a two-read-two-write copy kernel). Each graph rotates
 // through enough distinct buffer sets that one replay moves more than 4x the L2: cold L2 by rotation.
 // Then the quantized outputs (static, per token, per group of 128) at a few shapes. Then the CPU
