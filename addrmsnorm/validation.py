@@ -69,10 +69,16 @@ def check_tensor(name: str, t) -> torch.Tensor:
     return t
 
 
-def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
-    """Check that t has ``shape``, a contiguous last dim, and leading dims that flatten to rows."""
+def check_shape(name: str, t: torch.Tensor, shape) -> None:
+    """t has ``shape``: the one statement of the rule and its message (as_rows, and the fake
+    implementations, which have no memory to view as rows)."""
     if t.shape != shape:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+
+
+def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
+    """Check that t has ``shape``, a contiguous last dim, and leading dims that flatten to rows."""
+    check_shape(name, t, shape)
     H = shape[-1]
     if H > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), "
@@ -161,11 +167,10 @@ def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
 
 
 def check_same_shape(shape, tensors: dict) -> None:
-    """Each tensor has ``shape``, in as_rows' words (for the fake implementations, which have no memory
-    to view as rows)."""
+    """Each tensor that is given has ``shape`` (check_shape)."""
     for name, t in tensors.items():
-        if t is not None and t.shape != shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+        if t is not None:
+            check_shape(name, t, shape)
 
 
 def _rows_of(x, residual, shape, outputs: dict):

@@ -47,17 +47,24 @@ using QuantIntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tens
                          const std::optional<Tensor>&, const std::optional<Tensor>&, double,
                          const std::optional<Tensor>&, int64_t, const std::optional<Tensor>&, bool, double, bool);
 
-template <typename Fn>
-const c10::TypedOperatorHandle<Fn>& op(const char* name) {
-    // One handle per signature: each operator here has its own.
-    static const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
+// The operators' names: each is the key of its own handle below.
+constexpr char kForward[] = "addrmsnorm::fused_add_rmsnorm";
+constexpr char kBackward[] = "addrmsnorm::fused_add_rmsnorm_backward";
+constexpr char kInPlace[] = "addrmsnorm::fused_add_rmsnorm_";
+constexpr char kInto[] = "addrmsnorm::fused_add_rmsnorm_into";
+constexpr char kQuant[] = "addrmsnorm::fused_add_rmsnorm_quant";
+constexpr char kQuantInto[] = "addrmsnorm::fused_add_rmsnorm_quant_into";
+
+// The handle of operator Name, found once. Keyed by the operator, not by its C++ signature: two
+// operators of one signature (the plain norm's and the fused one's may be) each get their own.
+template <typename Fn, const char* Name>
+const c10::TypedOperatorHandle<Fn>& op() {
+    static const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(Name, "").typed<Fn>();
     return handle;
 }
 
-const c10::TypedOperatorHandle<ForwardFn>& forward_op() { return op<ForwardFn>("addrmsnorm::fused_add_rmsnorm"); }
-const c10::TypedOperatorHandle<BackwardFn>& backward_op() {
-    return op<BackwardFn>("addrmsnorm::fused_add_rmsnorm_backward");
-}
+const c10::TypedOperatorHandle<ForwardFn>& forward_op() { return op<ForwardFn, kForward>(); }
+const c10::TypedOperatorHandle<BackwardFn>& backward_op() { return op<BackwardFn, kBackward>(); }
 
 // addrmsnorm/autograd.py no_backward_message, word for word.
 std::string no_backward_message(const char* name, const char* arg) {
@@ -167,7 +174,7 @@ void fused_add_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& x, const 
     refuse_grad("fused_add_rmsnorm_", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<InPlaceFn>("addrmsnorm::fused_add_rmsnorm_")
+        op<InPlaceFn, kInPlace>()
             .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf, pdl);
     }
     bump(x);
@@ -184,7 +191,7 @@ void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, co
                                            {"rstd", rstd.has_value() ? &*rstd : &none}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<IntoFn>("addrmsnorm::fused_add_rmsnorm_into")
+        op<IntoFn, kInto>()
             .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
                         weight_offset, hf, pdl);
     }
@@ -202,7 +209,7 @@ std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>> fused_a
     bool return_y, bool pdl) {
     refuse_grad("fused_add_rmsnorm_quant", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
     at::AutoDispatchBelowADInplaceOrView below;
-    return op<QuantFn>("addrmsnorm::fused_add_rmsnorm_quant")
+    return op<QuantFn, kQuant>()
         .redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
                     column_major_scales, ue8m0_scales, weight_offset, return_y, pdl);
 }
@@ -219,7 +226,7 @@ void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor&
                  {"scales_out", scales_out.has_value() ? &*scales_out : &none}, {"y", y.has_value() ? &*y : &none}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<QuantIntoFn>("addrmsnorm::fused_add_rmsnorm_quant_into")
+        op<QuantIntoFn, kQuantInto>()
             .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
                         eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl);
     }

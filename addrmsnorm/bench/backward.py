@@ -26,6 +26,7 @@ import torch
 import addrmsnorm
 from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, fused_add_rmsnorm_grads_ref
 
+from .cells import cell as _cell
 from .impls import CompiledReference, contract_torch
 from .timing import time_graph
 
@@ -134,8 +135,6 @@ def _run(roofline_gbs: float, log, shapes) -> list[dict]:
 def table(rows: list[dict]) -> str:
     """One line per (shape, pass); GB/s · % of roofline · µs per implementation (✗: gradients out
     of tolerance)."""
-    from .writers import _cell
-
     sel = [r for r in rows if r["section"] == "backward"]
     if not sel:
         return ""

@@ -26,6 +26,8 @@ import torch
 import addrmsnorm
 from addrmsnorm.reference import QUANT_QMAX, fused_add_rmsnorm_ref, quantize_ref
 
+from .cells import cell as _cell
+from .grid import MAX_ELEMENTS, STANDARD_H
 from .timing import sets_for_cold_l2, time_eager_cpu_rounds, time_graph
 
 def _standard_shapes():
@@ -33,17 +35,12 @@ def _standard_shapes():
     multiple of 16), then the mid-size shapes. Bulk: N * H >= 2**26 (at least 16384 rows), the
     definition of issue 15, so that a call moves as many bytes as the roofline's copies (256 MiB and
     more): at N * H = 2**24 the plain forward itself reached only 93% of the roofline at H <= 1024."""
-    from .cli import MAX_ELEMENTS, STANDARD_H
-
     return [(min(max(16384, BULK_ELEMENTS // h), MAX_ELEMENTS // h), h) for h in STANDARD_H if h % 16 == 0] + MID_SHAPES
 
 
 MID_SHAPES = [(2048, 4096), (512, 4096)]
 PLAIN_MODE = "no quantization (the plain forward, 8 bytes per element)"
 BULK_ELEMENTS = 1 << 26
-BULK_MIN_PCT = 97.0          # issue 14: bulk >= 97% of the same-run roofline and >= the best peer
-DECODE_MAX_FI_PDL = 0.8      # the static fp8 decode chain <= 0.8x FlashInfer's with PDL
-CPU_MAX_RATIO = 1.2          # the quantized torch op's eager CPU cost <= 1.2x the plain in-place op's
 DECODE_SHAPES = [(1, 4096), (1, 8192)]
 CHAIN = 64
 EPS = 1e-6
@@ -347,62 +344,8 @@ def cpu_ratio(row: dict, plain: dict) -> float:
     return row["us_median"] / plain["us_median"]
 
 
-def _mark(ok: bool) -> str:
-    return "met" if ok else "**missed**"
-
-
-def targets(rows: list[dict]) -> str:
-    """Issue 14's targets, each marked met or missed, from this run's own rows."""
-    bulk = [r for r in rows if r["section"] == "quant" and r["mode"] != PLAIN_MODE and r["N"] * r["H"] >= BULK_ELEMENTS]
-    t = ["| target | mode | shape | ours | best peer | |", "|---|---|---|---|---|---|"]
-    met = total = 0
-    for mode, N, H in dict.fromkeys((r["mode"], r["N"], r["H"]) for r in bulk):
-        sel = [r for r in bulk if (r["mode"], r["N"], r["H"]) == (mode, N, H) and r.get("gbs")]
-        mine = next((r for r in sel if r["impl"] == "addrmsnorm"), None)
-        peers = [r for r in sel if r["impl"] != "addrmsnorm"]  # a ✗ (other roundings) still counts as a peer
-        best = max(peers, key=lambda r: r["gbs"], default=None)
-        if mine is None:
-            continue
-        ok = mine["pct_roofline"] >= BULK_MIN_PCT and (best is None or mine["gbs"] >= best["gbs"])
-        met, total = met + ok, total + 1
-        t.append(f"| bulk ≥ {BULK_MIN_PCT:.0f}% and ≥ the best peer | {mode} | {N} × {H} | "
-                 f"{mine['gbs']:.0f} GB/s, {mine['pct_roofline']:.1f}% | "
-                 + (f"{best['impl']} {best['gbs']:.0f} GB/s ({mine['gbs'] / best['gbs']:.3f}×)" if best else "none")
-                 + f" | {_mark(ok)} |")
-    dec = {(r["N"], r["H"], r["impl"]): r.get("us_median") for r in rows if r["section"] == "quant_decode"}
-    for N, H in dict.fromkeys((k[0], k[1]) for k in dec):
-        mine = min((v for k, v in dec.items() if k[:2] == (N, H) and k[2].startswith("addrmsnorm") and v),
-                   default=None)
-        fi = dec.get((N, H, "FlashInfer (PDL)"))
-        if mine is None or fi is None:
-            continue
-        ok = mine <= DECODE_MAX_FI_PDL * fi
-        met, total = met + ok, total + 1
-        t.append(f"| decode chain ≤ {DECODE_MAX_FI_PDL}× FlashInfer (PDL) | static fp8 | {N} × {H} | {mine:.2f} µs | "
-                 f"FlashInfer (PDL) {fi:.2f} µs ({mine / fi:.2f}×) | {_mark(ok)} |")
-    cpu = {r["impl"]: r for r in rows if r["section"] == "quant_cpu" and r.get("us_median")}
-    for name, row in cpu.items():
-        # the operators that write into given outputs against the plain in-place operator; the one that
-        # allocates its outputs against the plain one that allocates
-        against = PLAIN_FUNCTIONAL_OP if "allocating" in name else PLAIN_OP
-        plain = cpu.get(against)
-        if plain is None or not name.startswith("quant op"):
-            continue
-        ratio = cpu_ratio(row, plain)
-        how = ", the median of per-round ratios" if row.get("us_rounds") and plain.get("us_rounds") else ""
-        ok = ratio <= CPU_MAX_RATIO
-        met, total = met + ok, total + 1
-        t.append(f"| eager CPU cost ≤ {CPU_MAX_RATIO}× the plain op | {name} | 1 × 4096 | {row['us_median']:.2f} µs | "
-                 f"{against} {plain['us_median']:.2f} µs ({ratio:.2f}×{how}) | {_mark(ok)} |")
-    if total == 0:
-        return ""
-    return "\n".join([f"Targets (issue 14): met at {met} of {total}.", "", *t])
-
-
 def table(rows: list[dict]) -> str:
     """One line per (mode, shape): GB/s · % of roofline · µs per implementation; then the decode chain."""
-    from .writers import _cell
-
     sel = [r for r in rows if r["section"] == "quant"]
     if not sel:
         return ""
@@ -433,7 +376,4 @@ def table(rows: list[dict]) -> str:
                 "implementations interleaved) | µs per call, median of rounds | min | max |", "|---|---|---|---|"]
         out += [f"| {r['impl']} | " + (r.get("note") or f"{r['us_median']:.2f} | {r['us_min']:.2f} | {r['us_max']:.2f}")
                 + " |" for r in cpu]
-    tg = targets(rows)
-    if tg:
-        out += ["", tg]
     return "\n".join(out)
