@@ -162,7 +162,7 @@ def launch_quant_forward(
 # ----- the register plan under the Triton that is here (register_plan.py) -------------------------
 # Checked once per compiled kernel, after its first launch (its registers are known once it is
 # loaded); a broken plan degrades the config for the calls after it, with one warning.
-_CHECKED: set = set()  # compiled kernels already checked (the JIT keeps them for the process)
+_CHECKED: set = set()  # compiled kernels (backward: with their config) already checked; the JIT keeps them
 _UNCAPPED: set = set()  # (kind, cfg, arch) whose register cap broke: compiled without it
 _BACKWARD_FIT: dict = {}  # (cfg, arch) -> programs per SM that fit, where fewer than the plan
 
@@ -188,7 +188,6 @@ def _check_cap(kind: str, cfg: ForwardConfig, arch: int, cap: int, compiled) -> 
 
 
 def _check_backward(cfg: ForwardConfig, arch: int, compiled) -> None:
-    _CHECKED.add(compiled)
     fit = register_plan.backward_fit(compiled.n_regs, compiled.metadata.shared, cfg.num_warps, arch,
                                      cfg.programs_per_sm)
     if fit is not None and fit < _BACKWARD_FIT.get((cfg, arch), cfg.programs_per_sm):
@@ -289,7 +288,8 @@ def launch_backward(
             SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
             num_warps=cfg.num_warps, **extra,
         )
-        if arch and compiled not in _CHECKED:
+        if arch and (compiled, cfg) not in _CHECKED:  # per config: programs_per_sm is not in the kernel
+            _CHECKED.add((compiled, cfg))
             if cap:
                 _check_cap("bwd", cfg, arch, cap, compiled)
             if align > 1:  # the plan covers the aligned kernels (tools/aot_build.py)

@@ -475,6 +475,8 @@ def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
         for other in out_names[i + 1:]:
             if _overlaps(outputs[oname], outputs[other]):
                 a, b = (_written_name(n, outputs[n], inputs) for n in (oname, other))
+                if a == b:  # both in place on one input: name the outputs
+                    a, b = oname, other
                 raise ValueError(f"{a} and {b} overlap in memory; outputs must not share memory"
                                  f"{_in_place_note([a, b], [oname, other])}")
         for iname, inp in inputs.items():

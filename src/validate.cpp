@@ -112,6 +112,7 @@ addrmsnorm_status check_no_self_overlap(const Rows& o, const Rows& x, const Rows
 addrmsnorm_status check_outputs_apart(const Rows& a, const Rows& b, const Rows& x, const Rows& res) {
     if (!overlaps(a, b)) return ADDRMSNORM_SUCCESS;
     const char *na = written_name(a, x, res), *nb = written_name(b, x, res);
+    if (std::string_view(na) == nb) na = a.name, nb = b.name;  // both in place on one input: name the outputs
     return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s and %s overlap in memory; outputs must not share memory%s", na,
                 nb, in_place_note(na, nb, a, &b).c_str());
 }

@@ -233,7 +233,7 @@ def test_op_errors_are_python_exceptions():
         OPS.fused_add_rmsnorm(x, r, torch.ones(65, device=DEVICE, dtype=w.dtype), 1e-6)
     with pytest.raises(ValueError, match="eps must be > 0"):
         OPS.fused_add_rmsnorm(x, r, w, 0.0)
-    with pytest.raises(ValueError, match="out and residual_out overlap"):
+    with pytest.raises(ValueError, match="x and residual overlap in memory"):
         OPS.fused_add_rmsnorm_(x, x, w, 1e-6)
     with pytest.raises(ValueError, match="rstd must be a contiguous float32 tensor of shape"):
         OPS.fused_add_rmsnorm_into(x, r, w, torch.empty_like(x), torch.empty_like(r),
