@@ -19,6 +19,10 @@ from dataclasses import dataclass
 # requirement; build_info.json records it); the JIT backend runs on others and degrades a config
 # whose plan no longer holds (register_plan.py).
 AOT_TRITON_VERSION = "3.6.0"
+# Multiplies and adds fused into FMAs, as Triton 3.6 compiles by default. Stated for every compile,
+# JIT and AOT alike, because Triton 3.9 announces that its default turns off in 3.10: the kernels'
+# bits (and the two backends' agreement) must not change with it.
+FP_FUSION = True
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def launch_forward(
             REREAD=cfg.reread,
             EVICT_LAST=cfg.evict_last,
             KEEP_H=cfg.keep_h,
-            num_warps=cfg.num_warps,
+            num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION,
             **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
@@ -153,7 +153,7 @@ def launch_quant_forward(
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
-            num_warps=cfg.num_warps, **extra,
+            num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
         _check_cap("qfwd", cfg, arch, cap, compiled)
@@ -286,7 +286,7 @@ def launch_backward(
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
-            num_warps=cfg.num_warps, **extra,
+            num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,
         )
         if arch and (compiled, cfg) not in _CHECKED:  # per config: programs_per_sm is not in the kernel
             _CHECKED.add((compiled, cfg))
@@ -299,4 +299,5 @@ def launch_backward(
             fused_add_rmsnorm_dweight[(-(-H // bc),)](
                 partial, dweight, programs, H,
                 BLOCK_P=configs.DWEIGHT_BLOCK_P, BLOCK_C=bc, num_warps=configs.DWEIGHT_WARPS,
+                enable_fp_fusion=configs.FP_FUSION,
             )

@@ -271,7 +271,7 @@ def compile_one(job):
                           "KEEP_H": cfg.keep_h}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
-    options = {"num_warps": num_warps}
+    options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
     cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind != "dw" else None
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
