@@ -217,6 +217,13 @@ def _row_offset(rows, stride_row, group_rows, stride_group, GROUPED: tl.constexp
 
 
 @triton.jit
+def _out_rows(rows_2d, rows, stride_row, group_rows, stride_group, GROUPED: tl.constexpr):
+    if GROUPED:
+        return _row_offset(rows, stride_row, group_rows, stride_group, GROUPED)[:, None]
+    return rows_2d * stride_row
+
+
+@triton.jit
 def _single_pass_rows(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
     n_rows, H,
@@ -236,8 +243,12 @@ def _single_pass_rows(
     mask = row_mask[:, None] & col_mask[None, :]
     rows_2d = rows[:, None]
     cols_2d = cols[None, :]
-    x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
-    out_rows = _row_offset(rows, stride_out_row, group_rows, stride_out_group, GROUPED)[:, None]
+    # Row offsets as the fused op has always computed them; GROUPED (the plain norm's two leading
+    # strides) only where it is compiled in. out's are computed at its store, not held across the row.
+    if GROUPED:
+        x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
+    else:
+        x_rows = rows_2d * stride_x_row
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
@@ -262,7 +273,8 @@ def _single_pass_rows(
     w = _weight_f32(w_raw, weight_dtype) + weight_offset
     y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     if QUANT == 0:
-        tl.store(out_ptr + out_rows + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                 y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         if QUANT == 1:
             v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
@@ -276,7 +288,8 @@ def _single_pass_rows(
                 v = _quant_groups(y, rows, row_mask, 0, H, scales_ptr, scale_ub_ptr, stride_s_row,
                                   stride_s_group, group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
                                   ROWS_PER_PROGRAM, BLOCK_H)
-        tl.store(out_ptr + out_rows + cols_2d, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                 _quantize(v, out_ptr.dtype.element_ty), mask=mask)
         if write_y != 0:
             tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
     # rstd last, in a branch after every other load and store: a branch in the middle would split the
