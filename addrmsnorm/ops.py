@@ -13,6 +13,10 @@ The operators (one kernel source):
     fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
         -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
     fused_add_rmsnorm_quant_into(x, residual, weight, out!, residual_out!, scales_out!?, y!?, eps, ...) -> ()
+    rmsnorm(x, weight, eps, weight_offset=0., return_rstd=False, hf=False) -> (y, rstd)
+        the plain norm (no residual), x any view of two leading strides at most; on the JIT backend
+    rmsnorm_(x!, weight, eps, ...) -> ()              in place: x <- y
+    rmsnorm_into(x, weight, out!, rstd!?, eps, ...) -> ()
 
 The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
 mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
