@@ -31,6 +31,9 @@ def no_backward_message(op: str, arg: str) -> str:
     if "quant" in op:
         return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; quantized outputs are for "
                 f"inference: call it under torch.no_grad() or torch.inference_mode()")
+    if op.startswith("rmsnorm"):
+        return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
+                f"or for training call addrmsnorm.rmsnorm(x, weight) without out=")
     return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
             f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
             f"residual_out=")
@@ -132,10 +135,77 @@ def _fused_add_rmsnorm_quant_into(keyset, x, residual, weight, out, residual_out
     torch.autograd.graph.increment_version(tuple(t for t in (out, residual_out, scales_out, y) if t is not None))
 
 
-def register(lib: torch.library.Library) -> None:
-    """Register the Python Autograd kernels (only where the C++ extension has not registered its own)."""
-    lib.impl("fused_add_rmsnorm", _fused_add_rmsnorm, "Autograd", with_keyset=True)
-    lib.impl("fused_add_rmsnorm_", _fused_add_rmsnorm_, "Autograd", with_keyset=True)
-    lib.impl("fused_add_rmsnorm_into", _fused_add_rmsnorm_into, "Autograd", with_keyset=True)
-    lib.impl("fused_add_rmsnorm_quant", _fused_add_rmsnorm_quant, "Autograd", with_keyset=True)
-    lib.impl("fused_add_rmsnorm_quant_into", _fused_add_rmsnorm_quant_into, "Autograd", with_keyset=True)
+class RMSNormFunction(torch.autograd.Function):
+    """The plain norm's autograd: ``apply(x, weight, eps, weight_offset, return_rstd, hf, pdl) -> (y,
+    rstd)``. It saves (x, rstd, weight); the backward is fused_add_rmsnorm_backward with h = x (the
+    plain norm is the fused one with h = x), whose dresidual is dx."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, weight_offset, return_rstd, hf, pdl):
+        with _C._AutoDispatchBelowAutograd():
+            y, rstd = torch.ops.addrmsnorm.rmsnorm.default(x, weight, eps, weight_offset, True, hf, pdl)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, rstd, weight)
+        ctx.weight_offset = weight_offset
+        if not return_rstd:
+            rstd = rstd.new_empty((0,))
+        ctx.mark_non_differentiable(rstd)
+        return y, rstd
+
+    @staticmethod
+    def backward(ctx, dy, _drstd):
+        x, rstd, weight = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[:2]
+        if dy is None:
+            return None, None, None, None, None, None, None
+        H = x.shape[-1]
+        # The backward takes rows of one stride: a view of two strides (a head's rows) is copied here.
+        h = x.reshape(-1, H)
+        dres, _, dweight = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default(
+            dy.reshape(-1, H).contiguous(), None, h, rstd.reshape(-1), weight, ctx.weight_offset, need_w)
+        return (dres.view(x.shape) if need_x else None, dweight if need_w else None,
+                None, None, None, None, None)
+
+
+def _rmsnorm(keyset, x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+    if _C.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return RMSNormFunction.apply(x, weight, eps, weight_offset, return_rstd, hf, pdl)
+    with _C._AutoDispatchBelowAutograd():
+        return torch.ops.addrmsnorm.rmsnorm.default.redispatch(
+            keyset & _C._after_autograd_keyset, x, weight, eps, weight_offset, return_rstd, hf, pdl)
+
+
+def _rmsnorm_(keyset, x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+    _refuse_grad("rmsnorm_", ("x", "weight"), (x, weight))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.rmsnorm_.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, weight, eps, weight_offset, hf, pdl)
+    torch.autograd.graph.increment_version((x,))
+
+
+def _rmsnorm_into(keyset, x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+    _refuse_grad("rmsnorm_into", ("x", "weight", "out", "rstd"), (x, weight, out, rstd))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.rmsnorm_into.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, weight, out, rstd, eps, weight_offset, hf, pdl)
+    torch.autograd.graph.increment_version((out,) if rstd is None else (out, rstd))
+
+
+_KERNELS = {
+    "fused_add_rmsnorm": _fused_add_rmsnorm,
+    "fused_add_rmsnorm_": _fused_add_rmsnorm_,
+    "fused_add_rmsnorm_into": _fused_add_rmsnorm_into,
+    "fused_add_rmsnorm_quant": _fused_add_rmsnorm_quant,
+    "fused_add_rmsnorm_quant_into": _fused_add_rmsnorm_quant_into,
+    "rmsnorm": _rmsnorm,
+    "rmsnorm_": _rmsnorm_,
+    "rmsnorm_into": _rmsnorm_into,
+}
+
+
+def register(lib: torch.library.Library, only=None) -> None:
+    """Register the Python Autograd kernels: every operator's, or those named in ``only`` (where the
+    C++ extension registered its own for the others)."""
+    for name, fn in _KERNELS.items():
+        if only is None or name in only:
+            lib.impl(name, fn, "Autograd", with_keyset=True)

@@ -120,6 +120,86 @@ def fused_add_rmsnorm(
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
+def rmsnorm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    out: torch.Tensor | None = None,
+    return_rstd: bool = False,
+    pdl: bool = False,
+):
+    """The plain RMSNorm, no residual: the fused kernel with the residual compiled out.
+
+        rstd = 1 / sqrt(sum(float32(x)**2 over the last dim) / H + eps)
+        y    = cast(float32(x) * rstd * (float32(weight) + weight_offset), x dtype)
+
+    Args:
+        x: (..., H), float16, bfloat16 or float32, with a contiguous last dimension. The leading
+            dimensions may have any strides where all but the last of them flatten to one: a
+            head's rows inside a fused QKV buffer, ``qkv[:, :q_size].view(T, heads, head_dim)``,
+            with weight ``(head_dim,)``, are normalized in place or out of it without a copy.
+        weight: (H,), any of the three float dtypes.
+        eps, weight_offset, numerics, pdl: as in ``fused_add_rmsnorm`` ("hf": LlamaRMSNorm's
+            roundings, or Gemma's with weight_offset != 0; the weight of x's dtype).
+        out: optional (..., H) tensor of x's dtype for y, any view as x may be; may be x itself.
+        return_rstd: also return rstd, float32 of shape x.shape[:-1].
+
+    Returns:
+        y, or ``(y, rstd)`` when ``return_rstd``. Without ``out`` it has autograd (dx and dweight,
+        deterministic, from the fused backward with h = x).
+    """
+    hf = numerics == "hf" or _hf(numerics)
+    _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd)
+    if out is None:
+        if weight_offset == 0.0 and not (return_rstd or hf or pdl):
+            y, rstd = ops.rmsnorm(x, weight, eps)
+        else:
+            y, rstd = ops.rmsnorm(x, weight, eps, weight_offset, return_rstd, hf, pdl)
+        return (y, rstd) if return_rstd else y
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
+    ops.rmsnorm_into(x, weight, out, rstd, eps, weight_offset, hf, pdl)
+    return (out, rstd) if return_rstd else out
+
+
+def rmsnorm_(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    pdl: bool = False,
+):
+    """In place: ``x <- rmsnorm(x) * (weight + weight_offset)``, with the rules of ``rmsnorm``
+    (x may be a head's rows inside a fused QKV buffer). Returns x."""
+    hf = numerics == "hf" or _hf(numerics)
+    _check_norm_types(x, weight, eps, weight_offset, pdl)
+    if weight_offset == 0.0 and not (hf or pdl):
+        ops.rmsnorm_(x, weight, eps)
+    else:
+        ops.rmsnorm_(x, weight, eps, weight_offset, hf, pdl)
+    return x
+
+
+def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
+    if (isinstance(x, _Tensor) and isinstance(weight, _Tensor) and type(eps) is float
+            and type(weight_offset) is float and type(pdl) is bool and type(return_rstd) is bool):
+        return
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    v.check_real("eps", eps)
+    v.check_real("weight_offset", weight_offset)
+    for name, flag in (("pdl", pdl), ("return_rstd", return_rstd)):
+        if type(flag) is not bool:
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+
+
 def fused_add_rmsnorm_(
     x: torch.Tensor,
     residual: torch.Tensor,

@@ -179,3 +179,43 @@ def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_
     _check_runnable(call.device)
     _check_quant_arch(call.device, out.dtype)
     _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
+
+
+# ----- the plain norm: the forward with the residual compiled out ------------------------------------
+
+def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, hf: bool, pdl: bool) -> None:
+    xr, o = call.x, call.out
+    if xr.n_rows == 0:
+        return
+    launch_forward(
+        xr.tensor, None, call.weight, o.tensor, None, rstd,
+        n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
+        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+        group_rows=xr.group_rows, stride_x_group=xr.group_stride, stride_out_group=o.group_stride,
+    )
+
+
+def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for)."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    call = v.check_rmsnorm(x, weight, hf=hf)
+    _check_runnable(call.device)
+    shape, device = call.shape, call.device
+    out = torch.empty(shape, dtype=x.dtype, device=device)
+    rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
+    call.out = v.as_grouped_rows("out", out, shape).as_group_of(call.x.group_rows)
+    _launch_norm(call, rstd if return_rstd else None, eps, weight_offset, hf, pdl)
+    return out, rstd
+
+
+def rmsnorm_(x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+    """addrmsnorm::rmsnorm_: x <- y."""
+    rmsnorm_into(x, weight, x, None, eps, weight_offset, hf, pdl)
+
+
+def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+    """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    call = v.check_rmsnorm(x, weight, out, rstd, hf=hf)
+    _check_runnable(call.device)
+    _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, hf, pdl)

@@ -207,6 +207,23 @@ def _quant_groups(y, rows, row_mask, col0, H, scales_ptr, scale_ub_ptr, stride_s
 
 
 @triton.jit
+def _row_offset(rows, stride_row, group_rows, stride_group, GROUPED: tl.constexpr):
+    """Elements from a tensor's start to each row (int64). GROUPED: the rows of a 3-D view (groups,
+    group_rows, H) with two leading strides, as a head's row inside a fused QKV buffer is; else rows of
+    one stride."""
+    if GROUPED:
+        return (rows // group_rows) * stride_row + (rows % group_rows) * stride_group
+    return rows * stride_row
+
+
+@triton.jit
+def _out_rows(rows_2d, rows, stride_row, group_rows, stride_group, GROUPED: tl.constexpr):
+    if GROUPED:
+        return _row_offset(rows, stride_row, group_rows, stride_group, GROUPED)[:, None]
+    return rows_2d * stride_row
+
+
+@triton.jit
 def _single_pass_rows(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
     n_rows, H,
@@ -216,6 +233,7 @@ def _single_pass_rows(
     HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EVICT_LAST: tl.constexpr,
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
+    group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -225,19 +243,28 @@ def _single_pass_rows(
     mask = row_mask[:, None] & col_mask[None, :]
     rows_2d = rows[:, None]
     cols_2d = cols[None, :]
+    # Row offsets as the fused op has always computed them; GROUPED (the plain norm's two leading
+    # strides) only where it is compiled in. out's are computed at its store, not held across the row.
+    if GROUPED:
+        x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
+    else:
+        x_rows = rows_2d * stride_x_row
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
     # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
-    x = tl.load(x_ptr + rows_2d * stride_x_row + cols_2d, mask=mask, other=0.0,
+    x = tl.load(x_ptr + x_rows + cols_2d, mask=mask, other=0.0,
                 eviction_policy="evict_last" if EVICT_LAST else "")
-    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
-                eviction_policy="evict_last" if EVICT_LAST else "")
-    h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
-    h_stored = h.to(residual_out_ptr.dtype.element_ty)
-    tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
-    if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
-        h = h_stored.to(tl.float32)
+    if RESIDUAL:
+        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
+                    eviction_policy="evict_last" if EVICT_LAST else "")
+        h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
+        h_stored = h.to(residual_out_ptr.dtype.element_ty)
+        tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
+        if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
+            h = h_stored.to(tl.float32)
+    else:  # the plain norm: h is x, exactly (no add, no rounding, nothing stored)
+        h = x.to(tl.float32)
 
     rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
 
@@ -246,7 +273,8 @@ def _single_pass_rows(
     w = _weight_f32(w_raw, weight_dtype) + weight_offset
     y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     if QUANT == 0:
-        tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                 y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         if QUANT == 1:
             v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
@@ -260,7 +288,8 @@ def _single_pass_rows(
                 v = _quant_groups(y, rows, row_mask, 0, H, scales_ptr, scale_ub_ptr, stride_s_row,
                                   stride_s_group, group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
                                   ROWS_PER_PROGRAM, BLOCK_H)
-        tl.store(out_ptr + rows_2d * stride_out_row + cols_2d, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                 _quantize(v, out_ptr.dtype.element_ty), mask=mask)
         if write_y != 0:
             tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
     # rstd last, in a branch after every other load and store: a branch in the middle would split the
@@ -291,15 +320,18 @@ def _looped_row(
     BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr, KEEP_H: tl.constexpr,
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
+    group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
 ):
     # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
     # L2 when the rows in flight outgrow it.
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * stride_x_row
+    x_row = x_ptr + _row_offset(row, stride_x_row, group_rows, stride_x_group, GROUPED)
     residual_row = residual_ptr + row * stride_residual_row
-    out_row = out_ptr + row * stride_out_row
+    out_row = out_ptr + _row_offset(row, stride_out_row, group_rows, stride_out_group, GROUPED)
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
+    # The plain norm stores no h: pass 2 reads x again (each chunk before its own store, in place too).
+    h_row = residual_out_row if RESIDUAL else x_row
 
     # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane. Per token, also
     # each lane's largest |u|, u = h_stored * w: the row's amax (below).
@@ -311,15 +343,21 @@ def _looped_row(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        x = tl.load(x_row + cols, mask=mask, other=0.0)
-        r = tl.load(residual_row + cols, mask=mask, other=0.0)
+        if RESIDUAL:
+            x = tl.load(x_row + cols, mask=mask, other=0.0)
+            r = tl.load(residual_row + cols, mask=mask, other=0.0)
+        else:
+            h_stored = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last" if KEEP_H else "")
         if QUANT == 2:
             w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
-        _loads_before_stores()
-        h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
-        h_stored = h.to(residual_out_ptr.dtype.element_ty)
-        tl.store(residual_out_row + cols, h_stored, mask=mask, eviction_policy="evict_last" if KEEP_H else "")
-        if HF_NUMERICS:
+        if RESIDUAL:
+            _loads_before_stores()
+            h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
+            h_stored = h.to(residual_out_ptr.dtype.element_ty)
+            tl.store(residual_out_row + cols, h_stored, mask=mask, eviction_policy="evict_last" if KEEP_H else "")
+            if HF_NUMERICS:
+                h = h_stored.to(tl.float32)
+        else:
             h = h_stored.to(tl.float32)
         acc += h * h
         if QUANT == 2:
@@ -346,9 +384,11 @@ def _looped_row(
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
-        h = tl.load(residual_out_row + cols, mask=mask, other=0.0,
+        h = tl.load(h_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+        if not RESIDUAL:
+            _loads_before_stores()  # in place, y overwrites the x this pass reads
         if QUANT == 0:
             y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
             tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -375,6 +415,7 @@ def _reread_row(
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
     eps, weight_offset, write_rstd, weight_dtype,
     BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
+    group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
 ):
     # One row per program, in BLOCK_H chunks, holding nothing across the reduction. Pass 1 reads x
     # and residual and only sums the squares (evict-last: pass 2 reads them again); pass 2 reads
@@ -383,34 +424,42 @@ def _reread_row(
     # from the same threads, so an aliased output is safe; y comes from the fp32 h, as the contract
     # says.
     row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * stride_x_row
+    x_row = x_ptr + _row_offset(row, stride_x_row, group_rows, stride_x_group, GROUPED)
+    out_row = out_ptr + _row_offset(row, stride_out_row, group_rows, stride_out_group, GROUPED)
     residual_row = residual_ptr + row * stride_residual_row
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
-        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
-        h = x.to(tl.float32) + r.to(tl.float32)
-        if HF_NUMERICS:
-            h = h.to(residual_out_ptr.dtype.element_ty).to(tl.float32)
+        if RESIDUAL:
+            r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+            h = x.to(tl.float32) + r.to(tl.float32)
+            if HF_NUMERICS:
+                h = h.to(residual_out_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            h = x.to(tl.float32)
         acc += h * h
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = cols < H
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
-        r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        if RESIDUAL:
+            r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0, eviction_policy="evict_last"),
                         weight_dtype) + weight_offset
         _loads_before_stores()
-        h = x.to(tl.float32) + r.to(tl.float32)
-        h_stored = h.to(residual_out_ptr.dtype.element_ty)
-        tl.store(residual_out_ptr + row * stride_residual_out_row + cols, h_stored, mask=mask)
-        if HF_NUMERICS:
-            h = h_stored.to(tl.float32)
+        if RESIDUAL:
+            h = x.to(tl.float32) + r.to(tl.float32)
+            h_stored = h.to(residual_out_ptr.dtype.element_ty)
+            tl.store(residual_out_ptr + row * stride_residual_out_row + cols, h_stored, mask=mask)
+            if HF_NUMERICS:
+                h = h_stored.to(tl.float32)
+        else:
+            h = x.to(tl.float32)
         y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
-        tl.store(out_ptr + row * stride_out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
     if write_rstd != 0:
         tl.store(rstd_ptr + row, rstd)
 
@@ -419,7 +468,8 @@ def _reread_row(
 # the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
-                     "stride_residual_out_row", "write_rstd", "weight_dtype")
+                     "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
+                     "stride_out_group")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -440,6 +490,9 @@ def fused_add_rmsnorm_fwd(
     weight_offset: tl.float32,  # fp32, added to the weight (0.0 for LLaMA, 1.0 for Gemma)
     write_rstd: tl.int32,     # i32: nonzero to write rstd (a predicated store, not a specialization)
     weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype (tells fp16 from bf16 int16 bits)
+    group_rows: tl.int32,     # GROUPED: rows per group (a 3-D view's middle dimension); else unused
+    stride_x_group: tl.int64,  # GROUPED: elements between consecutive rows of a group of x
+    stride_out_group: tl.int64,  # GROUPED: the same for out (stride_*_row then steps between groups)
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -450,6 +503,8 @@ def fused_add_rmsnorm_fwd(
     REREAD: tl.constexpr = False,    # looped: pass 2 re-reads x and residual (not residual_out)
     EVICT_LAST: tl.constexpr = False,  # single pass: x and residual loaded with the evict-last hint
     KEEP_H: tl.constexpr = False,    # looped: h kept in L2 for pass 2 (stored evict-last)
+    RESIDUAL: tl.constexpr = True,   # False: the plain norm, h = x; residual and residual_out untouched
+    GROUPED: tl.constexpr = False,   # rows addressed as (group, row in group): two leading strides
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -462,22 +517,28 @@ def fused_add_rmsnorm_fwd(
     stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
     stride_out_row = (stride_out_row // ALIGN) * ALIGN
     stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
+    if GROUPED:
+        stride_x_group = (stride_x_group // ALIGN) * ALIGN
+        stride_out_group = (stride_out_group // ALIGN) * ALIGN
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS)
+                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
+                    group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
     elif LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS, KEEP_H,
-                    out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
+                    out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0,
+                    group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                           eps, weight_offset, write_rstd, weight_dtype,
                           BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST, EVICT_LAST,
-                          out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0)
+                          out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0,
+                          group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -521,7 +582,7 @@ def fused_add_rmsnorm_quant_fwd(
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
                     eps, weight_offset, 0, weight_dtype, BLOCK_H, 0, KEEP_H,
                     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-                    group_size, write_y, has_ub, ue8m0, QUANT)
+                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, True, False)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
                           n_rows, H,
@@ -529,7 +590,7 @@ def fused_add_rmsnorm_quant_fwd(
                           eps, weight_offset, 0, weight_dtype,
                           BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
                           y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
-                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT)
+                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, True, False)
 
 
 # ----- backward ------------------------------------------------------------------------------------

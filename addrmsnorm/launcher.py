@@ -61,24 +61,34 @@ def _device_guard(device: torch.device):
 
 
 def launch_forward(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-    out: torch.Tensor, residual_out: torch.Tensor, rstd: torch.Tensor | None,
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+    out: torch.Tensor, residual_out: torch.Tensor | None, rstd: torch.Tensor | None,
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
+    group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
     config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
-    ``pdl`` launches with programmatic dependent launch where the device has it (sm_90+; elsewhere
-    it is ignored). ``config`` overrides the dispatch rule, and ``max_registers`` the register cap
-    (0: none); they exist for tuning sweeps, not for normal calls.
+    ``residual`` None is the plain norm (RESIDUAL off: h = x, nothing but out and rstd written;
+    residual_out and the residual strides are ignored). ``group_rows`` > 1 addresses row r of x at
+    ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise): the rows of a
+    3-D view with two leading strides. ``pdl`` launches with programmatic dependent launch where the
+    device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
+    ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
+    plain = residual is None
+    if plain:  # typed stand-ins the kernel never touches, as the AOT build has no None pointers
+        residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
+    grouped = group_rows > 1
+    if not grouped:
+        stride_x_group = stride_out_group = 0
     xs, rs = x.element_size(), residual.element_size()
     if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
-        stride_x = stride_residual = stride_out = stride_residual_out = 0
+        stride_x = stride_residual = stride_out = stride_residual_out = stride_x_group = stride_out_group = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
-    strides = (stride_x, stride_residual, stride_out, stride_residual_out)
+    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
     w_arg, w16 = _forward_weight(x, weight)
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
     numerics = configs.numerics_mode(hf, weight_offset, xs)
@@ -90,6 +100,10 @@ def launch_forward(
     cap = _planned_cap("fwd", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
+    if plain:
+        extra["RESIDUAL"] = False
+    if grouped:
+        extra["GROUPED"] = True
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
@@ -99,6 +113,7 @@ def launch_forward(
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
+            group_rows, stride_x_group, stride_out_group,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

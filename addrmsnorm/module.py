@@ -1,5 +1,6 @@
 """``FusedAddRMSNorm``: the fused op as an nn.Module, a drop-in for a decoder block's
-``h = x + residual; y = norm(h)`` pair."""
+``h = x + residual; y = norm(h)`` pair; ``RMSNorm``, the plain norm, for the norms with no residual
+before them."""
 
 from __future__ import annotations
 
@@ -93,3 +94,15 @@ class FusedAddRMSNorm(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.hidden_size}, eps={self.eps}, weight_offset={self.weight_offset}, "
                 f"numerics={self.numerics!r}" + (", pdl=True" if self.pdl else ""))
+
+
+class RMSNorm(FusedAddRMSNorm):
+    """The plain RMSNorm over the last dimension (no residual), the same kernel with the residual
+    compiled out: ``forward(x) -> y``, ``y = rmsnorm(x) * (weight + weight_offset)``. Its arguments,
+    its ``weight`` parameter (an HF ``LlamaRMSNorm`` state dict loads as is) and its autograd are
+    FusedAddRMSNorm's. x may be a view of two leading strides (a head's rows inside a fused QKV
+    buffer), normalized without a copy."""
+
+    def forward(self, x: torch.Tensor):  # type: ignore[override]
+        y, _ = ops.rmsnorm(x, self.weight, self.eps, *self._tail)
+        return y

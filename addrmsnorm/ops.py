@@ -13,6 +13,10 @@ The operators (one kernel source):
     fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
         -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
     fused_add_rmsnorm_quant_into(x, residual, weight, out!, residual_out!, scales_out!?, y!?, eps, ...) -> ()
+    rmsnorm(x, weight, eps, weight_offset=0., return_rstd=False, hf=False) -> (y, rstd)
+        the plain norm (no residual), x any view of two leading strides at most; on the JIT backend
+    rmsnorm_(x!, weight, eps, ...) -> ()              in place: x <- y
+    rmsnorm_into(x, weight, out!, rstd!?, eps, ...) -> ()
 
 The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
 mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
@@ -65,7 +69,18 @@ SCHEMAS = {
                                     "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False) -> ()",
     "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
                                   "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
+    # The plain norm: the same kernel with the residual compiled out. Its backward is
+    # fused_add_rmsnorm_backward with h = x.
+    "rmsnorm": "(Tensor x, Tensor weight, float eps, float weight_offset=0., bool return_rstd=False, "
+               "bool hf=False, bool pdl=False) -> (Tensor, Tensor)",
+    "rmsnorm_": "(Tensor(a!) x, Tensor weight, float eps, float weight_offset=0., bool hf=False, "
+                "bool pdl=False) -> ()",
+    "rmsnorm_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? rstd, float eps, "
+                    "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
 }
+# Served by the Triton JIT backend whichever backend serves the others: the C ABI and the C++
+# extension do not have them yet.
+JIT_ONLY = ("rmsnorm", "rmsnorm_", "rmsnorm_into")
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
 EXTENSION_NAME = "libaddrmsnorm_torch.so"
@@ -85,6 +100,9 @@ _JIT_IMPLS = {
     "fused_add_rmsnorm_backward": jit_backend.fused_add_rmsnorm_backward,
     "fused_add_rmsnorm_quant": jit_backend.fused_add_rmsnorm_quant,
     "fused_add_rmsnorm_quant_into": jit_backend.fused_add_rmsnorm_quant_into,
+    "rmsnorm": jit_backend.rmsnorm,
+    "rmsnorm_": jit_backend.rmsnorm_,
+    "rmsnorm_into": jit_backend.rmsnorm_into,
 }
 for _name, _fn in _JIT_IMPLS.items():
     _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
@@ -146,6 +164,24 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
+
+
+@torch.library.register_fake(f"{NAMESPACE}::rmsnorm")
+def _(x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+    v.check_rmsnorm_meta(x, weight, hf=hf)
+    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), rstd
+
+
+@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_")
+def _(x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+    v.check_rmsnorm_meta(x, weight, x, hf=hf)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_into")
+def _(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+    v.check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
+    v.check_same_shape(x.shape, {"out": out})
 
 
 # ----- backend selection ----------------------------------------------------------------------------
@@ -227,12 +263,12 @@ def extension_status() -> str:
 
 
 _BACKEND, _REASON = _select_backend()
-if _BACKEND == "triton":
-    for _name, _fn in _JIT_IMPLS.items():
+for _name, _fn in _JIT_IMPLS.items():
+    if _BACKEND == "triton" or _name in JIT_ONLY:
         _lib.impl(_name, _fn, "CUDA")
-    # The C++ extension registers its Autograd kernels when it loads; without it, the Python ones
-    # (the same guards, the same gradients).
-    autograd.register(_lib)
+# The C++ extension registers its Autograd kernels when it loads; without it, the Python ones (the
+# same guards, the same gradients). The operators it lacks take the Python ones on either backend.
+autograd.register(_lib, only=JIT_ONLY if _BACKEND == "cpp" else None)
 
 
 def backend() -> str:
@@ -252,3 +288,6 @@ fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
 fused_add_rmsnorm_backward = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default
 fused_add_rmsnorm_quant = torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default
 fused_add_rmsnorm_quant_into = torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into.default
+rmsnorm = torch.ops.addrmsnorm.rmsnorm.default
+rmsnorm_ = torch.ops.addrmsnorm.rmsnorm_.default
+rmsnorm_into = torch.ops.addrmsnorm.rmsnorm_into.default

@@ -51,6 +51,13 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
+def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, weight_offset: float = 0.0, *,
+                compute_dtype: torch.dtype = torch.float64) -> RefResult:
+    """Reference plain norm: the fused contract with h = x (``fused_add_rmsnorm_ref`` with a zero
+    residual, whose fp32 add is exact); residual_out is x in its own dtype."""
+    return fused_add_rmsnorm_ref(x, torch.zeros_like(x), weight, eps, weight_offset, compute_dtype=compute_dtype)
+
+
 def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None):
     """(reference, fp32 y) for the quantized kernels: the contract's y where a row fits one pass; on the
     looped path (H above the single-pass limit, in every mode) the kernel reloads h from residual_out
@@ -124,6 +131,14 @@ def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dre
         grads.append(dresidual_out.double())
     torch.autograd.backward(outs, grads)
     return xs.grad, rs.grad, ws.grad
+
+
+def rmsnorm_grads_ref(x, weight, eps, weight_offset, dy):
+    """Gradients (dx, dweight) of the plain norm, by float64 autograd."""
+    xs, ws = (t.detach().double().requires_grad_() for t in (x, weight))
+    y = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * (ws + weight_offset)
+    torch.autograd.backward([y], [dy.double()])
+    return xs.grad, ws.grad
 
 
 def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance, what: str,

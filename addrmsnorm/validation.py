@@ -527,3 +527,151 @@ def check_backward(dy, dresidual_out, h, rstd, weight):
     if dresidual_out is not None:
         rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
     return device, rows
+
+
+# ----- the plain norm (no residual) ---------------------------------------------------------------
+
+class GroupedRows:
+    """A tensor of shape (..., H) seen as rows addressed with one stride (``group_rows`` 1) or, for a
+    3-D-or-more view whose leading dimensions do not flatten to one stride (a head's row inside a fused
+    QKV buffer), as groups of ``group_rows`` rows: row r at ``(r // group_rows) * row_stride +
+    (r % group_rows) * group_stride`` elements. No copy is made."""
+
+    __slots__ = ("tensor", "n_rows", "row_stride", "group_rows", "group_stride", "start", "end")
+
+    def __init__(self, tensor, n_rows, row_stride, group_rows, group_stride):
+        self.tensor, self.n_rows, self.row_stride = tensor, n_rows, row_stride
+        self.group_rows, self.group_stride = group_rows, group_stride
+        item, H = tensor.element_size(), tensor.shape[-1]
+        self.start = tensor.data_ptr()
+        if n_rows == 0:
+            self.end = self.start
+        else:
+            groups = -(-n_rows // group_rows)
+            last = (groups - 1) * row_stride + (min(n_rows, group_rows) - 1) * group_stride
+            self.end = self.start + (last + H) * item
+
+    def as_group_of(self, group_rows: int) -> "GroupedRows":
+        """The same rows addressed in groups of ``group_rows`` (a tensor of one row stride can take any)."""
+        if self.group_rows == group_rows or self.n_rows <= 1:
+            return GroupedRows(self.tensor, self.n_rows, self.row_stride, group_rows,
+                               self.group_stride if self.group_rows == group_rows else self.row_stride)
+        assert self.group_rows == 1
+        return GroupedRows(self.tensor, self.n_rows, self.row_stride * group_rows, group_rows, self.row_stride)
+
+    def same_view(self, other: "GroupedRows") -> bool:
+        return (self.start == other.start and self.tensor.dtype == other.tensor.dtype
+                and (self.n_rows <= 1 or (self.row_stride, self.group_rows, self.group_stride)
+                     == (other.row_stride, other.group_rows, other.group_stride)))
+
+
+def as_grouped_rows(name: str, t: torch.Tensor, shape) -> GroupedRows:
+    """t seen as rows without a copy: one row stride where its leading dimensions flatten to one
+    (as_rows), else groups of shape[-2] rows (the leading dimensions before it must flatten). Its
+    last dimension must be contiguous."""
+    check_shape(name, t, shape)
+    H = shape[-1]
+    if H > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got stride {t.stride(-1)}")
+    try:
+        t2 = t if t.dim() == 2 else t.view(-1, H)
+        n = t2.shape[0]
+        stride = t2.stride(0) if n > 1 else max(H, 1)
+        if stride < 0:
+            raise ValueError(f"{name}: negative row stride {stride}")
+        return GroupedRows(t2, n, stride, 1, 0)
+    except RuntimeError:
+        pass
+    try:
+        t3 = t.view(-1, shape[-2], H)  # t.dim() >= 3 here: a 2-D tensor always views as rows
+    except RuntimeError:
+        raise ValueError(f"{name}: a tensor with strides {tuple(t.stride())} cannot be addressed as rows of "
+                         f"two leading strides (the dimensions before the last two must flatten to one "
+                         f"stride); pass a contiguous tensor or a view") from None
+    outer, inner = t3.stride(0), t3.stride(1)
+    if outer < 0 or inner < 0:
+        raise ValueError(f"{name}: negative strides {tuple(t.stride())}")
+    return GroupedRows(t3, t3.shape[0] * t3.shape[1], outer, t3.shape[1], inner)
+
+
+def _rows_self_overlap(name: str, r: GroupedRows, H: int) -> None:
+    """Two rows of an output sharing memory would have two programs writing one element."""
+    if r.n_rows <= 1:
+        return
+    if r.group_rows == 1:
+        if r.row_stride < H:
+            raise ValueError(f"{name}: row stride {r.row_stride} < H={H}, so its rows overlap; "
+                             f"an output must not overlap itself")
+        return
+    g = min(r.n_rows, r.group_rows)
+    # Groups of rows: apart when each group's rows are apart and the groups step past each other.
+    if (g > 1 and r.group_stride < H) or (r.n_rows > r.group_rows and r.row_stride < (g - 1) * r.group_stride + H):
+        raise ValueError(f"{name}: strides ({r.row_stride}, {r.group_stride}) with H={H} make rows overlap; "
+                         f"an output must not overlap itself")
+
+
+class NormCall:
+    """A checked plain-norm call: the rows of x and out in one addressing (the same group_rows)."""
+
+    __slots__ = ("shape", "H", "device", "x", "out", "weight")
+
+
+def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False):
+    """The rules of a plain-norm call that need no memory: dtypes, shapes, the weight's layout, devices.
+    Returns (shape, H, device)."""
+    x = check_tensor("x", x)
+    weight = check_tensor("weight", weight)
+    if out is not None:
+        out = check_tensor("out", out)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (..., H)")
+    H = x.shape[-1]
+    if hf and weight.dtype != x.dtype:
+        raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
+                        f"HF's RMSNorm keeps its weight in the model dtype")
+    if H == 0:
+        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    if out is not None and out.dtype != x.dtype:
+        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
+    if weight.shape != (H,):
+        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
+    if H > 1 and weight.stride(0) != 1:
+        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+    tensors = {"x": x, "weight": weight}
+    if out is not None:
+        tensors["out"] = out
+    if rstd is not None:
+        tensors["rstd"] = rstd
+    return x.shape, H, check_devices(tensors)
+
+
+def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False) -> NormCall:
+    """Every check of a plain-norm call on tensors. ``out`` None: the caller allocates a contiguous one
+    after this returns (then call.out is None). out may be x exactly (in place); any other overlap of
+    out with x, the weight or rstd is an error (a conservative test for views of two strides)."""
+    shape, H, device = check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
+    xr = as_grouped_rows("x", x, shape)
+    call = NormCall()
+    call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
+    if out is not None:
+        orr = xr if out is x else as_grouped_rows("out", out, shape)
+        g = max(xr.group_rows, orr.group_rows)
+        xr, orr = xr.as_group_of(g), orr.as_group_of(g)
+        _rows_self_overlap("x" if out is x else "out", orr, H)
+        if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
+            raise ValueError("out overlaps x; out may be x exactly (in place), or apart from it")
+        w0 = weight.data_ptr()
+        if orr.n_rows and orr.start < w0 + H * weight.element_size() and w0 < orr.end:
+            raise ValueError("out overlaps weight; out must not share memory with weight")
+        call.out = orr
+    call.x = xr
+    if rstd is not None:
+        if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
+            raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+                             f"{rstd.dtype} {tuple(rstd.shape)}")
+        if rstd.numel():
+            r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
+            for name, v in (("x", xr), ("out", call.out)):
+                if v is not None and v.n_rows and r0 < v.end and v.start < r1:
+                    raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
+    return call

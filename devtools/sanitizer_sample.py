@@ -3,6 +3,7 @@
 forward in place and into given outputs (single pass, looped, re-read, odd H, a strided view, an fp32
 residual stream), the backward with and without dresidual_out, and every quantized mode. Each result is
 checked against the reference, so a kernel that the sanitizer lets pass still has to be right. The
+plain norm too (rows, heads of a fused QKV buffer in place, the looped path). The
 backend is ADDRMSNORM_BACKEND's (cpp or triton)."""
 
 import sys
@@ -39,6 +40,16 @@ def forward():
         assert torch.equal(r, ref.residual_out) and torch.equal(x, y), (n, h, "in place")
 
 
+def plain_norm():
+    x, _, w = _inputs(5, 4096, torch.bfloat16, torch.bfloat16, 3)
+    y = addrmsnorm.rmsnorm(x, w, EPS)
+    qkv = torch.randn(7, 12 * 128, device="cuda", dtype=torch.bfloat16)
+    addrmsnorm.rmsnorm_(qkv[:, :8 * 128].view(7, 8, 128), w[:128], EPS)  # heads of a fused QKV buffer
+    xl, _, wl = _inputs(2, 40000, torch.float32, torch.float32, 4)
+    addrmsnorm.rmsnorm(xl, wl, EPS)
+    assert torch.isfinite(y.float()).all()
+
+
 def backward():
     for n, h, xd, rd in ((7, 4096, torch.bfloat16, torch.bfloat16), (3, 20000, torch.bfloat16, torch.float32)):
         x, r, w = _inputs(n, h, xd, rd, h)
@@ -66,6 +77,7 @@ def quantized():
 
 if __name__ == "__main__":
     forward()
+    plain_norm()
     backward()
     quantized()
     torch.cuda.synchronize()

@@ -79,12 +79,15 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
                 pro = reinterpret_cast<CUdeviceptr>(residual_out), prstd = reinterpret_cast<CUdeviceptr>(rstd);
     int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
     int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
+    int32_t group_rows = 1;  // rows of one stride: the grouped addressing is compiled out (GROUPED)
+    int64_t stride_x_group = 0, stride_out_group = 0;
     CUdeviceptr global_scratch = 0, profile_scratch = 0;  // Triton's hidden arguments; sizes are 0
     // Parameter order of fused_add_rmsnorm_fwd without its constexprs; eps and weight_offset are
     // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: the store is predicated on write_rstd.
     void* params[] = {&px, &pr, &pw, &po, &pro, &prstd, &n_rows, &H,
                       &stride_x, &stride_residual, &stride_out, &stride_residual_out,
-                      &eps, &weight_offset, &write_rstd, &weight_code, &global_scratch, &profile_scratch};
+                      &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_group,
+                      &stride_out_group, &global_scratch, &profile_scratch};
 
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
