@@ -188,7 +188,7 @@ def _degraded(what: str) -> None:
 
 
 def _planned_cap(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
-    if (kind, cfg, arch) in _UNCAPPED:
+    if _UNCAPPED and (kind, cfg, arch) in _UNCAPPED:  # empty unless a plan broke: no hashing per call
         return None
     return configs.max_registers(kind, cfg, arch)
 
