@@ -121,6 +121,25 @@ class ForwardCall:
         self.out, self.residual_out = out, residual_out  # Rows, or None: to be allocated
 
 
+def _check_hf_weight(hf: bool, x, weight) -> None:
+    if hf and weight.dtype != x.dtype:
+        raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
+                        f"HF's RMSNorm keeps its weight in the model dtype")
+
+
+def _check_out_dtype(out, x) -> None:
+    if out is not None and out.dtype != x.dtype:
+        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
+
+
+def _check_weight(weight, H: int) -> None:
+    """(H,), contiguous: indexed by column only."""
+    if weight.shape != (H,):
+        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
+    if H > 1 and weight.stride(0) != 1:
+        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+
+
 def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False):
     """The rules of a forward call that need no memory: dtypes, shapes, the weight's layout, devices.
     Returns (shape, H, device). The fake implementations run these; ``check_forward`` runs them first."""
@@ -141,20 +160,14 @@ def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
     if hf and residual.dtype != x.dtype:
         raise TypeError(f"numerics='hf' needs residual of x's dtype ({x.dtype}), got {residual.dtype}: "
                         f"HF models carry the residual stream in the model dtype")
-    if hf and weight.dtype != x.dtype:
-        raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
-                        f"HF's RMSNorm keeps its weight in the model dtype")
+    _check_hf_weight(hf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    if out is not None and out.dtype != x.dtype:
-        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
+    _check_out_dtype(out, x)
     if residual_out is not None and residual_out.dtype != residual.dtype:
         raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
                         f"({residual.dtype})")
-    if weight.shape != (H,):
-        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
-    if H > 1 and weight.stride(0) != 1:
-        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+    _check_weight(weight, H)
 
     tensors = {"x": x, "residual": residual, "weight": weight}
     if out is not None:
@@ -626,17 +639,11 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False):
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (..., H)")
     H = x.shape[-1]
-    if hf and weight.dtype != x.dtype:
-        raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
-                        f"HF's RMSNorm keeps its weight in the model dtype")
+    _check_hf_weight(hf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    if out is not None and out.dtype != x.dtype:
-        raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
-    if weight.shape != (H,):
-        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
-    if H > 1 and weight.stride(0) != 1:
-        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+    _check_out_dtype(out, x)
+    _check_weight(weight, H)
     tensors = {"x": x, "weight": weight}
     if out is not None:
         tensors["out"] = out
