@@ -43,12 +43,18 @@ def _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd=False
             and type(eps) is float and type(weight_offset) is float and type(pdl) is bool
             and type(return_rstd) is bool):
         return
-    for name, t in (("x", x), ("residual", residual), ("weight", weight)):
+    _type_errors({"x": x, "residual": residual, "weight": weight}, eps, weight_offset,
+                 {"pdl": pdl, "return_rstd": return_rstd})
+
+
+def _type_errors(tensors: dict, eps, weight_offset, flags: dict) -> None:
+    """The slow path of the type checks: raise for the first argument of the wrong Python type."""
+    for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     v.check_real("eps", eps)
     v.check_real("weight_offset", weight_offset)
-    for name, flag in (("pdl", pdl), ("return_rstd", return_rstd)):
+    for name, flag in flags.items():
         if type(flag) is not bool:
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
 
@@ -190,14 +196,7 @@ def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
     if (isinstance(x, _Tensor) and isinstance(weight, _Tensor) and type(eps) is float
             and type(weight_offset) is float and type(pdl) is bool and type(return_rstd) is bool):
         return
-    for name, t in (("x", x), ("weight", weight)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    v.check_real("eps", eps)
-    v.check_real("weight_offset", weight_offset)
-    for name, flag in (("pdl", pdl), ("return_rstd", return_rstd)):
-        if type(flag) is not bool:
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    _type_errors({"x": x, "weight": weight}, eps, weight_offset, {"pdl": pdl, "return_rstd": return_rstd})
 
 
 def fused_add_rmsnorm_(

@@ -70,3 +70,14 @@ def check_forward(x, r, w, y, residual_out, rstd, eps, weight_offset, what=""):
     if rstd is not None:
         assert rstd.dtype == torch.float32 and rstd.shape == x.shape[:-1]
         assert_close(rstd, ref.rstd, RSTD_TOLERANCE, f"{what} rstd")
+
+
+def assert_refused(exc, match, fn, *tensors):
+    """fn raises exc matching match, and leaves every one of tensors as it was, bit for bit."""
+    import pytest
+
+    before = [bits(t).clone() for t in tensors]
+    with pytest.raises(exc, match=match):
+        fn()
+    for t, b in zip(tensors, before):
+        assert torch.equal(bits(t), b), "a rejected call changed a tensor"

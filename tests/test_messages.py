@@ -14,24 +14,17 @@ import torch
 import addrmsnorm
 
 from conftest import DEVICE, needs_kernels
-from helpers import bits
+from helpers import bits, assert_refused
 
 H = 64
 
-
-def _refused(exc, match, fn, *tensors):
-    before = [bits(t).clone() for t in tensors]
-    with pytest.raises(exc, match=match):
-        fn()
-    for t, b in zip(tensors, before):
-        assert torch.equal(bits(t), b), "a refused call changed a tensor"
 
 
 @needs_kernels
 def test_in_place_on_one_tensor_names_x_and_residual():
     a = torch.randn(4, H, device=DEVICE)
     w = torch.ones(H, device=DEVICE)
-    _refused(ValueError, r"^x and residual overlap in memory; outputs must not share memory \(x and residual are "
+    assert_refused(ValueError, r"^x and residual overlap in memory; outputs must not share memory \(x and residual are "
              r"written in place\)$", lambda: addrmsnorm.fused_add_rmsnorm_(a, a, w), a, w)
 
 
@@ -40,7 +33,7 @@ def test_in_place_on_a_broadcast_x_names_x():
     x = torch.randn(1, H, device=DEVICE).expand(4, H)
     r = torch.randn(4, H, device=DEVICE)
     w = torch.ones(H, device=DEVICE)
-    _refused(ValueError, r"^x: row stride 0 < H=64, so its rows overlap; an output must not overlap itself "
+    assert_refused(ValueError, r"^x: row stride 0 < H=64, so its rows overlap; an output must not overlap itself "
              r"\(x is written in place\)$", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
 
 
@@ -49,7 +42,7 @@ def test_into_given_outputs_still_names_them():
     x, r = torch.randn(4, H, device=DEVICE), torch.randn(4, H, device=DEVICE)
     w = torch.ones(H, device=DEVICE)
     o = torch.empty(4, H, device=DEVICE)
-    _refused(ValueError, r"^out and residual_out overlap in memory; outputs must not share memory$",
+    assert_refused(ValueError, r"^out and residual_out overlap in memory; outputs must not share memory$",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=o, residual_out=o), x, r, w)
 
 
@@ -60,7 +53,7 @@ def test_quantized_into_an_out_of_the_wrong_dtype_names_out():
     w = torch.ones(H, device=DEVICE, dtype=torch.float16)
     out = torch.zeros(4, H, device=DEVICE, dtype=torch.float16)
     scale = torch.ones(1, device=DEVICE)
-    _refused(TypeError, r"^out has dtype torch.float16; the quantized output must be torch.float8_e4m3fn or "
+    assert_refused(TypeError, r"^out has dtype torch.float16; the quantized output must be torch.float8_e4m3fn or "
              r"torch.int8$", lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, out=out, scale=scale), x, r, out)
 
 

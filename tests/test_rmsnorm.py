@@ -12,7 +12,7 @@ from addrmsnorm.reference import RSTD_TOLERANCE, rmsnorm_grads_ref, rmsnorm_ref
 from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
-from helpers import DTYPES, assert_close, bits, y_tolerance
+from helpers import DTYPES, assert_close, bits, y_tolerance, assert_refused
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -147,29 +147,22 @@ def test_backward_of_a_view_of_two_strides():
     assert_grad_close(w.grad, dw_ref, GRAD_TOLERANCES_BY_DTYPE[torch.float32], "dweight")
 
 
-def _refused(exc, match, fn, *tensors):
-    before = [bits(t).clone() for t in tensors]
-    with pytest.raises(exc, match=match):
-        fn()
-    for t, b in zip(tensors, before):
-        assert torch.equal(bits(t), b), "a refused call changed a tensor"
-
 
 def test_bad_input_is_refused_by_name_and_writes_nothing():
     x, w = _inputs(4, 64, "fp32", "fp32", seed=2)
-    _refused(ValueError, r"weight has shape \(65,\), expected \(64,\)",
+    assert_refused(ValueError, r"weight has shape \(65,\), expected \(64,\)",
              lambda: addrmsnorm.rmsnorm(x, torch.ones(65, device=DEVICE)), x)
-    _refused(TypeError, "out has dtype torch.float16; it must be x's dtype",
+    assert_refused(TypeError, "out has dtype torch.float16; it must be x's dtype",
              lambda: addrmsnorm.rmsnorm(x, w, out=torch.zeros(4, 64, dtype=torch.float16, device=DEVICE)), x)
     buf = torch.zeros(5, 64, device=DEVICE)
-    _refused(ValueError, "out overlaps x", lambda: addrmsnorm.rmsnorm(buf[:4], w, out=buf[1:]), buf)
+    assert_refused(ValueError, "out overlaps x", lambda: addrmsnorm.rmsnorm(buf[:4], w, out=buf[1:]), buf)
     e = torch.randn(1, 64, device=DEVICE).expand(4, 64)
-    _refused(ValueError, "x: row stride 0 < H=64, so its rows overlap", lambda: addrmsnorm.rmsnorm_(e, w), w)
-    _refused(ValueError, "eps must be > 0", lambda: addrmsnorm.rmsnorm_(x, w, 0.0), x)
-    _refused(TypeError, "numerics='hf' needs weight of x's dtype",
+    assert_refused(ValueError, "x: row stride 0 < H=64, so its rows overlap", lambda: addrmsnorm.rmsnorm_(e, w), w)
+    assert_refused(ValueError, "eps must be > 0", lambda: addrmsnorm.rmsnorm_(x, w, 0.0), x)
+    assert_refused(TypeError, "numerics='hf' needs weight of x's dtype",
              lambda: addrmsnorm.rmsnorm_(x, w.double().to(torch.float16), numerics="hf"), x)
     t = torch.randn(3, 4, 5, 64, device=DEVICE).transpose(0, 2)  # leading dims of three strides
-    _refused(ValueError, "cannot be addressed as rows of two leading strides", lambda: addrmsnorm.rmsnorm_(t, w), t)
+    assert_refused(ValueError, "cannot be addressed as rows of two leading strides", lambda: addrmsnorm.rmsnorm_(t, w), t)
     xg = x.clone().requires_grad_()
     with pytest.raises(RuntimeError, match="for training call addrmsnorm.rmsnorm"):
         addrmsnorm.rmsnorm_(xg, w)

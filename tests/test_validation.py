@@ -9,7 +9,7 @@ import torch
 import addrmsnorm
 
 from conftest import DEVICE, ON_GPU, needs_kernels
-from helpers import bits, make_inputs
+from helpers import bits, make_inputs, assert_refused
 
 pytestmark = needs_kernels
 
@@ -20,13 +20,6 @@ N, H = 5, 96
 def inputs():
     return make_inputs(N, H, ("bf16", "bf16", "bf16"), DEVICE, seed=3)
 
-
-def _rejects(exc, match, fn, *tensors):
-    before = [bits(t).clone() for t in tensors]
-    with pytest.raises(exc, match=match):
-        fn()
-    for t, b in zip(tensors, before):
-        assert torch.equal(bits(t), b), "a rejected call changed a tensor"
 
 
 @pytest.mark.parametrize("eps,exc,match", [
@@ -42,7 +35,7 @@ def _rejects(exc, match, fn, *tensors):
 ])
 def test_bad_eps(inputs, eps, exc, match):
     x, r, w = inputs
-    _rejects(exc, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps), x, r, w)
+    assert_refused(exc, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, eps), x, r, w)
 
 
 @pytest.mark.parametrize("off,match", [(math.nan, "weight_offset must be finite"),
@@ -51,8 +44,8 @@ def test_bad_eps(inputs, eps, exc, match):
                                        (-1e300, r"weight_offset=-1e\+300 overflows float32")])
 def test_bad_weight_offset(inputs, off, match):
     x, r, w = inputs
-    _rejects(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, weight_offset=off), x, r, w)
-    _rejects(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, weight_offset=off), x, r, w)
+    assert_refused(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, weight_offset=off), x, r, w)
+    assert_refused(ValueError, match, lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, weight_offset=off), x, r, w)
 
 
 def test_largest_fp32_scalars_are_accepted(inputs):
@@ -79,7 +72,7 @@ def test_scalar_x():
 def test_shape_mismatch(inputs):
     x, r, w = inputs
     r2 = torch.randn(N + 1, H, device=DEVICE, dtype=r.dtype)
-    _rejects(ValueError, r"residual has shape \(6, 96\), expected \(5, 96\)",
+    assert_refused(ValueError, r"residual has shape \(6, 96\), expected \(5, 96\)",
              lambda: addrmsnorm.fused_add_rmsnorm_(x, r2, w), x, r2, w)
 
 
@@ -87,13 +80,13 @@ def test_shape_mismatch(inputs):
 def test_bad_weight_shape(inputs, wshape):
     x, r, _ = inputs
     w = torch.randn(wshape, device=DEVICE, dtype=torch.bfloat16)
-    _rejects(ValueError, "weight has shape", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
+    assert_refused(ValueError, "weight has shape", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
 
 
 def test_strided_weight(inputs):
     x, r, _ = inputs
     w = torch.randn(2 * H, device=DEVICE, dtype=torch.bfloat16)[::2]
-    _rejects(ValueError, "weight must be contiguous", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w),
+    assert_refused(ValueError, "weight must be contiguous", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w),
              x, r, w)
 
 
@@ -108,17 +101,17 @@ def test_bad_dtypes(inputs, which, dtype, match):
     x, r, w = inputs
     t = {"x": x, "residual": r, "weight": w}
     t[which] = t[which].to(dtype)
-    _rejects(TypeError, match, lambda: addrmsnorm.fused_add_rmsnorm(t["x"], t["residual"], t["weight"]),
+    assert_refused(TypeError, match, lambda: addrmsnorm.fused_add_rmsnorm(t["x"], t["residual"], t["weight"]),
              *t.values())
 
 
 def test_bad_output_dtypes(inputs):
     x, r, w = inputs
     out = torch.empty(N, H, device=DEVICE, dtype=torch.float32)
-    _rejects(TypeError, "out has dtype torch.float32; it must be x's dtype",
+    assert_refused(TypeError, "out has dtype torch.float32; it must be x's dtype",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out), x, r, w, out)
     rout = torch.empty(N, H, device=DEVICE, dtype=torch.float16)
-    _rejects(TypeError, "residual_out has dtype torch.float16",
+    assert_refused(TypeError, "residual_out has dtype torch.float16",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, residual_out=rout), x, r, w, rout)
 
 
@@ -132,7 +125,7 @@ def test_different_devices(inputs):
     x, r, w = inputs
     other = "cpu" if ON_GPU else "meta"
     r2 = r.to(other)
-    _rejects(ValueError, f"residual is on {other}.* but x is on", lambda: addrmsnorm.fused_add_rmsnorm(x, r2, w),
+    assert_refused(ValueError, f"residual is on {other}.* but x is on", lambda: addrmsnorm.fused_add_rmsnorm(x, r2, w),
              x, w)
 
 
@@ -146,7 +139,7 @@ def test_cpu_tensors_without_interpreter():
 def test_last_dim_not_contiguous(inputs):
     x, r, w = inputs
     xs = torch.randn(N, 2 * H, device=DEVICE, dtype=x.dtype)[:, ::2]
-    _rejects(ValueError, "x: the last dimension must be contiguous",
+    assert_refused(ValueError, "x: the last dimension must be contiguous",
              lambda: addrmsnorm.fused_add_rmsnorm(xs, r, w), xs, r, w)
 
 
@@ -160,10 +153,10 @@ def test_output_partly_overlaps_input(inputs):
     x, r, w = inputs
     buf = torch.randn(N + 1, H, device=DEVICE, dtype=x.dtype)
     xv, shifted = buf[:N], buf[1:]
-    _rejects(ValueError, "out partly overlaps x", lambda: addrmsnorm.fused_add_rmsnorm(xv, r, w, out=shifted),
+    assert_refused(ValueError, "out partly overlaps x", lambda: addrmsnorm.fused_add_rmsnorm(xv, r, w, out=shifted),
              buf, r, w)
     half = torch.randn(N, 2 * H, device=DEVICE, dtype=x.dtype)
-    _rejects(ValueError, "residual_out partly overlaps residual",
+    assert_refused(ValueError, "residual_out partly overlaps residual",
              lambda: addrmsnorm.fused_add_rmsnorm(x, half[:, :H], w, residual_out=half[:, H // 2:H // 2 + H]),
              half, x, w)
 
@@ -173,17 +166,17 @@ def test_output_overlaps_weight(inputs):
     buf = torch.randn(N * H, device=DEVICE, dtype=x.dtype)
     w = buf[:H]
     out = buf.view(N, H)
-    _rejects(ValueError, "out overlaps weight", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
+    assert_refused(ValueError, "out overlaps weight", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
              buf, x, r)
 
 
 def test_outputs_overlap_each_other(inputs):
     x, r, w = inputs
     o = torch.empty_like(x)
-    _rejects(ValueError, "out and residual_out overlap",
+    assert_refused(ValueError, "out and residual_out overlap",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=o, residual_out=o), x, r, w, o)
     # Both outputs aliasing x (the in-place forms allow one of them, never both).
-    _rejects(ValueError, "out and residual_out overlap",
+    assert_refused(ValueError, "out and residual_out overlap",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=x, residual_out=x), x, r, w)
 
 
@@ -191,7 +184,7 @@ def test_output_overlaps_itself(inputs):
     x, r, w = inputs
     buf = torch.randn(N * H, device=DEVICE, dtype=x.dtype)
     out = buf.as_strided((N, H), (H // 2, 1))
-    _rejects(ValueError, r"out: row stride 48 < (H|hidden)=96", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
+    assert_refused(ValueError, r"out: row stride 48 < (H|hidden)=96", lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=out),
              buf, x, r, w)
 
 
@@ -208,11 +201,11 @@ def test_in_place_forms_refuse_grad(inputs):
     under no_grad. (tests/test_autograd_guards.py covers every operator and argument.)"""
     x, r, w = inputs
     w = w.clone().requires_grad_()
-    _rejects(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
+    assert_refused(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
              lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
-    _rejects(RuntimeError, "fused_add_rmsnorm_into has no backward, but weight requires grad",
+    assert_refused(RuntimeError, "fused_add_rmsnorm_into has no backward, but weight requires grad",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x)), x, r, w)
-    _rejects(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
+    assert_refused(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
              lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6), x, r, w)
     with torch.no_grad():
         addrmsnorm.fused_add_rmsnorm_(x, r, w)
