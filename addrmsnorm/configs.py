@@ -393,7 +393,7 @@ def quant_built_for(q: str, arch: int) -> bool:
 # (ALIGN = 4) rather than 2-byte ones. ALIGN = 1 promises nothing. The backward has the two ends only
 # (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
 # `backward_align`, so that both compile the same specialization for the same call.
-ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr")
+ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr")
 ALIGNMENT_BYTES = 16
 
 

@@ -212,7 +212,10 @@ def _row_offset(rows, stride_row, group_rows, stride_group, GROUPED: tl.constexp
     group_rows, H) with two leading strides, as a head's row inside a fused QKV buffer is; else rows of
     one stride."""
     if GROUPED:
-        return (rows // group_rows) * stride_row + (rows % group_rows) * stride_group
+        # In int32 (n_rows is): a 32-bit division per row, not a 64-bit one.
+        r32 = rows.to(tl.int32)
+        g = r32 // group_rows
+        return g.to(tl.int64) * stride_row + (r32 - g * group_rows).to(tl.int64) * stride_group
     return rows * stride_row
 
 
@@ -469,7 +472,7 @@ def _reread_row(
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group")
+                     "stride_out_group", "n_rows2", "group_rows2", "offset2")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -493,6 +496,10 @@ def fused_add_rmsnorm_fwd(
     group_rows: tl.int32,     # GROUPED: rows per group (a 3-D view's middle dimension); else unused
     stride_x_group: tl.int64,  # GROUPED: elements between consecutive rows of a group of x
     stride_out_group: tl.int64,  # GROUPED: the same for out (stride_*_row then steps between groups)
+    weight2_ptr,              # GROUPED: part 2's weight (QK norm: k's), typed as weight; else unused
+    n_rows2: tl.int32,        # GROUPED: rows of part 2, run by the programs of grid axis 1 = 1
+    group_rows2: tl.int32,    # GROUPED: part 2's rows per group (its heads)
+    offset2: tl.int64,        # GROUPED: elements from x's (and out's) start to part 2's first row
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -520,6 +527,16 @@ def fused_add_rmsnorm_fwd(
     if GROUPED:
         stride_x_group = (stride_x_group // ALIGN) * ALIGN
         stride_out_group = (stride_out_group // ALIGN) * ALIGN
+        # A second part of rows, with its own weight, in the same launch: the programs of grid axis 1 = 1
+        # run it (QK norm: q's heads are part 1, k's part 2, of one fused QKV buffer). A launch of one
+        # part has no such programs. Scalar selects: each program's rows, weight and strides stay uniform.
+        if tl.program_id(1) == 1:
+            x_ptr += (offset2 // ALIGN) * ALIGN
+            out_ptr += (offset2 // ALIGN) * ALIGN
+            weight_ptr = weight2_ptr
+            rstd_ptr += n_rows
+            n_rows = n_rows2
+            group_rows = group_rows2
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
@@ -566,6 +583,7 @@ def fused_add_rmsnorm_quant_fwd(
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
     KEEP_H: tl.constexpr = False,
+    RESIDUAL: tl.constexpr = True,  # False: the plain norm's quantized outputs (residual, residual_out unused)
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
     if PDL:
@@ -582,7 +600,7 @@ def fused_add_rmsnorm_quant_fwd(
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
                     eps, weight_offset, 0, weight_dtype, BLOCK_H, 0, KEEP_H,
                     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, True, False)
+                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
                           n_rows, H,
@@ -590,7 +608,7 @@ def fused_add_rmsnorm_quant_fwd(
                           eps, weight_offset, 0, weight_dtype,
                           BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
                           y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
-                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, True, False)
+                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False)
 
 
 # ----- backward ------------------------------------------------------------------------------------
@@ -751,7 +769,7 @@ def fused_add_rmsnorm_bwd(
 fused_add_rmsnorm_fwd_unaligned = triton.jit(
     fused_add_rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
-                                    "rstd_ptr"))
+                                    "rstd_ptr", "weight2_ptr"))
 fused_add_rmsnorm_bwd_unaligned = triton.jit(
     fused_add_rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",

@@ -67,29 +67,36 @@ def launch_forward(
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
+    part2: tuple | None = None,
     config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
     ``residual`` None is the plain norm (RESIDUAL off: h = x, nothing but out and rstd written;
-    residual_out and the residual strides are ignored). ``group_rows`` > 1 addresses row r of x at
-    ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise): the rows of a
-    3-D view with two leading strides. ``pdl`` launches with programmatic dependent launch where the
+    residual_out and the residual strides are ignored). It always runs GROUPED: row r of x at
+    ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise), the rows of a
+    3-D view with two leading strides (group_rows 1: rows of one stride). ``part2`` = (weight2,
+    n_rows2, group_rows2, offset2) adds a second part of rows in the same launch, offset2 elements
+    past x's (and out's) start, with its own weight (QK norm: k's heads after q's). ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
     plain = residual is None
     if plain:  # typed stand-ins the kernel never touches, as the AOT build has no None pointers
         residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
-    grouped = group_rows > 1
-    if not grouped:
+    else:
+        group_rows, stride_x_group, stride_out_group, part2 = 1, 0, 0, None
+    weight2, n_rows2, group_rows2, offset2 = part2 if part2 is not None else (weight, 0, 1, 0)
+    if group_rows == 1:
         stride_x_group = stride_out_group = 0
     xs, rs = x.element_size(), residual.element_size()
-    if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
+    if n_rows == 1 and part2 is None:  # a single row has no stride; 0 keeps the alignment rule the AOT runtime's
         stride_x = stride_residual = stride_out = stride_residual_out = stride_x_group = stride_out_group = 0
-    pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
-    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
+    pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
+                weight2.data_ptr())
+    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group, offset2)
     w_arg, w16 = _forward_weight(x, weight)
+    w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
     numerics = configs.numerics_mode(hf, weight_offset, xs)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
@@ -100,20 +107,20 @@ def launch_forward(
     cap = _planned_cap("fwd", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
-    if plain:
+    if plain:  # the plain norm is always GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
         extra["RESIDUAL"] = False
-    if grouped:
         extra["GROUPED"] = True
+    grid = (max(cfg.grid(n_rows), cfg.grid(n_rows2)), 2) if part2 is not None else (cfg.grid(n_rows),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
-        compiled = kernel[(cfg.grid(n_rows),)](
+        compiled = kernel[grid](
             x, residual, w_arg, out, residual_out,
             _no_rstd(x.device) if rstd is None else rstd,
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
-            group_rows, stride_x_group, stride_out_group,
+            group_rows, stride_x_group, stride_out_group, w2_arg, n_rows2, group_rows2, offset2,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
@@ -132,8 +139,8 @@ def launch_forward(
 
 
 def launch_quant_forward(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, q: torch.Tensor,
-    residual_out: torch.Tensor, y: torch.Tensor | None, scale: torch.Tensor | None,
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, q: torch.Tensor,
+    residual_out: torch.Tensor | None, y: torch.Tensor | None, scale: torch.Tensor | None,
     scales: torch.Tensor | None, scale_ub: torch.Tensor | None,
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
@@ -142,9 +149,13 @@ def launch_quant_forward(
 ) -> None:
     """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
     16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
-    else 2 per token (group_size 0) or 3 per group. Absent tensors are passed as present ones of their
+    else 2 per token (group_size 0) or 3 per group. ``residual`` None is the plain norm's (RESIDUAL off).
+    Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
+    plain = residual is None  # the plain norm's quantized outputs: RESIDUAL off, residual_out not written
+    if plain:
+        residual, residual_out, stride_residual, stride_residual_out = x, x, 0, 0
     mode = configs.quant_kernel_mode(scale is not None, group_size)
     cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode)
     if n_rows == 1:
@@ -156,6 +167,8 @@ def launch_quant_forward(
     cap = _planned_cap("qfwd", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
+    if plain:
+        extra["RESIDUAL"] = False
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
         compiled = fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](

@@ -125,3 +125,31 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
     }
     return ADDRMSNORM_SUCCESS;
 }
+
+// ----- the plain norm's backward: the fused backward with h = x and no residual gradient ----------
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward_check(
+    const void* dy, const void* x, const float* rstd, const void* weight, const void* dx, const void* dweight,
+    const void* workspace, uint64_t workspace_bytes, int64_t rows, int64_t hidden, int64_t stride_dy,
+    int64_t stride_x, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset,
+    uint32_t flags) {
+    return validate_backward(BackwardCall{dy, nullptr, x, rstd, weight, dx, nullptr, dweight, workspace,
+                                          workspace_bytes, rows, hidden, stride_dy, 0, stride_x, stride_dx, 0, x_dtype,
+                                          x_dtype, weight_dtype, weight_offset, flags, true});
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward(
+    const void* dy, const void* x, const float* rstd, const void* weight, void* dx, void* dweight, void* workspace,
+    uint64_t workspace_bytes, int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags,
+    addrmsnorm_stream stream) {
+    const addrmsnorm_status st = addrmsnorm_rmsnorm_backward_check(dy, x, rstd, weight, dx, dweight, workspace,
+                                                                  workspace_bytes, rows, hidden, stride_dy, stride_x,
+                                                                  stride_dx, x_dtype, weight_dtype, weight_offset,
+                                                                  flags);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    // dresidual is dx (x_dtype == residual_dtype); the validation above named them as this function does.
+    return addrmsnorm_fused_add_rmsnorm_backward(dy, nullptr, x, rstd, weight, dx, nullptr, dweight, workspace,
+                                                 workspace_bytes, rows, hidden, stride_dy, 0, stride_x, stride_dx, 0,
+                                                 x_dtype, x_dtype, weight_dtype, weight_offset, flags, stream);
+}

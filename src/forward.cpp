@@ -81,13 +81,15 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
     int32_t group_rows = 1;  // rows of one stride: the grouped addressing is compiled out (GROUPED)
     int64_t stride_x_group = 0, stride_out_group = 0;
+    int32_t n_rows2 = 0, group_rows2 = 1;  // no second part (GROUPED's)
+    int64_t offset2 = 0;
     CUdeviceptr global_scratch = 0, profile_scratch = 0;  // Triton's hidden arguments; sizes are 0
     // Parameter order of fused_add_rmsnorm_fwd without its constexprs; eps and weight_offset are
     // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: the store is predicated on write_rstd.
     void* params[] = {&px, &pr, &pw, &po, &pro, &prstd, &n_rows, &H,
                       &stride_x, &stride_residual, &stride_out, &stride_residual_out,
                       &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_group,
-                      &stride_out_group, &global_scratch, &profile_scratch};
+                      &stride_out_group, &pw, &n_rows2, &group_rows2, &offset2, &global_scratch, &profile_scratch};
 
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
@@ -128,9 +130,52 @@ QuantCall make_quant_call(const void* x, const void* residual, const void* weigh
                           const void* residual_out, const void* y, int64_t rows, int64_t hidden, int64_t stride_x,
                           int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
                           addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
-                          uint32_t flags) {
+                          uint32_t flags, bool plain = false) {
     return QuantCall{x, residual, weight, q, residual_out, y, rows, hidden, stride_x, stride_residual, stride_q,
-                     stride_residual_out, stride_y, x_dtype, eps, weight_offset, quant, flags};
+                     stride_residual_out, stride_y, x_dtype, eps, weight_offset, quant, flags, plain};
+}
+
+// The quantized forward's launch, fused or plain (residual and residual_out then unused: x stands in).
+addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t stride_residual, int64_t stride_q,
+                               int64_t stride_residual_out, int64_t stride_y, float eps, float weight_offset,
+                               addrmsnorm_stream stream) {
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
+    if (c.rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
+    const int xs = dtype_size(c.x_dtype);
+    const addrmsnorm_quant& qd = *c.quant;
+    const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
+    const int config = select_forward_config(c.hidden, xs, xs, mode, false);
+    const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain);
+    LoadedKernel k;
+    st = get_built_kernel(*d, variant, "quantized kernel", &k);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+
+    const ForwardConfig& cfg = kConfigs[config];
+    const void* residual = c.plain ? c.x : c.residual;
+    const void* residual_out = c.plain ? c.x : c.residual_out;
+    // Absent pointers are passed as present ones the kernel does not touch (it branches on the flags).
+    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(c.x), pr = reinterpret_cast<CUdeviceptr>(residual),
+                pw = reinterpret_cast<CUdeviceptr>(c.weight), pq = reinterpret_cast<CUdeviceptr>(c.q),
+                pro = reinterpret_cast<CUdeviceptr>(residual_out),
+                py = reinterpret_cast<CUdeviceptr>(c.y != nullptr ? c.y : c.x),
+                pscale = reinterpret_cast<CUdeviceptr>(qd.scale != nullptr ? qd.scale : qd.scales),
+                pscales = reinterpret_cast<CUdeviceptr>(qd.scales != nullptr ? qd.scales : qd.scale),
+                pub = reinterpret_cast<CUdeviceptr>(qd.scale_ub != nullptr ? qd.scale_ub : (qd.scales ? qd.scales : qd.scale));
+    int32_t n_rows = static_cast<int32_t>(c.rows), H = static_cast<int32_t>(c.hidden);
+    int64_t s_row = qd.scales_stride_row, s_group = qd.scales_stride_group;
+    int32_t group_size = qd.mode == ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
+    int32_t write_y = c.y != nullptr ? 1 : 0, has_ub = qd.scale_ub != nullptr ? 1 : 0;
+    int32_t ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0, weight_code = static_cast<int32_t>(c.x_dtype);
+    CUdeviceptr global_scratch = 0, profile_scratch = 0;
+    // Parameter order of fused_add_rmsnorm_quant_fwd without its constexprs.
+    void* params[] = {&px, &pr, &pw, &pq, &pro, &py, &pscale, &pscales, &pub, &n_rows, &H,
+                      &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
+                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code,
+                      &global_scratch, &profile_scratch};
+    const unsigned grid = static_cast<unsigned>((c.rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    return launch(*d, k, grid, params, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 }  // namespace
@@ -150,42 +195,129 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
     int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out,
     int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
     uint32_t flags, addrmsnorm_stream stream) {
-    addrmsnorm_status st = validate_quant(make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden,
-                                                          stride_x, stride_residual, stride_q, stride_residual_out,
-                                                          stride_y, x_dtype, eps, weight_offset, quant, flags));
+    const QuantCall c = make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden, stride_x,
+                                        stride_residual, stride_q, stride_residual_out, stride_y, x_dtype, eps,
+                                        weight_offset, quant, flags);
+    addrmsnorm_status st = validate_quant(c);
     if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
+    return launch_quant(c, stride_x, stride_residual, stride_q, stride_residual_out, stride_y, eps, weight_offset,
+                        stream);
+}
+
+// ----- the plain norm ------------------------------------------------------------------------------
+
+namespace {
+
+// One launch of the plain forward (RESIDUAL off, GROUPED) over part 1, [rows1, heads1] rows of x, and,
+// with rows2 > 0, part 2, [rows2, heads2] rows offset2 elements past x and out, normalized with weight2.
+// Strides are in elements; both parts share the row and head strides.
+addrmsnorm_status launch_plain(const void* x, const void* weight, const void* weight2, void* out, float* rstd,
+                               int64_t rows1, int64_t heads1, int64_t rows2, int64_t heads2, int64_t offset2,
+                               int64_t hidden, int64_t stride_x, int64_t stride_x_head, int64_t stride_out,
+                               int64_t stride_out_head, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                               float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
+    addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
-    if (rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
+    if (heads1 == 1 && heads2 <= 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
+    if (rows1 * heads1 == 1 && rows2 == 0) stride_x = stride_out = stride_x_head = stride_out_head = 0;
+    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
+    const bool pointers_aligned = aligned16(x) && aligned16(weight) && aligned16(weight2) && aligned16(out);
+    const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = dtype_size(x_dtype);
-    const addrmsnorm_quant& qd = *quant;
-    const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
-    const int config = select_forward_config(hidden, xs, xs, mode, false);
-    const int variant = config < 0 ? -1 : quant_variant_index(config, x_dtype, qd.dtype, mode);
+    // As the JIT launcher: H, every stride and part 2's offset must be multiples of ALIGN.
+    const int align_class = forward_align_class(
+        pointers_aligned, hidden | stride_x | stride_out | stride_x_head | stride_out_head | offset2, xs, xs, ends_only);
+    const int numerics = numerics_mode(hf, weight_offset, xs);
+    const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
+    const int config = select_forward_config(hidden, xs, xs, 0, vector_typed);
+    if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
+    const int variant = plain_variant_index(config, x_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, "quantized kernel", &k);
+    st = get_built_kernel(*d, variant, "plain-norm kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
-
     const ForwardConfig& cfg = kConfigs[config];
-    // Absent pointers are passed as present ones the kernel does not touch (it branches on the flags).
-    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pr = reinterpret_cast<CUdeviceptr>(residual),
-                pw = reinterpret_cast<CUdeviceptr>(weight), pq = reinterpret_cast<CUdeviceptr>(q),
-                pro = reinterpret_cast<CUdeviceptr>(residual_out),
-                py = reinterpret_cast<CUdeviceptr>(y != nullptr ? y : x),
-                pscale = reinterpret_cast<CUdeviceptr>(qd.scale != nullptr ? qd.scale : qd.scales),
-                pscales = reinterpret_cast<CUdeviceptr>(qd.scales != nullptr ? qd.scales : qd.scale),
-                pub = reinterpret_cast<CUdeviceptr>(qd.scale_ub != nullptr ? qd.scale_ub : (qd.scales ? qd.scales : qd.scale));
-    int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
-    int64_t s_row = qd.scales_stride_row, s_group = qd.scales_stride_group;
-    int32_t group_size = qd.mode == ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
-    int32_t write_y = y != nullptr ? 1 : 0, has_ub = qd.scale_ub != nullptr ? 1 : 0;
-    int32_t ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0, weight_code = static_cast<int32_t>(x_dtype);
+    if (rows2 > 0 && cfg.looped)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "head_dim=%lld is too wide for one pass over a head's row (the QK norm's limit is %d)",
+                    (long long)hidden, cfg.block_h);
+    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pw = reinterpret_cast<CUdeviceptr>(weight),
+                pw2 = reinterpret_cast<CUdeviceptr>(weight2), po = reinterpret_cast<CUdeviceptr>(out),
+                prstd = reinterpret_cast<CUdeviceptr>(rstd);
+    int32_t n_rows = static_cast<int32_t>(rows1 * heads1), H = static_cast<int32_t>(hidden);
+    int64_t stride_none = 0;
+    int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
+    int32_t group_rows = static_cast<int32_t>(heads1);
+    int32_t n_rows2 = static_cast<int32_t>(rows2 * heads2), group_rows2 = static_cast<int32_t>(heads2 > 0 ? heads2 : 1);
     CUdeviceptr global_scratch = 0, profile_scratch = 0;
-    // Parameter order of fused_add_rmsnorm_quant_fwd without its constexprs.
-    void* params[] = {&px, &pr, &pw, &pq, &pro, &py, &pscale, &pscales, &pub, &n_rows, &H,
-                      &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
-                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code,
-                      &global_scratch, &profile_scratch};
-    const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
+    // fused_add_rmsnorm_fwd's parameters: x stands in for residual and out for residual_out (RESIDUAL off).
+    void* params[] = {&px, &px, &pw, &po, &po, &prstd, &n_rows, &H,
+                      &stride_x, &stride_none, &stride_out, &stride_none,
+                      &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_head,
+                      &stride_out_head, &pw2, &n_rows2, &group_rows2, &offset2, &global_scratch, &profile_scratch};
+    const int64_t rows_max = n_rows > n_rows2 ? n_rows : n_rows2;
+    const unsigned grid = static_cast<unsigned>((rows_max + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0, rows2 > 0 ? 2u : 1u);
+}
+
+}  // namespace
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_check(
+    const void* x, const void* weight, const void* out, const float* rstd, int64_t rows, int64_t heads,
+    int64_t hidden, int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags) {
+    return validate_rmsnorm(NormCall{x, weight, out, rstd, rows, heads, hidden, stride_x, stride_x_head, stride_out,
+                                     stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags});
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm(
+    const void* x, const void* weight, void* out, float* rstd, int64_t rows, int64_t heads, int64_t hidden,
+    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head, addrmsnorm_dtype x_dtype,
+    addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
+    addrmsnorm_status st = validate_rmsnorm(NormCall{x, weight, out, rstd, rows, heads, hidden, stride_x, stride_x_head,
+                                                     stride_out, stride_out_head, x_dtype, weight_dtype, eps,
+                                                     weight_offset, flags});
+    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
+    return launch_plain(x, weight, weight, out, rstd, rows, heads, 0, 1, 0, hidden, stride_x, stride_x_head,
+                        stride_out, stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags, stream);
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm_check(
+    const void* qkv, const void* q_weight, const void* k_weight, int64_t tokens, int64_t num_q_heads,
+    int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv, addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags) {
+    return validate_qk(QkCall{qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim, stride_qkv, dtype,
+                              weight_dtype, eps, weight_offset, flags});
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
+    void* qkv, const void* q_weight, const void* k_weight, int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads,
+    int64_t head_dim, int64_t stride_qkv, addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype, float eps,
+    float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
+    addrmsnorm_status st = validate_qk(QkCall{qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim,
+                                              stride_qkv, dtype, weight_dtype, eps, weight_offset, flags});
+    if (st != ADDRMSNORM_SUCCESS || tokens == 0) return st;
+    // q's heads are part 1, k's part 2 (num_q_heads * head_dim elements further), in place.
+    return launch_plain(qkv, q_weight, k_weight, qkv, nullptr, tokens, num_q_heads, tokens, num_kv_heads,
+                        num_q_heads * head_dim, head_dim, stride_qkv, head_dim, stride_qkv, head_dim, dtype,
+                        weight_dtype, eps, weight_offset, flags, stream);
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant_check(
+    const void* x, const void* weight, const void* q, const void* y, int64_t rows, int64_t hidden, int64_t stride_x,
+    int64_t stride_q, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
+    const addrmsnorm_quant* quant, uint32_t flags) {
+    return validate_quant(make_quant_call(x, x, weight, q, nullptr, y, rows, hidden, stride_x, stride_x, stride_q, 0,
+                                          stride_y, x_dtype, eps, weight_offset, quant, flags, true));
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant(
+    const void* x, const void* weight, void* q, void* y, int64_t rows, int64_t hidden, int64_t stride_x,
+    int64_t stride_q, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
+    const addrmsnorm_quant* quant, uint32_t flags, addrmsnorm_stream stream) {
+    const QuantCall c = make_quant_call(x, x, weight, q, nullptr, y, rows, hidden, stride_x, stride_x, stride_q, 0,
+                                        stride_y, x_dtype, eps, weight_offset, quant, flags, true);
+    addrmsnorm_status st = validate_quant(c);
+    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
+    return launch_quant(c, stride_x, 0, stride_q, 0, stride_y, eps, weight_offset, stream);
 }

@@ -15,7 +15,8 @@ struct ForwardConfig {
 };
 
 struct KernelVariant {
-    int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward
+    int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward, and the
+                           // plain norm's: 4 forward (RESIDUAL off, GROUPED), 5 quantized forward
     int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype;  // addrmsnorm_dtype values
     int weight;            // forward: the weight slot (weight_slot below); backward: -1 (any weight,
@@ -64,6 +65,10 @@ extern const int kNumQuantDtypes;
 extern const int kNumQuantModes;    // the QUANT constexpr: 1 static, 2 per token, 3 per group (addrmsnorm_quant_mode)
 extern const int kQuantAlignElems;  // the one ALIGN the quantized forward is built for
 extern const short kQuantIndex[];   // [config][x][quant dtype][QUANT - 1] -> variant | -1
+// The plain norm (the forward with RESIDUAL off, always GROUPED): [config][x][weight slot][align_class]
+// [numerics] -> variant | -1, and its quantized forward, indexed as kQuantIndex.
+extern const short kPlainIndex[];
+extern const short kPlainQuantIndex[];
 extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
@@ -124,8 +129,14 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
                               kNumAlignClasses + align_class) * kNumNumerics + numerics];
 }
 
-inline int quant_variant_index(int config, int x, int quant_dtype, int quant) {
-    return kQuantIndex[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) * kNumQuantModes + quant - 1];
+inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false) {
+    return (plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
+                                                        kNumQuantModes + quant - 1];
+}
+
+inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {
+    return kPlainIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
+                        align_class) * kNumNumerics + numerics];
 }
 
 }  // namespace detail

@@ -165,10 +165,11 @@ addrmsnorm_status preload_all(const Driver& d) {
 }
 
 addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream,
-                         bool pdl) {
+                         bool pdl, unsigned grid_y) {
     CUlaunchConfig lc = {};
     lc.gridDimX = grid;
-    lc.gridDimY = lc.gridDimZ = 1;
+    lc.gridDimY = grid_y;
+    lc.gridDimZ = 1;
     lc.blockDimX = static_cast<unsigned>(32 * k.image->num_warps);
     lc.blockDimY = lc.blockDimZ = 1;
     lc.sharedMemBytes = k.image->shared;

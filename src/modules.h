@@ -32,8 +32,9 @@ addrmsnorm_status preload_all(const Driver& d);
 // Launch k on `grid` programs of its warps, with its shared memory, on stream. With pdl, the launch
 // allows programmatic stream serialization where the kernel waits on the previous grid (sm_90+
 // images); elsewhere the flag is moot.
+// grid_y > 1: the programs of each grid row y (the plain norm's second part of rows).
 addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream,
-                         bool pdl);
+                         bool pdl, unsigned grid_y = 1);
 
 }  // namespace detail
 }  // namespace addrmsnorm

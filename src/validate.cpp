@@ -239,8 +239,8 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
     struct Named { const char* name; const void* p; int64_t stride; int elem; bool output; bool required; };
     const Named views[] = {{"dy", c.dy, c.stride_dy, xs, false, true},
                            {"dresidual_out", c.dresidual_out, c.stride_dresidual_out, rs, false, false},
-                           {"h", c.h, c.stride_h, rs, false, true},
-                           {"dresidual", c.dresidual, c.stride_dresidual, rs, true, true},
+                           {c.plain ? "x" : "h", c.h, c.stride_h, rs, false, true},
+                           {c.plain ? "dx" : "dresidual", c.dresidual, c.stride_dresidual, rs, true, true},
                            {"dx", c.dx, c.stride_dx, xs, true, separate}};
     Rows r[9];
     int n = 0;
@@ -379,8 +379,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         const Named& v = views[i];
         const bool is_weight = i == 2;
         if (v.p == nullptr) {
-            if (i == 5) {
-                r[i] = Rows{v.name, 0, 0, 0, 0, v.elem, 0};  // no y: an empty view
+            if (i == 5 || (i == 4 && c.plain)) {
+                r[i] = Rows{v.name, 0, 0, 0, 0, v.elem, 0};  // no y (or the plain norm's residual_out): empty
                 continue;
             }
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
@@ -443,6 +443,170 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
             if (overlaps(so, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
                             t->name);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+namespace {
+
+// A [rows, heads, hidden] view of two leading strides (heads == 1: one stride), in elements.
+struct Grouped {
+    const char* name;
+    uintptr_t ptr;
+    int64_t rows, heads, stride, head_stride;
+    int elem;
+    // The byte span [start, end) of every element the view reaches (validation.GroupedRows).
+    uintptr_t end(int64_t hidden) const {
+        if (rows * heads == 0) return ptr;
+        const int64_t last = (rows > 1 ? (rows - 1) * stride : 0) + (heads > 1 ? (heads - 1) * head_stride : 0);
+        return ptr + static_cast<uintptr_t>((last + hidden) * elem);
+    }
+    bool same_view(const Grouped& o) const {
+        if (ptr != o.ptr || elem != o.elem) return false;
+        return (rows <= 1 || stride == o.stride) && (heads <= 1 || head_stride == o.head_stride);
+    }
+};
+
+bool spans_meet(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; }
+
+// validation._rows_self_overlap: two rows of an output sharing memory.
+addrmsnorm_status check_grouped_self_overlap(const Grouped& o, int64_t hidden) {
+    if (o.rows * o.heads <= 1) return ADDRMSNORM_SUCCESS;
+    if (o.heads == 1 || o.rows == 1) {
+        const int64_t s = o.heads == 1 ? o.stride : o.head_stride;
+        if (s < hidden)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself", o.name,
+                        (long long)s, (long long)hidden);
+        return ADDRMSNORM_SUCCESS;
+    }
+    if (o.head_stride < hidden || o.stride < (o.heads - 1) * o.head_stride + hidden)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "%s: strides (%lld, %lld) with H=%lld make rows overlap; an output must not overlap itself", o.name,
+                    (long long)o.stride, (long long)o.head_stride, (long long)hidden);
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status check_norm_scalars(uint32_t flags, float eps, float weight_offset, addrmsnorm_dtype x_dtype,
+                                     addrmsnorm_dtype weight_dtype, const char* x_name) {
+    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
+    if (flags & ~kKnownFlags)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL)",
+                    flags & ~kKnownFlags);
+    if (!std::isfinite(eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", eps);
+    if (!(eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", eps);
+    if (!std::isfinite(weight_offset))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", weight_offset);
+    if (dtype_size(x_dtype) == 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "%s %d is not an addrmsnorm_dtype", x_name, (int)x_dtype);
+    if (dtype_size(weight_dtype) == 0)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype %d is not an addrmsnorm_dtype", (int)weight_dtype);
+    if ((flags & ADDRMSNORM_FLAG_HF_NUMERICS) && weight_dtype != x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype equal to %s (%s), got %s", x_name,
+                    dtype_name(x_dtype), dtype_name(weight_dtype));
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
+    if (p == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
+    if (reinterpret_cast<uintptr_t>(p) % elem != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to its %d-byte elements", name, elem);
+    return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace
+
+// The checks of validation.check_rmsnorm, in its order where the two meet.
+addrmsnorm_status validate_rmsnorm(const NormCall& c) {
+    if (addrmsnorm_status st = check_norm_scalars(c.flags, c.eps, c.weight_offset, c.x_dtype, c.weight_dtype, "x_dtype");
+        st != ADDRMSNORM_SUCCESS)
+        return st;
+    if (c.hidden <= 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
+    if (c.hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
+    if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
+    if (c.heads < 1) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "heads must be >= 1, got %lld", (long long)c.heads);
+    if (c.rows > INT32_MAX / c.heads)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows * heads must be < 2^31, got %lld * %lld",
+                    (long long)c.rows, (long long)c.heads);
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
+    const int xs = dtype_size(c.x_dtype), ws = dtype_size(c.weight_dtype);
+    if (addrmsnorm_status st = check_pointer("x", c.x, xs); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_pointer("weight", c.weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_pointer("out", c.out, xs); st != ADDRMSNORM_SUCCESS) return st;
+    if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
+    struct S { const char* name; int64_t v; bool used; };
+    const S strides[4] = {{"stride_x", c.stride_x, c.rows > 1}, {"stride_x_head", c.stride_x_head, c.heads > 1},
+                          {"stride_out", c.stride_out, c.rows > 1}, {"stride_out_head", c.stride_out_head, c.heads > 1}};
+    for (const S& s : strides) {
+        if (s.used && s.v < 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s must be >= 0, got %lld", s.name, (long long)s.v);
+        if (s.used && s.v > INT64_MAX / 8)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is too large: %lld", s.name, (long long)s.v);
+    }
+    const Grouped x{"x", reinterpret_cast<uintptr_t>(c.x), c.rows, c.heads, c.stride_x, c.stride_x_head, xs};
+    Grouped out{"out", reinterpret_cast<uintptr_t>(c.out), c.rows, c.heads, c.stride_out, c.stride_out_head, xs};
+    const bool in_place = out.same_view(x);
+    if (in_place) out.name = "x";  // written in place: the caller passed x
+    if (addrmsnorm_status st = check_grouped_self_overlap(out, c.hidden); st != ADDRMSNORM_SUCCESS) return st;
+    const uintptr_t x1 = x.end(c.hidden), o1 = out.end(c.hidden);
+    if (!in_place && spans_meet(out.ptr, o1, x.ptr, x1))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps x; out may be x exactly (in place), or apart from it");
+    const uintptr_t w0 = reinterpret_cast<uintptr_t>(c.weight), w1 = w0 + static_cast<uintptr_t>(c.hidden * ws);
+    if (spans_meet(out.ptr, o1, w0, w1))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps weight; out must not share memory with weight");
+    if (c.rstd != nullptr) {
+        const uintptr_t r0 = reinterpret_cast<uintptr_t>(c.rstd), r1 = r0 + 4 * static_cast<uintptr_t>(c.rows * c.heads);
+        if (spans_meet(r0, r1, x.ptr, x1))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps x; it must not share memory with it");
+        if (spans_meet(r0, r1, out.ptr, o1))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps out; it must not share memory with it");
+        if (spans_meet(r0, r1, w0, w1))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps weight; it must not share memory with it");
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+// The checks of validation.check_qk_rmsnorm: qkv's q and k heads are written in place.
+addrmsnorm_status validate_qk(const QkCall& c) {
+    if (addrmsnorm_status st = check_norm_scalars(c.flags, c.eps, c.weight_offset, c.dtype, c.weight_dtype, "dtype");
+        st != ADDRMSNORM_SUCCESS)
+        return st;
+    if (c.head_dim <= 0 || c.head_dim > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "head_dim must be in [1, 2^31), got %lld", (long long)c.head_dim);
+    if (c.num_q_heads < 1 || c.num_kv_heads < 1)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_q_heads and num_kv_heads must be >= 1, got %lld and %lld",
+                    (long long)c.num_q_heads, (long long)c.num_kv_heads);
+    if (c.tokens < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "tokens must be >= 0, got %lld", (long long)c.tokens);
+    const int64_t heads = c.num_q_heads > c.num_kv_heads ? c.num_q_heads : c.num_kv_heads;
+    if (heads > INT32_MAX / c.head_dim || c.num_q_heads + c.num_kv_heads > INT32_MAX / c.head_dim ||
+        (c.tokens > 0 && c.tokens > INT32_MAX / heads))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
+    if (c.tokens == 0) return ADDRMSNORM_SUCCESS;
+    const int xs = dtype_size(c.dtype), ws = dtype_size(c.weight_dtype);
+    if (addrmsnorm_status st = check_pointer("qkv", c.qkv, xs); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_pointer("q_weight", c.q_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_pointer("k_weight", c.k_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    const int64_t width = (c.num_q_heads + c.num_kv_heads) * c.head_dim;
+    if (c.tokens > 1 && (c.stride_qkv < width || c.stride_qkv > INT64_MAX / 8))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "stride_qkv=%lld is less than the q and k heads' width, (%lld + %lld) * %lld = %lld: rows would "
+                    "overlap", (long long)c.stride_qkv, (long long)c.num_q_heads, (long long)c.num_kv_heads,
+                    (long long)c.head_dim, (long long)width);
+    const uintptr_t q0 = reinterpret_cast<uintptr_t>(c.qkv);
+    const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.tokens - 1) * (c.tokens > 1 ? c.stride_qkv : 0) + width) * xs);
+    const void* weights[2] = {c.q_weight, c.k_weight};
+    const char* names[2] = {"q_weight", "k_weight"};
+    for (int i = 0; i < 2; ++i) {
+        const uintptr_t w0 = reinterpret_cast<uintptr_t>(weights[i]), w1 = w0 + static_cast<uintptr_t>(c.head_dim * ws);
+        if (spans_meet(q0, q1, w0, w1))
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps qkv; qkv is written in place and must not "
+                        "share memory with %s", names[i], names[i]);
     }
     return ADDRMSNORM_SUCCESS;
 }

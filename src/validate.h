@@ -39,6 +39,7 @@ struct BackwardCall {
     addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
     float weight_offset;
     uint32_t flags;
+    bool plain = false;         // addrmsnorm_rmsnorm_backward: h is x, dresidual is dx (their names)
 };
 
 struct QuantCall {
@@ -54,7 +55,38 @@ struct QuantCall {
     float eps, weight_offset;
     const addrmsnorm_quant* quant;
     uint32_t flags;
+    bool plain = false;         // addrmsnorm_rmsnorm_quant: residual is x, no residual_out (NULL)
 };
+
+// addrmsnorm_rmsnorm's views: [rows, heads, hidden] with two leading strides each.
+struct NormCall {
+    const void* x;
+    const void* weight;
+    const void* out;
+    const float* rstd;
+    int64_t rows, heads, hidden;
+    int64_t stride_x, stride_x_head, stride_out, stride_out_head;
+    addrmsnorm_dtype x_dtype, weight_dtype;
+    float eps, weight_offset;
+    uint32_t flags;
+};
+
+// addrmsnorm_rmsnorm's checks (validation.check_rmsnorm's rules).
+addrmsnorm_status validate_rmsnorm(const NormCall& c);
+
+struct QkCall {
+    const void* qkv;
+    const void* q_weight;
+    const void* k_weight;
+    int64_t tokens, num_q_heads, num_kv_heads, head_dim, stride_qkv;
+    addrmsnorm_dtype dtype, weight_dtype;
+    float eps, weight_offset;
+    uint32_t flags;
+};
+
+// addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules), the one-pass bound aside
+// (forward.cpp checks it against the dispatch rule).
+addrmsnorm_status validate_qk(const QkCall& c);
 
 int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype
 

@@ -43,6 +43,10 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent / "addrmsnorm"
 # Compile for real even if the caller's environment asks Triton for its CPU interpreter.
 os.environ.pop("TRITON_INTERPRET", None)
+# No line info in the embedded cubins: it is more than half of each (the PTX text and line tables that
+# profilers map SASS back to Python with). The build sets this before Triton is imported, workers
+# included; --jit-check keeps it on, as the JIT compiles (main()).
+LINE_INFO_ENV = "TRITON_DISABLE_LINE_INFO"
 
 
 def _load(name):
@@ -71,7 +75,8 @@ ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str         # "fwd", "bwd" (fused_add_rmsnorm_bwd) or "dw" (fused_add_rmsnorm_dweight)
+    kind: str         # "fwd", "qfwd", "bwd" (fused_add_rmsnorm_bwd), "dw" (fused_add_rmsnorm_dweight), and the
+                      # plain norm's "pfwd" and "pqfwd": fwd and qfwd with RESIDUAL off (pfwd GROUPED)
     config: int       # index into the deduplicated config list of its kind (0 for "dw")
     x: str
     residual: str
@@ -82,12 +87,17 @@ class Spec:
     q: str = ""        # qfwd: the quantized output's dtype, one of configs.QUANT_DTYPES
 
     @property
+    def base(self) -> str:
+        """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
+        return {"pfwd": "fwd", "pqfwd": "qfwd"}.get(self.kind, self.kind)
+
+    @property
     def align_class(self) -> int:
         """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward;
         0 for the quantized forward (built for the vector alone)."""
         if self.kind == "bwd":
             return int(self.align > 1)
-        if self.kind == "qfwd":
+        if self.base == "qfwd":
             return 0
         return self.align.bit_length() - 1
 
@@ -154,26 +164,30 @@ def all_specs(cfgs, bcfgs):
             odd_only = _odd_h_only(cfg, act_bytes)  # odd rows run ALIGN 1 only
             if _vector_typed_only(cfg, act_bytes):  # one kernel per dtype pair: the full vector, typed weight
                 for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
-                    specs.append(Spec("fwd", ci, x, res, x, configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])))
+                    v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
+                    specs += [Spec(k, ci, x, res, x, v) for k in (("fwd", "pfwd") if x == res else ("fwd",))]
                 continue
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
+                # The plain norm: the same kernels for x's own dtype pair, RESIDUAL off (one stream).
+                kinds = ("fwd", "pfwd") if x == res else ("fwd",)
                 for w in configs.forward_weight_args(x):
                     w16 = w == configs.WEIGHT_W16
                     for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=w16):
                         if align == 1 or not odd_only:
-                            specs.append(Spec("fwd", ci, x, res, w, align))
+                            specs += [Spec(k, ci, x, res, w, align) for k in kinds]
                 for mode, pairs in ((configs.HF_LLAMA, configs.HF_ACTIVATION_PAIRS),
                                     (configs.HF_GEMMA, configs.HF_GEMMA_ACTIVATION_PAIRS)):
                     if (x, res) in pairs:  # HF: the weight of x's dtype only
                         for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
                             if align == 1 or not odd_only:
-                                specs.append(Spec("fwd", ci, x, res, x, align, numerics=mode))
+                                specs += [Spec(k, ci, x, res, x, align, numerics=mode) for k in kinds]
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for q in configs.QUANT_DTYPES:
                 for mode in modes:
-                    specs.append(Spec("qfwd", ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q))
+                    specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q)
+                              for k in ("qfwd", "pqfwd")]
     return specs
 
 
@@ -184,7 +198,8 @@ def kernel_of(kind: str):
     """The @triton.jit kernel of a Spec kind."""
     k = _load("kernels")
     return {"fwd": k.fused_add_rmsnorm_fwd, "qfwd": k.fused_add_rmsnorm_quant_fwd, "bwd": k.fused_add_rmsnorm_bwd,
-            "dw": k.fused_add_rmsnorm_dweight}[kind]
+            "dw": k.fused_add_rmsnorm_dweight, "pfwd": k.fused_add_rmsnorm_fwd,
+            "pqfwd": k.fused_add_rmsnorm_quant_fwd}[kind]
 
 
 def _pointer_types(spec: Spec) -> dict:
@@ -195,12 +210,13 @@ def _pointer_types(spec: Spec) -> dict:
                 "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
     if spec.kind == "dw":
         return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight)}
-    if spec.kind == "qfwd":
+    if spec.base == "qfwd":
         return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
                 "scale_ptr": "*fp32", "scales_ptr": "*fp32", "scale_ub_ptr": "*fp32"}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
-            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32"}
+            "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
+            "weight2_ptr": ptr(spec.weight)}
 
 
 def signature(spec: Spec) -> dict:
@@ -224,13 +240,14 @@ def signature(spec: Spec) -> dict:
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.max_registers(spec.kind, cfg, arch) if cfg and spec.kind != "dw" else None
+    maxnreg = configs.max_registers(spec.base, cfg, arch) if cfg and spec.kind != "dw" else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
-                       "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg}, sort_keys=True)
+                       "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg,
+                       "line_info": os.environ.get(LINE_INFO_ENV) != "1"}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-TOOL_VERSION = 8
+TOOL_VERSION = 9
 
 
 def compile_one(job):
@@ -253,26 +270,27 @@ def compile_one(job):
         num_warps = configs.DWEIGHT_WARPS
     else:
         aligned_args = {"bwd": BACKWARD_ALIGNED_POINTER_ARGS, "fwd": configs.ALIGNED_POINTER_ARGS,
-                        "qfwd": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.kind]
+                        "qfwd": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.base]
         if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
             attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
                      for a in aligned_args}
         if spec.kind == "bwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
-        elif spec.kind == "qfwd":
+        elif spec.base == "qfwd":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
-                          "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h}
+                          "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h,
+                          "RESIDUAL": spec.kind == "qfwd"}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
-                          "KEEP_H": cfg.keep_h, "RESIDUAL": True, "GROUPED": False}
+                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "fwd", "GROUPED": spec.kind == "pfwd"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
-    cap = configs.max_registers(spec.kind, cfg, arch) if spec.kind != "dw" else None
+    cap = configs.max_registers(spec.base, cfg, arch) if spec.kind != "dw" else None
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -301,7 +319,7 @@ def compile_one(job):
     meta = {"name": md.name, "num_warps": md.num_warps, "shared": md.shared,
             "global_scratch_size": md.global_scratch_size, "global_scratch_align": md.global_scratch_align,
             "profile_scratch_size": md.profile_scratch_size, "num_params": n_params,
-            "grid_dependency": spec.kind in ("fwd", "qfwd") and configs.pdl_compiled(arch)}
+            "grid_dependency": spec.base in ("fwd", "qfwd") and configs.pdl_compiled(arch)}
     tmp = cubin_path.with_suffix(".tmp")
     tmp.write_bytes(compiled.asm["cubin"])
     tmp.replace(cubin_path)
@@ -357,7 +375,7 @@ N_NUMERICS = 3  # HF_NUMERICS values: configs.CONTRACT, HF_LLAMA, HF_GEMMA (kern
 
 def weight_slot(spec) -> int:
     return 0 if spec.weight == spec.x else 1 if spec.weight == "fp32" else 2
-KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3}  # KernelVariant::kind
+KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3, "pfwd": 4, "pqfwd": 5}  # KernelVariant::kind
 
 
 ITEMSIZE_PAIRS = ((2, 2), (2, 4), (4, 2), (4, 4))
@@ -527,7 +545,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumVariants = {len(specs)};")
     lines.append("const KernelVariant kVariants[] = {")
     for s in specs:
-        weight = weight_slot(s) if s.kind in ("fwd", "qfwd") else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
+        weight = weight_slot(s) if s.base in ("fwd", "qfwd") else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
         q = configs.QUANT_DTYPES.index(s.q) if s.q else -1
         lines.append(f"    {{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
                      f"{weight}, {s.align_class}, {s.numerics}, {s.quant}, {q}}},")
@@ -545,6 +563,15 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumWeightSlots = {n_w};")
     lines.append(f"const int kNumNumerics = {N_NUMERICS};")
     lines += _short_array("kVariantIndex", "[config][x][residual][weight slot][align_class][numerics]", dense)
+    # The plain norm: [config][x][weight slot][align_class][numerics] -> variant.
+    pdense = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS)
+    for si, s in enumerate(specs):
+        if s.kind == "pfwd":
+            idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS \
+                + s.numerics
+            assert pdense[idx] == -1, s
+            pdense[idx] = si
+    lines += _short_array("kPlainIndex", "[config][x][weight slot][align_class][numerics]", pdense)
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
@@ -564,14 +591,16 @@ addrmsnorm_cubin_blob:
     n_q = len(configs.QUANT_DTYPES)
     n_m = len(configs.QUANT_MODES)
     qdense = [-1] * (len(cfgs) * n_d * n_q * n_m)
+    pqdense = list(qdense)
     for si, s in enumerate(specs):
-        if s.kind == "qfwd":
-            qdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m
-                   + s.quant - 1] = si
+        if s.base == "qfwd":
+            (qdense if s.kind == "qfwd" else pqdense)[
+                ((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m + s.quant - 1] = si
     lines.append(f"const int kNumQuantDtypes = {n_q};")
     lines.append(f"const int kNumQuantModes = {n_m};")
     lines.append(f"const int kQuantAlignElems = {configs.vector_elems(2, 2)};")
     lines += _short_array("kQuantIndex", "[config][x][quant dtype][QUANT - 1]", qdense)
+    lines += _short_array("kPlainQuantIndex", "the plain norm's: [config][x][quant dtype][QUANT - 1]", pqdense)
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
@@ -667,6 +696,8 @@ def main():
     archs = [int(a) for a in re.split(r"[;,\s]+", args.archs.strip()) if a]
     if not archs:
         ap.error("no archs")
+    if not args.jit_check:
+        os.environ[LINE_INFO_ENV] = "1"
     import triton
 
     if not (args.list or args.jit_check) and triton.__version__ != configs.AOT_TRITON_VERSION:
@@ -685,10 +716,11 @@ def main():
     kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
     if args.list:
         for arch in archs:
-            built = [s for s in specs if s.kind != "qfwd" or configs.quant_built_for(s.q, arch)]
+            built = [s for s in specs if s.base != "qfwd" or configs.quant_built_for(s.q, arch)]
             kinds = {k: sum(1 for s in built if s.kind == k) for k in KINDS}
             print(f"sm_{arch}: {len(built)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
-                  f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward)")
+                  f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward, {kinds['pfwd']} plain norm, "
+                  f"{kinds['pqfwd']} plain quantized)")
         return
     if args.sample or args.jit_check:
         picked = []
@@ -697,11 +729,11 @@ def main():
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         if args.jit_check:  # the kernels a register plan covers
             picked += [s for s in specs if (s.kind == "bwd" and s.align > 1) or (s.kind != "dw" and any(
-                configs.max_registers(s.kind, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs))]
+                configs.max_registers(s.base, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs))]
         specs = list(dict.fromkeys(picked))
     if args.capped:
         specs = [s for s in specs if s.kind != "dw" and any(
-            configs.max_registers(s.kind, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs)]
+            configs.max_registers(s.base, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
     # determines a cubin, the Triton release included).
@@ -710,9 +742,9 @@ def main():
     cache_dir.mkdir(parents=True, exist_ok=True)
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
-        cfg = {"fwd": cfgs, "qfwd": cfgs, "bwd": bcfgs}[spec.kind][spec.config] if spec.kind != "dw" else None
+        cfg = {"fwd": cfgs, "qfwd": cfgs, "bwd": bcfgs}[spec.base][spec.config] if spec.kind != "dw" else None
         for arch in archs:
-            if spec.kind == "qfwd" and not configs.quant_built_for(spec.q, arch):
+            if spec.base == "qfwd" and not configs.quant_built_for(spec.q, arch):
                 continue
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key

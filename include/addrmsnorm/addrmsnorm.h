@@ -260,6 +260,107 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace
     uint64_t *bytes);
 
 /*
+ * The plain RMSNorm (no residual), the forward above with the add and residual_out compiled out:
+ *
+ *     rstd = 1 / sqrt(sum(x*x) / hidden + eps)        over float32(x)
+ *     out  = cast(x * rstd * (float32(weight) + weight_offset), x dtype)
+ *
+ * x is [rows, heads, hidden] with two leading strides: element (r, j, c) of x is at
+ * x + r * stride_x + j * stride_x_head + c elements, and likewise for out. heads = 1 is a plain
+ * [rows, hidden] view (stride_x_head and stride_out_head are then ignored). heads > 1 reaches a
+ * head's row inside a fused QKV buffer without a copy: for the q part of a [tokens, qkv_width]
+ * buffer, rows = tokens, heads = num_q_heads, stride_x = qkv_width, stride_x_head = head_dim.
+ *   weight        [hidden] of weight_dtype, the same for every row and head
+ *   out           of x_dtype, may be x exactly (same pointer and strides: in place)
+ *   rstd          [rows * heads] fp32 (row r, head j at r * heads + j), or NULL
+ *   rows, heads   rows >= 0, heads >= 1, rows * heads < 2^31; rows == 0 is a no-op
+ *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS (HF's RMSNorm: LlamaRMSNorm's roundings, or with
+ *                 weight_offset != 0 the offset-weight form; weight_dtype must be x_dtype) and/or
+ *                 ADDRMSNORM_FLAG_PDL
+ * out must not overlap x (other than exactly), the weight or rstd, nor itself; the check takes
+ * each view's whole byte span, so views that interleave in one buffer are refused.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm(
+    const void *x, const void *weight, void *out, float *rstd,
+    int64_t rows, int64_t heads, int64_t hidden,
+    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_rmsnorm, without the driver. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_check(
+    const void *x, const void *weight, const void *out, const float *rstd,
+    int64_t rows, int64_t heads, int64_t hidden,
+    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags);
+
+/*
+ * Per-head q and k norms of a fused QKV buffer, in place and in one launch (Qwen3, Gemma 3).
+ * qkv is [tokens, width] with row stride stride_qkv elements (width >= (num_q_heads +
+ * num_kv_heads) * head_dim; v, after k, is not touched): q's heads are the first num_q_heads *
+ * head_dim columns, k's the next num_kv_heads * head_dim. Each head's row of head_dim elements is
+ * normalized as addrmsnorm_rmsnorm does it, q's with q_weight and k's with k_weight ([head_dim]
+ * each, both of weight_dtype). A row's bits are those of addrmsnorm_rmsnorm on the same row.
+ *   head_dim     > 0, at most 16384 (a head's row is normalized in one pass)
+ *   flags        as addrmsnorm_rmsnorm's
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
+    void *qkv, const void *q_weight, const void *k_weight,
+    int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv,
+    addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_qk_rmsnorm, without the driver. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm_check(
+    const void *qkv, const void *q_weight, const void *k_weight,
+    int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv,
+    addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
+    float eps, float weight_offset, uint32_t flags);
+
+/*
+ * The plain norm's quantized outputs (fp8 serving of a first layer's input norm): as
+ * addrmsnorm_fused_add_rmsnorm_quant with no residual, y = the plain norm's fp32 value. x is
+ * [rows, hidden] with row stride stride_x; weight of x_dtype; q, y, quant and the alignment rules
+ * as there.
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant(
+    const void *x, const void *weight, void *q, void *y,
+    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_q, int64_t stride_y,
+    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant,
+    uint32_t flags, addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_rmsnorm_quant, without the driver. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant_check(
+    const void *x, const void *weight, const void *q, const void *y,
+    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_q, int64_t stride_y,
+    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant, uint32_t flags);
+
+/*
+ * Backward of addrmsnorm_rmsnorm for [rows, hidden] views (contract numerics): the fused backward
+ * with h = x and no residual gradient. dx = rstd * (g - n * mean(g * n)), n = x * rstd,
+ * g = dy * (weight + weight_offset); dweight = sum over rows of dy * n, deterministic.
+ *   dy, x          [rows, hidden] of x_dtype; rstd [rows] fp32 as the forward wrote it
+ *   dx             [rows, hidden] of x_dtype, out
+ *   dweight        [hidden] of weight_dtype, out, or NULL
+ *   workspace      addrmsnorm_fused_add_rmsnorm_backward_workspace_size(rows, hidden, x_dtype, x_dtype)
+ *                  bytes
+ */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward(
+    const void *dy, const void *x, const float *rstd, const void *weight,
+    void *dx, void *dweight, void *workspace, uint64_t workspace_bytes,
+    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags,
+    addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_rmsnorm_backward, without the driver. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward_check(
+    const void *dy, const void *x, const float *rstd, const void *weight,
+    const void *dx, const void *dweight, const void *workspace, uint64_t workspace_bytes,
+    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
+    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags);
+
+/*
  * Loads every kernel into the calling thread's current CUDA context, so that later calls do no
  * module loading (do this before capturing a CUDA graph). Thread-safe; loading happens once per
  * context. Kernels are otherwise loaded on first use.

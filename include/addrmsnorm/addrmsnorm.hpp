@@ -2,6 +2,8 @@
 //
 //     h = float32(x) + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
 //
+// and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace.
+//
 // Errors stay values: calls return an addrmsnorm::Status, which carries the code and the message.
 #ifndef ADDRMSNORM_ADDRMSNORM_HPP
 #define ADDRMSNORM_ADDRMSNORM_HPP
@@ -89,6 +91,66 @@ inline Status fused_add_rmsnorm_inplace(void* x, void* residual, const void* wei
     a.weight_dtype = weight_dtype;
     a.eps = eps;
     return fused_add_rmsnorm(a, stream);
+}
+
+// The plain norm (no residual) of x, [rows, heads, hidden] with two leading strides. heads = 1 with
+// the default strides is a contiguous [rows, hidden]; a stride of -1 means contiguous (rows: heads *
+// hidden elements apart, heads: hidden apart).
+struct NormArgs {
+    const void* x = nullptr;
+    const void* weight = nullptr;
+    void* out = nullptr;
+    float* rstd = nullptr;  // optional, [rows * heads]
+    int64_t rows = 0;
+    int64_t heads = 1;
+    int64_t hidden = 0;
+    int64_t stride_x = -1;
+    int64_t stride_x_head = -1;
+    int64_t stride_out = -1;
+    int64_t stride_out_head = -1;
+    Dtype x_dtype = Dtype::bfloat16;
+    Dtype weight_dtype = Dtype::bfloat16;
+    float eps = 1e-6f;
+    float weight_offset = 0.0f;
+    uint32_t flags = 0;
+};
+
+inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
+    const int64_t row = a.heads * a.hidden;
+    return detail::to_status(addrmsnorm_rmsnorm(
+        a.x, a.weight, a.out, a.rstd, a.rows, a.heads, a.hidden, a.stride_x == -1 ? row : a.stride_x,
+        detail::stride_or_hidden(a.stride_x_head, a.hidden), a.stride_out == -1 ? row : a.stride_out,
+        detail::stride_or_hidden(a.stride_out_head, a.hidden), static_cast<addrmsnorm_dtype>(a.x_dtype),
+        static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags, stream));
+}
+
+// In place: x <- rmsnorm(x), contiguous [rows, hidden].
+inline Status rmsnorm_inplace(void* x, const void* weight, int64_t rows, int64_t hidden, Dtype x_dtype,
+                              Dtype weight_dtype, float eps = 1e-6f, addrmsnorm_stream stream = nullptr) {
+    NormArgs a;
+    a.x = x;
+    a.weight = weight;
+    a.out = x;
+    a.rows = rows;
+    a.hidden = hidden;
+    a.x_dtype = x_dtype;
+    a.weight_dtype = weight_dtype;
+    a.eps = eps;
+    return rmsnorm(a, stream);
+}
+
+// Per-head q and k norms of a fused QKV buffer, in place, in one launch (addrmsnorm_qk_rmsnorm).
+// stride_qkv -1: rows of (num_q_heads + 2 * num_kv_heads) * head_dim elements (q, k, v).
+inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_weight, int64_t tokens,
+                                 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, Dtype dtype,
+                                 Dtype weight_dtype, float eps = 1e-6f, int64_t stride_qkv = -1,
+                                 uint32_t flags = 0, float weight_offset = 0.0f,
+                                 addrmsnorm_stream stream = nullptr) {
+    const int64_t stride = stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv;
+    return detail::to_status(addrmsnorm_qk_rmsnorm(qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads,
+                                                   head_dim, stride, static_cast<addrmsnorm_dtype>(dtype),
+                                                   static_cast<addrmsnorm_dtype>(weight_dtype), eps, weight_offset,
+                                                   flags, stream));
 }
 
 inline Status preload() { return detail::to_status(addrmsnorm_preload()); }

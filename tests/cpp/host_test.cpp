@@ -602,3 +602,156 @@ TEST(QuantValidation, BadCalls) {
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits");
 }
+
+// ----- the plain norm ---------------------------------------------------------------------------
+
+TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    for (long long H : {1LL, 64LL, 111LL, 128LL, 4096LL, 11111LL, 16384LL, 16385LL, 32768LL, 262144LL})
+        for (int x = 0; x < 3; ++x)
+            for (int w = 0; w < 3; ++w)
+                for (int align_class = 0; align_class < kNumAlignClasses; ++align_class)
+                    for (bool hf : {false, true})
+                        for (float weight_offset : {0.0f, 1.0f}) {
+                            if (H % 2 == 1 && align_class > 0) continue;
+                            if (hf && w != x) continue;
+                            const int xs = x == ADDRMSNORM_FLOAT32 ? 4 : 2;
+                            const int numerics = numerics_mode(hf, weight_offset, xs);
+                            const bool ends_only = hf || weight_slot(x, w) == 2;
+                            if (forward_align_class(true, 1LL << align_class, xs, xs, ends_only) != align_class) continue;
+                            const bool vt = is_vector_typed(align_class, xs, xs, w == x, numerics);
+                            const int cfg = select_forward_config(H, xs, xs, 0, vt);
+                            const int v = plain_variant_index(cfg, x, w, align_class, numerics);
+                            ASSERT_GE(v, 0) << "H=" << H << " x " << x << " weight " << w << " class " << align_class;
+                            EXPECT_EQ(kVariants[v].kind, 4);
+                            EXPECT_EQ(kVariants[v].config, cfg);
+                            EXPECT_EQ(kVariants[v].x_dtype, x);
+                            EXPECT_EQ(kVariants[v].align_class, align_class);
+                            EXPECT_EQ(kVariants[v].numerics, numerics);
+                            for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+                        }
+    for (long long H : {16LL, 128LL, 4096LL, 16384LL, 32768LL, 65536LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (int q = 0; q < kNumQuantDtypes; ++q)
+                for (int mode = 1; mode <= kNumQuantModes; ++mode) {
+                    const int cfg = select_forward_config(H, 2, 2, mode, false);
+                    const int v = quant_variant_index(cfg, x, q, mode, true);
+                    ASSERT_GE(v, 0) << "H=" << H;
+                    EXPECT_EQ(kVariants[v].kind, 5);
+                    EXPECT_EQ(kVariants[v].quant, mode);
+                }
+}
+
+namespace {
+void expect_message_has(const std::string& needle) {
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos)
+        << "message \"" << addrmsnorm_last_error() << "\" does not mention \"" << needle << "\"";
+}
+
+// A valid plain-norm call: x [4, 3, 64] bf16 as a [4, 3*64 + 64] buffer's first 3 heads (a QKV's q part).
+struct NormCallArgs {
+    alignas(16) unsigned char buf[1 << 14];
+    const void* x = buf;
+    const void* weight = buf + 8192;
+    const void* out = buf;
+    const float* rstd = nullptr;
+    int64_t rows = 4, heads = 3, hidden = 64, sx = 256, sxh = 64, so = 256, soh = 64;
+    addrmsnorm_dtype xd = ADDRMSNORM_BFLOAT16, wd = ADDRMSNORM_BFLOAT16;
+    float eps = 1e-6f, offset = 0.0f;
+    uint32_t flags = 0;
+    addrmsnorm_status check() const {
+        return addrmsnorm_rmsnorm_check(x, weight, out, rstd, rows, heads, hidden, sx, sxh, so, soh, xd, wd, eps, offset,
+                                        flags);
+    }
+};
+}  // namespace
+
+TEST(PlainNormValidation, InPlaceOnAFusedQkvViewPasses) {
+    NormCallArgs c;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(PlainNormValidation, Refusals) {
+    {
+        NormCallArgs c;
+        c.heads = 0;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("heads must be >= 1");
+    }
+    {
+        NormCallArgs c;  // out a different view of the same rows: overlaps x
+        c.so = 128;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("out: strides (128, 64) with H=64 make rows overlap");
+    }
+    {
+        NormCallArgs c;  // out one head further: overlaps x, not exactly
+        c.out = c.buf + 128;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("out overlaps x; out may be x exactly");
+    }
+    {
+        NormCallArgs c;  // in place with heads overlapping each other
+        c.sxh = c.soh = 32;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("x: strides (256, 32) with H=64 make rows overlap");
+    }
+    {
+        NormCallArgs c;
+        c.weight = c.buf + 64;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("out overlaps weight");
+    }
+    {
+        NormCallArgs c;
+        c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
+        c.wd = ADDRMSNORM_FLOAT32;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE);
+        expect_message_has("ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype");
+    }
+    {
+        NormCallArgs c;
+        c.rows = 1 << 30;
+        c.heads = 4;
+        EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+        expect_message_has("rows * heads must be < 2^31");
+    }
+}
+
+TEST(PlainNormValidation, QkAndQuantAndBackward) {
+    alignas(16) static unsigned char buf[1 << 16];
+    // qkv [8, (4 + 2 + 2) * 64] bf16; the weights after it.
+    EXPECT_EQ(addrmsnorm_qk_rmsnorm_check(buf, buf + 9000, buf + 9200, 8, 4, 2, 64, 512, ADDRMSNORM_BFLOAT16,
+                                          ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, 0),
+              ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    EXPECT_EQ(addrmsnorm_qk_rmsnorm_check(buf, buf + 9000, buf + 9200, 8, 4, 2, 64, 300, ADDRMSNORM_BFLOAT16,
+                                          ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, 0),
+              ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    expect_message_has("stride_qkv=300 is less than");
+    EXPECT_EQ(addrmsnorm_qk_rmsnorm_check(buf, buf + 64, buf + 9200, 8, 4, 2, 64, 512, ADDRMSNORM_BFLOAT16,
+                                          ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, 0),
+              ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    expect_message_has("q_weight overlaps qkv");
+    addrmsnorm_quant q{};
+    q.mode = ADDRMSNORM_QUANT_PER_TOKEN;
+    q.dtype = ADDRMSNORM_QUANT_FLOAT8_E4M3;
+    q.scales = reinterpret_cast<float*>(buf + 40000);
+    q.scales_stride_row = 1;
+    EXPECT_EQ(addrmsnorm_rmsnorm_quant_check(buf, buf + 8192, buf + 16384, nullptr, 8, 256, 256, 256, 0,
+                                             ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, &q, 0),
+              ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    EXPECT_EQ(addrmsnorm_rmsnorm_quant_check(buf, buf + 8192, buf + 256, nullptr, 8, 256, 256, 256, 0,
+                                             ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, &q, 0),
+              ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    expect_message_has("out overlaps x");
+    // The backward names its arguments as the plain norm's: x, not h.
+    EXPECT_EQ(addrmsnorm_rmsnorm_backward_check(buf, nullptr, reinterpret_cast<float*>(buf + 40000), buf + 8192,
+                                                buf + 16384, nullptr, buf + 50000, 4096, 8, 256, 256, 256, 256,
+                                                ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16, 0.0f, 0),
+              ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    expect_message_has("x is NULL");
+    EXPECT_EQ(addrmsnorm_rmsnorm_backward_check(buf, buf + 4096, reinterpret_cast<float*>(buf + 40000), buf + 8192,
+                                                buf + 16384, nullptr, buf + 50000, 4096, 8, 256, 256, 256, 256,
+                                                ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16, 0.0f, 0),
+              ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
