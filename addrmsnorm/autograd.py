@@ -31,6 +31,9 @@ def no_backward_message(op: str, arg: str) -> str:
     if "quant" in op:
         return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; quantized outputs are for "
                 f"inference: call it under torch.no_grad() or torch.inference_mode()")
+    if op.startswith("qk_"):
+        return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
+                f"or for training normalize the q and k views with addrmsnorm.rmsnorm(x, weight)")
     if op.startswith("rmsnorm"):
         return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
                 f"or for training call addrmsnorm.rmsnorm(x, weight) without out=")
@@ -191,6 +194,35 @@ def _rmsnorm_into(keyset, x, weight, out, rstd, eps, weight_offset=0.0, hf=False
     torch.autograd.graph.increment_version((out,) if rstd is None else (out, rstd))
 
 
+def _qk_rmsnorm_(keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0,
+                 hf=False, pdl=False):
+    _refuse_grad("qk_rmsnorm_", ("qkv", "q_weight", "k_weight"), (qkv, q_weight, k_weight))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.qk_rmsnorm_.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads,
+            head_dim, weight_offset, hf, pdl)
+    torch.autograd.graph.increment_version((qkv,))
+
+
+def _rmsnorm_quant(keyset, x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
+                   column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+    _refuse_grad("rmsnorm_quant", ("x", "weight"), (x, weight))
+    with _C._AutoDispatchBelowAutograd():
+        return torch.ops.addrmsnorm.rmsnorm_quant.default.redispatch(
+            keyset & _C._after_autograd_keyset, x, weight, eps, quant_dtype, scale, group_size, scale_ub,
+            column_major_scales, ue8m0_scales, weight_offset, return_y, pdl)
+
+
+def _rmsnorm_quant_into(keyset, x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
+                        ue8m0_scales=False, weight_offset=0.0, pdl=False):
+    _refuse_grad("rmsnorm_quant_into", ("x", "weight", "out", "scales_out", "y"), (x, weight, out, scales_out, y))
+    with _C._AutoDispatchBelowADInplaceOrView():
+        torch.ops.addrmsnorm.rmsnorm_quant_into.default.redispatch(
+            keyset & _C._after_ADInplaceOrView_keyset, x, weight, out, scales_out, y, eps, scale, group_size,
+            scale_ub, ue8m0_scales, weight_offset, pdl)
+    torch.autograd.graph.increment_version(tuple(t for t in (out, scales_out, y) if t is not None))
+
+
 _KERNELS = {
     "fused_add_rmsnorm": _fused_add_rmsnorm,
     "fused_add_rmsnorm_": _fused_add_rmsnorm_,
@@ -200,6 +232,9 @@ _KERNELS = {
     "rmsnorm": _rmsnorm,
     "rmsnorm_": _rmsnorm_,
     "rmsnorm_into": _rmsnorm_into,
+    "qk_rmsnorm_": _qk_rmsnorm_,
+    "rmsnorm_quant": _rmsnorm_quant,
+    "rmsnorm_quant_into": _rmsnorm_quant_into,
 }
 
 

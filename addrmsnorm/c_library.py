@@ -133,3 +133,83 @@ def forward_quant(lib, x, residual, weight, q, residual_out, y=None, eps=1e-6, w
         ctypes.byref(desc), flags, torch.cuda.current_stream().cuda_stream)
     if st != 0:
         raise RuntimeError(lib.addrmsnorm_last_error().decode())
+
+
+# ----- the plain norm ------------------------------------------------------------------------------
+
+_NORM_ARGS = ([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 7 + [ctypes.c_int] * 2 +
+              [ctypes.c_float, ctypes.c_float, ctypes.c_uint32])
+_QK_ARGS = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_int] * 2 + [ctypes.c_float, ctypes.c_float,
+                                                                                 ctypes.c_uint32]
+_PLAIN_QUANT_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
+                                                                    ctypes.POINTER(Quant), ctypes.c_uint32]
+_PLAIN_BACKWARD_ARGS = [ctypes.c_void_p] * 7 + [ctypes.c_uint64] + [ctypes.c_int64] * 5 + [ctypes.c_int] * 2 + [
+    ctypes.c_float, ctypes.c_uint32]
+
+
+def declare_plain(lib) -> None:
+    """The plain norm's functions, with their _check twins (which take no stream)."""
+    for name, args in (("addrmsnorm_rmsnorm", _NORM_ARGS), ("addrmsnorm_qk_rmsnorm", _QK_ARGS),
+                       ("addrmsnorm_rmsnorm_quant", _PLAIN_QUANT_ARGS),
+                       ("addrmsnorm_rmsnorm_backward", _PLAIN_BACKWARD_ARGS)):
+        f, g = getattr(lib, name), getattr(lib, name + "_check")
+        f.restype, f.argtypes = ctypes.c_int, args + [ctypes.c_void_p]
+        g.restype, g.argtypes = ctypes.c_int, args
+
+
+def _raise(lib, st) -> None:
+    if st != 0:
+        raise RuntimeError(lib.addrmsnorm_last_error().decode())
+
+
+def rmsnorm_args(x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0) -> tuple:
+    """addrmsnorm_rmsnorm's arguments (no stream) for x and out of shape (rows, H) or (rows, heads, H)."""
+    def strides(t):
+        return (t.stride(0), t.stride(1)) if t.dim() == 3 else (t.stride(0), t.shape[-1])
+    heads = x.shape[1] if x.dim() == 3 else 1
+    (sx, sxh), (so, soh) = strides(x), strides(out)
+    return (x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd.data_ptr() if rstd is not None else None,
+            x.shape[0], heads, x.shape[-1], sx, sxh, so, soh, DTYPE_ENUM[x.dtype], DTYPE_ENUM[weight.dtype], eps,
+            weight_offset, flags)
+
+
+def rmsnorm(lib, x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0) -> None:
+    declare_plain(lib)
+    _raise(lib, lib.addrmsnorm_rmsnorm(*rmsnorm_args(x, weight, out, rstd, eps, weight_offset, flags),
+                                       torch.cuda.current_stream().cuda_stream))
+
+
+def qk_rmsnorm(lib, qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0,
+               flags=0) -> None:
+    declare_plain(lib)
+    _raise(lib, lib.addrmsnorm_qk_rmsnorm(
+        qkv.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(), qkv.shape[0], num_q_heads, num_kv_heads, head_dim,
+        qkv.stride(0), DTYPE_ENUM[qkv.dtype], DTYPE_ENUM[q_weight.dtype], eps, weight_offset, flags,
+        torch.cuda.current_stream().cuda_stream))
+
+
+def rmsnorm_quant(lib, x, weight, q, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant) -> None:
+    declare_plain(lib)
+    N, H = x.shape
+    desc = quant_desc(q, **quant)
+    _raise(lib, lib.addrmsnorm_rmsnorm_quant(
+        x.data_ptr(), weight.data_ptr(), q.data_ptr(), y.data_ptr() if y is not None else None, N, H, x.stride(0),
+        q.stride(0), y.stride(0) if y is not None else H, DTYPE_ENUM[x.dtype], eps, weight_offset,
+        ctypes.byref(desc), flags, torch.cuda.current_stream().cuda_stream))
+
+
+def rmsnorm_backward(lib, dy, x, rstd, weight, weight_offset=0.0):
+    """(dx, dweight) of the plain norm through the C ABI, on torch's current stream."""
+    declare_plain(lib)
+    declare_backward(lib)
+    N, H = dy.shape
+    dx, dweight = torch.empty(N, H, dtype=x.dtype, device=x.device), torch.empty_like(weight)
+    size = ctypes.c_uint64()
+    _raise(lib, lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size(N, H, DTYPE_ENUM[x.dtype],
+                                                                         DTYPE_ENUM[x.dtype], ctypes.byref(size)))
+    ws = torch.empty(max(1, (size.value + 3) // 4), dtype=torch.float32, device=x.device)
+    _raise(lib, lib.addrmsnorm_rmsnorm_backward(
+        dy.data_ptr(), x.data_ptr(), rstd.data_ptr(), weight.data_ptr(), dx.data_ptr(), dweight.data_ptr(),
+        ws.data_ptr(), size.value, N, H, dy.stride(0), x.stride(0), H, DTYPE_ENUM[x.dtype], DTYPE_ENUM[weight.dtype],
+        weight_offset, 0, torch.cuda.current_stream().cuda_stream))
+    return dx, dweight

@@ -363,3 +363,87 @@ def fused_add_rmsnorm_quant_(
     q, h, scales, _ = _quant_into(x, residual, weight, eps, out.dtype, scale, gs, scale_ub, column_major_scales,
                                   ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl)
     return q, h, scale if scale is not None else scales
+
+
+def qk_rmsnorm_(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    pdl: bool = False,
+):
+    """Per-head q and k norms of a fused QKV buffer, in place, in one launch (Qwen3's and Gemma 3's
+    ``q_norm`` and ``k_norm``, as vLLM and SGLang lay out q, k and v).
+
+    qkv is ``(T, width)`` with a contiguous last dimension and any row stride; its first
+    ``num_q_heads * head_dim`` columns are q's heads and the next ``num_kv_heads * head_dim`` k's
+    (v, after them, is not touched). Each head's row is normalized as ``rmsnorm`` does it, q's with
+    ``q_weight`` and k's with ``k_weight`` (both ``(head_dim,)``, of one dtype): the same bits as
+    ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. No autograd
+    (in place). Returns qkv.
+    """
+    hf = numerics == "hf" or _hf(numerics)
+    if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
+        for name, t in (("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    _type_errors({}, eps, weight_offset, {"pdl": pdl})
+    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, hf, pdl)
+    return qkv
+
+
+def rmsnorm_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    quant_dtype: torch.dtype,
+    scale: torch.Tensor | None = None,
+    group_size: int | None = None,
+    scale_ub: torch.Tensor | None = None,
+    column_major_scales: bool = False,
+    ue8m0_scales: bool = False,
+    weight_offset: float = 0.0,
+    out: torch.Tensor | None = None,
+    scales_out: torch.Tensor | None = None,
+    return_y: bool = False,
+    pdl: bool = False,
+):
+    """The plain norm's quantized outputs (fp8 or int8 serving of a first layer's input norm):
+    ``y = rmsnorm(x) * (weight + weight_offset)`` in fp32, ``q = quant(y)``, as an epilogue of the
+    same kernel. The modes, dtypes, scale layouts and rules are ``fused_add_rmsnorm_quant``'s, with
+    no residual (x of float16 or bfloat16, weight of x's dtype, H a multiple of 16, aligned rows).
+
+    Returns ``(q, scales)``, or ``(q, scales, y)`` with ``return_y``. In static mode ``scales`` is
+    ``scale``. No autograd: inference only.
+    """
+    gs = _check_quant_types(x, x, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
+                            ue8m0_scales, weight_offset, return_y, pdl)
+    if out is None and scales_out is None:
+        q, scales, y = ops.rmsnorm_quant(x, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
+                                         ue8m0_scales, weight_offset, return_y, pdl)
+    else:
+        if isinstance(out, _Tensor) and out.dtype != quant_dtype:
+            raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
+        for name, t in (("out", out), ("scales_out", scales_out)):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if scales_out is not None and scale is not None:
+            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+        if column_major_scales and scales_out is not None:
+            raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
+                             "layout (pass one or the other)")
+        q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
+        scales = (scales_out if scales_out is not None
+                  else v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device))
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
+        ops.rmsnorm_quant_into(x, weight, q, scales, y, eps, scale, gs, scale_ub, ue8m0_scales, weight_offset, pdl)
+    if scale is not None:
+        scales = scale
+    return (q, scales, y) if return_y else (q, scales)

@@ -219,3 +219,73 @@ def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=Fal
     call = v.check_rmsnorm(x, weight, out, rstd, hf=hf)
     _check_runnable(call.device)
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, hf, pdl)
+
+
+def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, hf=False,
+                pdl=False):
+    """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
+    (q's heads are the kernel's first part of rows, k's its second)."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+    _check_runnable(call.device)
+    if call.tokens == 0:
+        return
+    launch_forward(
+        qkv, None, q_weight, qkv, None, None,
+        n_rows=call.tokens * num_q_heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
+        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+        group_rows=num_q_heads, stride_x_group=head_dim, stride_out_group=head_dim,
+        part2=(k_weight, call.tokens * num_kv_heads, num_kv_heads, num_q_heads * head_dim),
+    )
+
+
+# ----- the plain norm's quantized outputs: the quantized forward with the residual compiled out ------
+
+def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
+                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+    """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    # The fused checks with residual = x (the same rows: every rule on residual holds as it does on x).
+    call = v.check_quant(x, x, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
+                         column_major=column_major_scales)
+    _check_runnable(call.device)
+    _check_quant_arch(call.device, quant_dtype)
+    shape, device = call.shape, call.device
+    q = torch.empty(shape, dtype=quant_dtype, device=device)
+    y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
+    mode = v.quant_mode(scale, group_size)
+    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
+    call.out = v.as_rows("out", q, shape)
+    call.y = v.as_rows("y", y, shape) if return_y else None
+    if mode != "static":
+        call.scales, call.scales_row_stride, call.scales_group_stride = v._scales_geometry(scales, shape, group_size)
+    _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
+    return q, scales, y
+
+
+def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
+                       ue8m0_scales=False, weight_offset=0.0, pdl=False):
+    """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
+    eps, weight_offset = _checked_eps(eps, weight_offset)
+    if scale is None and scales_out is None:
+        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
+                         "writes the scales there")
+    call = v.check_quant(x, x, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
+                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales)
+    _check_runnable(call.device)
+    _check_quant_arch(call.device, out.dtype)
+    _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
+
+
+def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
+    xr = call.x
+    if xr.n_rows == 0:
+        return
+    o, y = call.out, call.y
+    launch_quant_forward(
+        xr.tensor, None, call.weight.tensor, o.tensor, None, None if y is None else y.tensor, scale, call.scales,
+        scale_ub, n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_q=o.row_stride,
+        stride_residual_out=0, stride_y=0 if y is None else y.row_stride, stride_s_row=call.scales_row_stride,
+        stride_s_group=call.scales_group_stride, group_size=call.group_size, ue8m0=ue8m0, eps=eps,
+        weight_offset=weight_offset, pdl=pdl,
+    )

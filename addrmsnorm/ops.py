@@ -14,9 +14,13 @@ The operators (one kernel source):
         -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
     fused_add_rmsnorm_quant_into(x, residual, weight, out!, residual_out!, scales_out!?, y!?, eps, ...) -> ()
     rmsnorm(x, weight, eps, weight_offset=0., return_rstd=False, hf=False) -> (y, rstd)
-        the plain norm (no residual), x any view of two leading strides at most; on the JIT backend
+        the plain norm (no residual), x any view of two leading strides at most
     rmsnorm_(x!, weight, eps, ...) -> ()              in place: x <- y
     rmsnorm_into(x, weight, out!, rstd!?, eps, ...) -> ()
+    qk_rmsnorm_(qkv!, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, ...) -> ()
+        q's and k's heads of a fused QKV buffer, in place, one launch
+    rmsnorm_quant(x, weight, eps, quant_dtype, scale?, group_size=0, ...) -> (q, scales?, y?)
+    rmsnorm_quant_into(x, weight, out!, scales_out!?, y!?, eps, ...) -> ()
 
 The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
 mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
@@ -77,10 +81,21 @@ SCHEMAS = {
                 "bool pdl=False) -> ()",
     "rmsnorm_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? rstd, float eps, "
                     "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
+    # Per-head q and k norms of a fused QKV buffer, in place, in one launch.
+    "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor q_weight, Tensor k_weight, float eps, int num_q_heads, "
+                   "int num_kv_heads, int head_dim, float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
+    # The plain norm's quantized outputs: the quantized forward with the residual compiled out.
+    "rmsnorm_quant": "(Tensor x, Tensor weight, float eps, ScalarType quant_dtype, Tensor? scale=None, "
+                     "int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
+                     "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False) "
+                     "-> (Tensor, Tensor?, Tensor?)",
+    "rmsnorm_quant_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? scales_out, Tensor(c!)? y, "
+                          "float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
+                          "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False) -> ()",
 }
-# Served by the Triton JIT backend whichever backend serves the others: the C ABI and the C++
-# extension do not have them yet.
-JIT_ONLY = ("rmsnorm", "rmsnorm_", "rmsnorm_into")
+# Their Autograd kernels are the Python ones (autograd.py) on either backend; the C++ extension has
+# the fused operators' own (torch_ext/autograd.cpp).
+PYTHON_AUTOGRAD = ("rmsnorm", "rmsnorm_", "rmsnorm_into", "qk_rmsnorm_", "rmsnorm_quant", "rmsnorm_quant_into")
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
 EXTENSION_NAME = "libaddrmsnorm_torch.so"
@@ -103,6 +118,9 @@ _JIT_IMPLS = {
     "rmsnorm": jit_backend.rmsnorm,
     "rmsnorm_": jit_backend.rmsnorm_,
     "rmsnorm_into": jit_backend.rmsnorm_into,
+    "qk_rmsnorm_": jit_backend.qk_rmsnorm_,
+    "rmsnorm_quant": jit_backend.rmsnorm_quant,
+    "rmsnorm_quant_into": jit_backend.rmsnorm_quant_into,
 }
 for _name, _fn in _JIT_IMPLS.items():
     _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
@@ -184,6 +202,32 @@ def _(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
     v.check_same_shape(x.shape, {"out": out})
 
 
+@torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
+def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, hf=False, pdl=False):
+    v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant")
+def _(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
+      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+    shape, _, device, mode = v.check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub,
+                                                ue8m0=ue8m0_scales, column_major=column_major_scales)
+    y = x.new_empty(shape) if return_y else None
+    return x.new_empty(shape, dtype=quant_dtype), v.alloc_scales(shape, group_size, mode, column_major_scales,
+                                                                 device), y
+
+
+@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant_into")
+def _(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None, ue8m0_scales=False,
+      weight_offset=0.0, pdl=False):
+    if scale is None and scales_out is None:
+        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
+                         "writes the scales there")
+    shape, _, _, _ = v.check_quant_meta(x, x, weight, out.dtype, scale, group_size, scale_ub, out, None,
+                                        scales_out, y, ue8m0=ue8m0_scales)
+    v.check_same_shape(shape, {"out": out, "y": y})
+
+
 # ----- backend selection ----------------------------------------------------------------------------
 
 def extension_path() -> Path | None:
@@ -263,12 +307,12 @@ def extension_status() -> str:
 
 
 _BACKEND, _REASON = _select_backend()
-for _name, _fn in _JIT_IMPLS.items():
-    if _BACKEND == "triton" or _name in JIT_ONLY:
+if _BACKEND == "triton":
+    for _name, _fn in _JIT_IMPLS.items():
         _lib.impl(_name, _fn, "CUDA")
 # The C++ extension registers its Autograd kernels when it loads; without it, the Python ones (the
-# same guards, the same gradients). The operators it lacks take the Python ones on either backend.
-autograd.register(_lib, only=JIT_ONLY if _BACKEND == "cpp" else None)
+# same guards, the same gradients). The plain norm's are the Python ones on either backend.
+autograd.register(_lib, only=PYTHON_AUTOGRAD if _BACKEND == "cpp" else None)
 
 
 def backend() -> str:
@@ -291,3 +335,6 @@ fused_add_rmsnorm_quant_into = torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into
 rmsnorm = torch.ops.addrmsnorm.rmsnorm.default
 rmsnorm_ = torch.ops.addrmsnorm.rmsnorm_.default
 rmsnorm_into = torch.ops.addrmsnorm.rmsnorm_into.default
+qk_rmsnorm_ = torch.ops.addrmsnorm.qk_rmsnorm_.default
+rmsnorm_quant = torch.ops.addrmsnorm.rmsnorm_quant.default
+rmsnorm_quant_into = torch.ops.addrmsnorm.rmsnorm_quant_into.default

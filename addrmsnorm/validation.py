@@ -681,4 +681,68 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False) -> NormCall:
             for name, v in (("x", xr), ("out", call.out)):
                 if v is not None and v.n_rows and r0 < v.end and v.start < r1:
                     raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
+            w0 = weight.data_ptr()
+            if r0 < w0 + H * weight.element_size() and w0 < r1:
+                raise ValueError("rstd overlaps weight; it must not share memory with it")
+    return call
+
+
+QK_MAX_HEAD_DIM = 16384  # a head's row in one pass (configs.SINGLE_PASS_MAX_H): the C runtime says the same
+
+
+class QkCall:
+    """A checked QK-norm call: qkv as [tokens, width] rows of one stride."""
+
+    __slots__ = ("tokens", "stride", "device")
+
+
+def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False):
+    """The rules of qk_rmsnorm_ that need no memory. Returns qkv's device."""
+    for name, n in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    qkv = check_tensor("qkv", qkv)
+    q_weight = check_tensor("q_weight", q_weight)
+    k_weight = check_tensor("k_weight", k_weight)
+    if k_weight.dtype != q_weight.dtype:
+        raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's ({q_weight.dtype})")
+    _check_hf_weight(hf, qkv, q_weight)
+    if num_q_heads < 1 or num_kv_heads < 1:
+        raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
+    if not 0 < head_dim <= QK_MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}] (a head's row in one pass), got {head_dim}")
+    if qkv.dim() != 2:
+        raise ValueError(f"qkv has shape {tuple(qkv.shape)}; it must be 2-D, (tokens, width)")
+    width = (num_q_heads + num_kv_heads) * head_dim
+    if qkv.shape[1] < width:
+        raise ValueError(f"qkv has width {qkv.shape[1]}, less than the q and k heads' "
+                         f"({num_q_heads} + {num_kv_heads}) * {head_dim} = {width}")
+    if qkv.shape[1] > 1 and qkv.stride(1) != 1:
+        raise ValueError(f"qkv: the last dimension must be contiguous (stride 1), got stride {qkv.stride(1)}")
+    for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
+        if w.shape != (head_dim,):
+            raise ValueError(f"{name} has shape {tuple(w.shape)}, expected ({head_dim},)")
+        if head_dim > 1 and w.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous, got stride {w.stride(0)}")
+    return check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight})
+
+
+def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False) -> QkCall:
+    """Every check of qk_rmsnorm_: qkv's q and k heads are written in place, so neither weight may
+    share memory with them."""
+    device = check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+    call = QkCall()
+    call.tokens, call.device = qkv.shape[0], device
+    call.stride = qkv.stride(0) if qkv.shape[0] > 1 else qkv.shape[1]
+    width = (num_q_heads + num_kv_heads) * head_dim
+    if call.tokens > 1 and call.stride < width:
+        raise ValueError(f"qkv: row stride {call.stride} < the q and k heads' width {width}, so its rows overlap")
+    if call.tokens:
+        q0 = qkv.data_ptr()
+        q1 = q0 + ((call.tokens - 1) * call.stride + width) * qkv.element_size()
+        for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
+            w0 = w.data_ptr()
+            if q0 < w0 + head_dim * w.element_size() and w0 < q1:
+                raise ValueError(f"{name} overlaps qkv; qkv is written in place and must not share memory with "
+                                 f"{name}")
     return call

@@ -472,15 +472,14 @@ bool spans_meet(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return
 // validation._rows_self_overlap: two rows of an output sharing memory.
 addrmsnorm_status check_grouped_self_overlap(const Grouped& o, int64_t hidden) {
     if (o.rows * o.heads <= 1) return ADDRMSNORM_SUCCESS;
-    if (o.heads == 1 || o.rows == 1) {
-        const int64_t s = o.heads == 1 ? o.stride : o.head_stride;
-        if (s < hidden)
+    if (o.heads == 1) {
+        if (o.stride < hidden)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "%s: row stride %lld < H=%lld, so its rows overlap; an output must not overlap itself", o.name,
-                        (long long)s, (long long)hidden);
+                        (long long)o.stride, (long long)hidden);
         return ADDRMSNORM_SUCCESS;
     }
-    if (o.head_stride < hidden || o.stride < (o.heads - 1) * o.head_stride + hidden)
+    if (o.head_stride < hidden || (o.rows > 1 && o.stride < (o.heads - 1) * o.head_stride + hidden))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "%s: strides (%lld, %lld) with H=%lld make rows overlap; an output must not overlap itself", o.name,
                     (long long)o.stride, (long long)o.head_stride, (long long)hidden);

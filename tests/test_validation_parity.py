@@ -249,6 +249,12 @@ def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
 
     N, H = x.shape
     qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0)
+    if rout is None:  # the plain norm's (residual is x)
+        st = lib.addrmsnorm_rmsnorm_quant_check(
+            x.data_ptr(), w.data_ptr(), q.data_ptr(), y.data_ptr() if y is not None else None, N, H, x.stride(0),
+            q.stride(0), y.stride(0) if y is not None else H, c_library.DTYPE_ENUM[x.dtype], eps, 0.0,
+            ctypes.byref(qd), 0)
+        return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
     st = lib.addrmsnorm_fused_add_rmsnorm_quant_check(
         x.data_ptr(), r.data_ptr(), w.data_ptr(), q.data_ptr(), rout.data_ptr(), y.data_ptr() if y is not None else None,
         N, H, x.stride(0), r.stride(0), q.stride(0), rout.stride(0), y.stride(0) if y is not None else H,
@@ -256,10 +262,13 @@ def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
-def test_random_quantized_calls_get_the_same_verdict():
+@pytest.mark.parametrize("plain", [False, True], ids=["fused", "plain"])
+def test_random_quantized_calls_get_the_same_verdict(plain):
+    """The fused quantized forward, and the plain norm's (rmsnorm_quant: residual is x, no residual_out)."""
     lib = c_library.load(LIB_PATH)
     c_library.declare_quant(lib)
-    rng = random.Random(3)
+    c_library.declare_plain(lib)
+    rng = random.Random(3 + plain)
     buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
 
     def view(dtype, N, H, aligned=True):
@@ -283,6 +292,8 @@ def test_random_quantized_calls_get_the_same_verdict():
         w = view(xd, 1, max(H, 1))[0, :H]
         q = view(qdt, N, H)
         rout = r if rng.random() < 0.2 else (x if rng.random() < 0.1 else view(xd, N, H))
+        if plain:
+            r, rout = x, None
         y = None if rng.random() < 0.6 else (x if rng.random() < 0.3 and rout is not x else view(xd, N, H))
         mode = rng.choice(["static", "token", "group"])
         gs = rng.choice([64, 64, 128, 32]) if mode == "group" else 0
@@ -306,7 +317,7 @@ def test_random_quantized_calls_get_the_same_verdict():
         c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps)
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} x={xd} q={qdt} "
                          f"mode={mode} gs={gs} ue8m0={ue8m0} eps={eps} y={y is not None} ub={ub is not None} "
-                         f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0)} "
+                         f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0) if rout is not None else '-'} "
                          f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
@@ -355,3 +366,98 @@ def test_both_backends_raise_the_same_quantized_errors():
         assert a == b, f"cpp: {a}\ntriton: {b}\n(call {i}: N={N} H={H} x={xd} q={qd} gs={gs} eps={eps})"
         seen[a[0]] = seen.get(a[0], 0) + 1
     assert seen.get("ok", 0) >= 10 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen
+
+
+# ----- the plain norm: views of two leading strides ------------------------------------------------
+
+def _head_view_drawer(rng):
+    """``view(dtype, T, heads, D)``: a random (T, heads, D) view of one shared buffer: contiguous, a
+    head's rows inside a wider row (a QKV buffer's q part), or strides that make rows overlap."""
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+
+    def view(dtype, T, heads, D):
+        item = torch.tensor([], dtype=dtype).element_size()
+        hs = rng.choice([D, D, D + rng.randint(1, 3), max(D // 2, 1), 0])
+        rs = rng.choice([heads * hs, (heads + rng.randint(1, 3)) * max(hs, D), max(hs, 1), heads * D - 1])
+        rs = max(rs, 0)
+        span = ((T - 1) * rs + (heads - 1) * hs + D) * item if T * heads * D else 0
+        off = rng.randrange(0, 4096, item) if rng.random() < 0.5 else rng.randrange(8192, len(buf) - span - 16, item)
+        return torch.as_strided(buf[off:off + span].view(dtype), (T, heads, D), (rs, hs, 1))
+    return view
+
+
+def test_random_plain_norm_calls_get_the_same_verdict():
+    lib = c_library.load(LIB_PATH)
+    c_library.declare_plain(lib)
+    rng = random.Random(1)
+    view = _head_view_drawer(rng)
+    flat = _view_drawer(rng, clustered=True)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    for _ in range(1500):
+        T, heads, D = rng.choice([1, 2, 4]), rng.choice([1, 2, 3]), rng.choice([0, 1, 8, 16, 64])
+        xd, wd = rng.choice(DTYPES), rng.choice(DTYPES)
+        x = view(xd, T, heads, D)
+        w = flat(wd, 1, D)[0]
+        out = x if rng.random() < 0.3 else view(xd, T, heads, D)
+        rstd = None
+        if rng.random() < 0.3:
+            rstd = flat(torch.float32, 1, T * heads)[0].view(T, heads)
+        eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.7 else _scalar(rng)
+        weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.8 else _scalar(rng)
+        hf = rng.random() < 0.15
+        try:
+            validation.check_scalar("eps", eps, positive=True)
+            validation.check_scalar("weight_offset", weight_offset, positive=False)
+            validation.check_rmsnorm(x, w, out, rstd, hf=hf)
+            py = "ok"
+        except TypeError:
+            py = "type"
+        except ValueError:
+            py = "value"
+        st = lib.addrmsnorm_rmsnorm_check(*c_library.rmsnorm_args(x, w, out, rstd, eps, weight_offset,
+                                                                   c_library.FLAG_HF_NUMERICS if hf else 0))
+        c = {0: "ok", 1: "value", 2: "type"}[st]
+        assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} heads={heads} D={D} "
+                         f"x={xd} {x.stride()} out={out.stride()} same={out is x} w={wd} hf={hf} eps={eps} "
+                         f"offset={weight_offset}")
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
+
+
+def test_random_qk_norm_calls_get_the_same_verdict():
+    lib = c_library.load(LIB_PATH)
+    c_library.declare_plain(lib)
+    rng = random.Random(5)
+    buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    for _ in range(800):
+        T, nq, nk, D = rng.choice([0, 1, 3]), rng.choice([0, 1, 4]), rng.choice([1, 2]), rng.choice([0, 8, 64])
+        xd, wd = rng.choice(DTYPES), rng.choice(DTYPES)
+        width = (nq + 2 * nk) * D
+        stride = max(rng.choice([width, width, width + 8, (nq + nk) * D - 1, 0]), 0)
+        item = torch.tensor([], dtype=xd).element_size()
+        span = ((T - 1) * stride + width) * item if T else 0
+        off = rng.randrange(0, 4096, 4)
+        qkv = torch.as_strided(buf[off:off + max(span, 0)].view(xd), (T, width), (stride, 1))
+        wi = torch.tensor([], dtype=wd).element_size()
+        wq = torch.as_strided(buf[rng.randrange(0, 8192, 4):].view(wd), (D,), (1,))
+        wk = torch.as_strided(buf[rng.randrange(0, 60000 - D * wi, 4):].view(wd), (D,), (1,))
+        hf = rng.random() < 0.15
+        eps = 1e-6 if rng.random() < 0.85 else _scalar(rng)
+        try:
+            validation.check_scalar("eps", eps, positive=True)
+            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, hf=hf)
+            py = "ok"
+        except TypeError:
+            py = "type"
+        except ValueError:
+            py = "value"
+        st = lib.addrmsnorm_qk_rmsnorm_check(qkv.data_ptr(), wq.data_ptr(), wk.data_ptr(), T, nq, nk, D,
+                                             qkv.stride(0) if T > 1 else width, c_library.DTYPE_ENUM[xd],
+                                             c_library.DTYPE_ENUM[wd], eps, 0.0,
+                                             c_library.FLAG_HF_NUMERICS if hf else 0)
+        c = {0: "ok", 1: "value", 2: "type"}[st]
+        assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} nq={nq} nk={nk} D={D} "
+                         f"stride={stride} x={xd} w={wd} hf={hf} eps={eps}")
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen

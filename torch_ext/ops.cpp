@@ -16,6 +16,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -561,6 +562,259 @@ void fused_add_rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& residua
                  weight_offset, pdl);
 }
 
+// ----- the plain norm --------------------------------------------------------------------------------
+// validation.check_rmsnorm's rules in its order and words; the C ABI checks overlap (validate_rmsnorm).
+
+// A tensor of shape (..., H) as [groups, heads, H] rows of two leading strides (validation.as_grouped_rows):
+// one row stride where its leading dimensions flatten to one (heads 1), else groups of shape[-2] rows.
+struct Grouped {
+    int64_t rows;         // all rows: groups * heads
+    int64_t heads;        // rows per group
+    int64_t stride;       // elements between groups (between rows when heads == 1)
+    int64_t head_stride;  // elements between the rows of a group
+    // The same rows in groups of `g` (a view of one row stride takes any).
+    Grouped as_group_of(int64_t g) const {
+        if (heads == g || rows <= 1) return {rows, g, stride, heads == g ? head_stride : stride};
+        return {rows, g, stride * g, stride};
+    }
+};
+
+Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
+    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ", shape_str(shape));
+    const int64_t d = t.dim(), H = shape[d - 1];
+    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
+                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
+    // Whether dims [0, end) flatten to one stride: (ok, rows, stride), stride -1 if no dim has size > 1.
+    auto flatten = [&](int64_t end) {
+        int64_t rows = 1, stride = -1, expected = 0;
+        bool ok = true;
+        for (int64_t i = end - 1; i >= 0; --i) {
+            const int64_t n = t.size(i);
+            rows *= n;
+            if (n == 1) continue;
+            if (stride < 0) stride = t.stride(i);
+            else if (t.stride(i) != expected) ok = false;
+            expected = t.stride(i) * n;
+        }
+        return std::make_tuple(ok || t.numel() == 0, rows, stride);
+    };
+    auto [one, rows, stride] = flatten(d - 1);
+    if (one) {
+        stride = rows > 1 ? stride : std::max<int64_t>(H, 1);
+        TORCH_CHECK_VALUE(stride >= 0, name, ": negative row stride ", stride);
+        return {rows, 1, stride, 0};
+    }
+    // d >= 3 here: a 2-D tensor always flattens.
+    auto [outer_ok, groups, outer] = flatten(d - 2);
+    TORCH_CHECK_VALUE(outer_ok, name, ": a tensor with strides ", shape_str(t.strides()),
+                      " cannot be addressed as rows of two leading strides (the dimensions before the last two must "
+                      "flatten to one stride); pass a contiguous tensor or a view");
+    const int64_t heads = t.size(d - 2), inner = t.stride(d - 2);
+    if (groups <= 1) outer = heads * inner;  // one group: its stride is never used
+    TORCH_CHECK_VALUE(outer >= 0 && inner >= 0, name, ": negative strides ", shape_str(t.strides()));
+    return {groups * heads, heads, outer, inner};
+}
+
+addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, bool hf, const at::Tensor* out,
+                                 const at::Tensor* rstd) {
+    const addrmsnorm_dtype xd = to_dtype("x", x);
+    to_dtype("weight", weight);
+    if (out != nullptr) to_dtype("out", *out);
+    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
+    const int64_t H = x.size(-1);
+    TORCH_CHECK_TYPE(!hf || weight.scalar_type() == x.scalar_type(), "numerics='hf' needs weight of x's dtype (",
+                     torch_name(x.scalar_type()), "), got ", torch_name(weight.scalar_type()),
+                     ": HF's RMSNorm keeps its weight in the model dtype");
+    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
+    if (out != nullptr)
+        TORCH_CHECK_TYPE(out->scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out->scalar_type()),
+                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
+    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
+                      ", expected (", H, ",)");
+    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
+    check_device("weight", weight, x);
+    if (out != nullptr) check_device("out", *out, x);
+    if (rstd != nullptr) check_device("rstd", *rstd, x);
+    return xd;
+}
+
+addrmsnorm_stream current_stream(const c10::Device& device) {
+    return reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+}
+
+void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weight, const at::Tensor& out,
+                 const Grouped& go, float* rstd, double eps, double weight_offset, bool hf, bool pdl) {
+    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
+    if (gx.rows == 0) return;
+    const c10::Device device = x.device();
+    const c10::DeviceGuard guard(device);
+    const auto stream = current_stream(device);
+    const addrmsnorm_dtype xd = to_dtype("x", x), wd = to_dtype("weight", weight);
+    with_context(device, [&] {
+        return addrmsnorm_rmsnorm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd, gx.rows / gx.heads, gx.heads,
+                                  x.size(-1), gx.stride, gx.head_stride, go.stride, go.head_stride, xd, wd,
+                                  static_cast<float>(eps), static_cast<float>(weight_offset),
+                                  (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
+    });
+}
+
+float* checked_rstd(const std::optional<at::Tensor>& rstd, const at::Tensor& x) {
+    if (!rstd.has_value()) return nullptr;
+    const at::Tensor& r = *rstd;
+    const auto lead = x.sizes().slice(0, x.dim() - 1);
+    TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == lead && r.is_contiguous(),
+                      "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
+                      torch_name(r.scalar_type()), " ", shape_str(r.sizes()));
+    return r.numel() > 0 ? r.data_ptr<float>() : nullptr;
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                           double weight_offset, bool return_rstd, bool hf, bool pdl) {
+    check_scalars(eps, weight_offset);
+    check_norm_meta(x, weight, hf, nullptr, nullptr);
+    const Grouped gx = as_grouped("x", x, x.sizes());
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
+    at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, x.dim() - 1) : c10::IntArrayRef{0},
+                                x.options().dtype(c10::kFloat));
+    const int64_t H = x.size(-1);
+    const Grouped go = Grouped{gx.rows, 1, H, 0}.as_group_of(gx.heads);
+    launch_norm(x, gx, weight, out, go, return_rstd && rstd.numel() ? rstd.data_ptr<float>() : nullptr, eps,
+                weight_offset, hf, pdl);
+    return {out, rstd};
+}
+
+void rmsnorm_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
+                  const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf, bool pdl) {
+    check_scalars(eps, weight_offset);
+    check_norm_meta(x, weight, hf, &out, rstd.has_value() ? &*rstd : nullptr);
+    Grouped gx = as_grouped("x", x, x.sizes());
+    Grouped go = out.is_same(x) ? gx : as_grouped("out", out, x.sizes());
+    const int64_t g = std::max(gx.heads, go.heads);
+    gx = gx.as_group_of(g);
+    go = go.as_group_of(g);
+    float* r = checked_rstd(rstd, x);
+    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, hf, pdl);
+}
+
+void rmsnorm_(const at::Tensor& x, const at::Tensor& weight, double eps, double weight_offset, bool hf, bool pdl) {
+    rmsnorm_into(x, weight, x, std::nullopt, eps, weight_offset, hf, pdl);
+}
+
+void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight, double eps,
+                 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, bool hf, bool pdl) {
+    check_scalars(eps, weight_offset);
+    // validation.check_qk_rmsnorm_meta, in its order and words.
+    const addrmsnorm_dtype xd = to_dtype("qkv", qkv), wd = to_dtype("q_weight", q_weight);
+    to_dtype("k_weight", k_weight);
+    TORCH_CHECK_TYPE(k_weight.scalar_type() == q_weight.scalar_type(), "k_weight has dtype ",
+                     torch_name(k_weight.scalar_type()), "; it must be q_weight's (", torch_name(q_weight.scalar_type()),
+                     ")");
+    TORCH_CHECK_TYPE(!hf || q_weight.scalar_type() == qkv.scalar_type(), "numerics='hf' needs weight of x's dtype (",
+                     torch_name(qkv.scalar_type()), "), got ", torch_name(q_weight.scalar_type()),
+                     ": HF's RMSNorm keeps its weight in the model dtype");
+    TORCH_CHECK_VALUE(num_q_heads >= 1 && num_kv_heads >= 1, "num_q_heads and num_kv_heads must be >= 1, got ",
+                      num_q_heads, " and ", num_kv_heads);
+    TORCH_CHECK_VALUE(head_dim >= 1 && head_dim <= 16384,
+                      "head_dim must be in [1, 16384] (a head's row in one pass), got ", head_dim);
+    TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
+    const int64_t width = (num_q_heads + num_kv_heads) * head_dim;
+    TORCH_CHECK_VALUE(qkv.size(1) >= width, "qkv has width ", qkv.size(1), ", less than the q and k heads' (",
+                      num_q_heads, " + ", num_kv_heads, ") * ", head_dim, " = ", width);
+    TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
+                      "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
+    for (const auto& [name, w] : {std::pair<const char*, const at::Tensor*>{"q_weight", &q_weight},
+                                  std::pair<const char*, const at::Tensor*>{"k_weight", &k_weight}}) {
+        TORCH_CHECK_VALUE(w->dim() == 1 && w->size(0) == head_dim, name, " has shape ", shape_str(w->sizes()),
+                          ", expected (", head_dim, ",)");
+        TORCH_CHECK_VALUE(head_dim <= 1 || w->stride(0) == 1, name, " must be contiguous, got stride ", w->stride(0));
+    }
+    check_device("q_weight", q_weight, qkv);
+    check_device("k_weight", k_weight, qkv);
+    TORCH_CHECK_VALUE(qkv.is_cuda(), "x is on ", qkv.device(), "; this is the CUDA backend");
+    const int64_t tokens = qkv.size(0);
+    const int64_t stride = tokens > 1 ? qkv.stride(0) : qkv.size(1);
+    TORCH_CHECK_VALUE(tokens <= 1 || stride >= width, "qkv: row stride ", stride, " < the q and k heads' width ", width,
+                      ", so its rows overlap");
+    if (tokens == 0) return;
+    const c10::Device device = qkv.device();
+    const c10::DeviceGuard guard(device);
+    const auto stream = current_stream(device);
+    with_context(device, [&] {
+        return addrmsnorm_qk_rmsnorm(qkv.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(), tokens, num_q_heads,
+                                     num_kv_heads, head_dim, stride, xd, wd, static_cast<float>(eps),
+                                     static_cast<float>(weight_offset),
+                                     (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
+    });
+}
+
+void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& q, const at::Tensor* y,
+                        const std::optional<at::Tensor>& scale, const at::Tensor* scales,
+                        const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
+                        double eps, double weight_offset, bool pdl) {
+    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
+    const RowView vx = as_rows("x", x, x.sizes());
+    const RowView vq = as_rows("out", q, x.sizes());
+    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
+    if (vx.rows == 0) return;
+    const int64_t H = x.size(-1), groups = mode == 3 ? H / group_size : 1;
+    addrmsnorm_quant qd{};
+    qd.mode = mode == 1 ? ADDRMSNORM_QUANT_STATIC : mode == 2 ? ADDRMSNORM_QUANT_PER_TOKEN : ADDRMSNORM_QUANT_PER_GROUP;
+    qd.dtype = to_quant_dtype(q.scalar_type());
+    qd.group_size = mode == 3 ? static_cast<int32_t>(group_size) : 0;
+    qd.flags = ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u;
+    qd.scale = scale.has_value() ? scale->data_ptr<float>() : nullptr;
+    qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
+    if (scales != nullptr) {
+        qd.scales = scales->data_ptr<float>();
+        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, groups);
+    }
+    const c10::Device device = x.device();
+    const c10::DeviceGuard guard(device);
+    const auto stream = current_stream(device);
+    const addrmsnorm_dtype xd = to_dtype("x", x);
+    with_context(device, [&] {
+        return addrmsnorm_rmsnorm_quant(x.data_ptr(), weight.data_ptr(), q.data_ptr(),
+                                        y != nullptr ? y->data_ptr() : nullptr, vx.rows, H, vx.stride, vq.stride,
+                                        vy.stride, xd, static_cast<float>(eps), static_cast<float>(weight_offset), &qd,
+                                        pdl ? ADDRMSNORM_FLAG_PDL : 0u, stream);
+    });
+}
+
+std::tuple<at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> rmsnorm_quant(
+    const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
+    const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl) {
+    check_scalars(eps, weight_offset);
+    // The fused checks with residual = x (every rule on residual holds as it does on x).
+    const int mode = check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
+                                      nullptr, nullptr, ue8m0_scales, column_major_scales);
+    as_rows("x", x, x.sizes());
+    const auto contiguous = c10::MemoryFormat::Contiguous;
+    at::Tensor q = at::empty(x.sizes(), x.options().dtype(quant_dtype).memory_format(contiguous));
+    std::optional<at::Tensor> y, scales;
+    if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
+    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales);
+    launch_plain_quant(x, weight, q, y ? &*y : nullptr, scale, scales ? &*scales : nullptr, scale_ub, mode, group_size,
+                       ue8m0_scales, eps, weight_offset, pdl);
+    return {q, scales, y};
+}
+
+void rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
+                        const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y, double eps,
+                        const std::optional<at::Tensor>& scale, int64_t group_size,
+                        const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl) {
+    check_scalars(eps, weight_offset);
+    TORCH_CHECK_VALUE(scale.has_value() || scales_out.has_value(),
+                      "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
+                      "there");
+    const int mode = check_quant_meta(x, x, weight, out.scalar_type(), scale, group_size, scale_ub, &out, nullptr,
+                                      &scales_out, &y, ue8m0_scales, false);
+    launch_plain_quant(x, weight, out, y.has_value() ? &*y : nullptr, scale,
+                       scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
+                       weight_offset, pdl);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
@@ -570,4 +824,10 @@ TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
     m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm_);
     m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into);
     m.impl("fused_add_rmsnorm_backward", &fused_add_rmsnorm_backward);
+    m.impl("rmsnorm", &rmsnorm);
+    m.impl("rmsnorm_", &rmsnorm_);
+    m.impl("rmsnorm_into", &rmsnorm_into);
+    m.impl("qk_rmsnorm_", &qk_rmsnorm_);
+    m.impl("rmsnorm_quant", &rmsnorm_quant);
+    m.impl("rmsnorm_quant_into", &rmsnorm_quant_into);
 }
