@@ -139,14 +139,14 @@ def _fused_add_rmsnorm_quant_into(keyset, x, residual, weight, out, residual_out
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """The plain norm's autograd: ``apply(x, weight, eps, weight_offset, return_rstd, hf, pdl) -> (y,
+    """The plain norm's autograd: ``apply(x, weight, eps, weight_offset, return_rstd, numerics, pdl) -> (y,
     rstd)``. It saves (x, rstd, weight); the backward is fused_add_rmsnorm_backward with h = x (the
     plain norm is the fused one with h = x), whose dresidual is dx."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps, weight_offset, return_rstd, hf, pdl):
+    def forward(ctx, x, weight, eps, weight_offset, return_rstd, numerics, pdl):
         with _C._AutoDispatchBelowAutograd():
-            y, rstd = torch.ops.addrmsnorm.rmsnorm.default(x, weight, eps, weight_offset, True, hf, pdl)
+            y, rstd = torch.ops.addrmsnorm.rmsnorm.default(x, weight, eps, weight_offset, True, numerics, pdl)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, rstd, weight)
         ctx.weight_offset = weight_offset
@@ -170,37 +170,37 @@ class RMSNormFunction(torch.autograd.Function):
                 None, None, None, None, None)
 
 
-def _rmsnorm(keyset, x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+def _rmsnorm(keyset, x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
     if _C.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return RMSNormFunction.apply(x, weight, eps, weight_offset, return_rstd, hf, pdl)
+        return RMSNormFunction.apply(x, weight, eps, weight_offset, return_rstd, numerics, pdl)
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.rmsnorm.default.redispatch(
-            keyset & _C._after_autograd_keyset, x, weight, eps, weight_offset, return_rstd, hf, pdl)
+            keyset & _C._after_autograd_keyset, x, weight, eps, weight_offset, return_rstd, numerics, pdl)
 
 
-def _rmsnorm_(keyset, x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+def _rmsnorm_(keyset, x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
     _refuse_grad("rmsnorm_", ("x", "weight"), (x, weight))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.rmsnorm_.default.redispatch(
-            keyset & _C._after_ADInplaceOrView_keyset, x, weight, eps, weight_offset, hf, pdl)
+            keyset & _C._after_ADInplaceOrView_keyset, x, weight, eps, weight_offset, numerics, pdl)
     torch.autograd.graph.increment_version((x,))
 
 
-def _rmsnorm_into(keyset, x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+def _rmsnorm_into(keyset, x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
     _refuse_grad("rmsnorm_into", ("x", "weight", "out", "rstd"), (x, weight, out, rstd))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.rmsnorm_into.default.redispatch(
-            keyset & _C._after_ADInplaceOrView_keyset, x, weight, out, rstd, eps, weight_offset, hf, pdl)
+            keyset & _C._after_ADInplaceOrView_keyset, x, weight, out, rstd, eps, weight_offset, numerics, pdl)
     torch.autograd.graph.increment_version((out,) if rstd is None else (out, rstd))
 
 
 def _qk_rmsnorm_(keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0,
-                 hf=False, pdl=False):
+                 numerics=0, pdl=False):
     _refuse_grad("qk_rmsnorm_", ("qkv", "q_weight", "k_weight"), (qkv, q_weight, k_weight))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.qk_rmsnorm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads,
-            head_dim, weight_offset, hf, pdl)
+            head_dim, weight_offset, numerics, pdl)
     torch.autograd.graph.increment_version((qkv,))
 
 

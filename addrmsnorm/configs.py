@@ -23,6 +23,9 @@ AOT_TRITON_VERSION = "3.6.0"
 # JIT and AOT alike, because Triton 3.9 announces that its default turns off in 3.10: the kernels'
 # bits (and the two backends' agreement) must not change with it.
 FP_FUSION = True
+# The most cubin bytes the AOT build embeds per arch (tools/aot_build.py refuses more): what a wheel of
+# three archs can carry.
+AOT_MAX_MIB_PER_ARCH = 30
 
 
 @dataclass(frozen=True)
@@ -309,6 +312,10 @@ def forward_weight_args(x_dtype: str) -> tuple[str, ...]:
 # x's dtype only (validation.py and the C ABI check it), which also keeps the AOT build from
 # compiling variants nobody calls.
 NUMERICS = ("contract", "hf")
+# The plain norm has a third: "hf_round_once", HF's norms that multiply by the weight in fp32 and
+# round once whatever the weight's offset (OLMo 2's `(weight * (h * rstd)).to(dtype)`), which "hf"
+# gives only with an offset. Its torch operators take the index into this tuple.
+PLAIN_NUMERICS = ("contract", "hf", "hf_round_once")
 HF_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "fp32"))
 
 # The kernel's HF_NUMERICS constexpr. HF has two RMSNorm forms, told apart by the weight: stored as
@@ -320,13 +327,15 @@ CONTRACT, HF_LLAMA, HF_GEMMA = 0, 1, 2
 HF_GEMMA_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 
 
-def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int) -> int:
-    """HF_NUMERICS for a call (CONTRACT, HF_LLAMA or HF_GEMMA); the C++ runtime's forward.cpp has
-    the same rule."""
+def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int, round_once: bool = False) -> int:
+    """HF_NUMERICS for a call (CONTRACT, HF_LLAMA or HF_GEMMA); the C++ runtime's kernel_table.h has
+    the same rule. round_once (the plain norm's "hf_round_once") asks for HF_GEMMA's single rounding
+    with any offset."""
     if not hf:
         return CONTRACT
     # abs(w) > 2**-150: the offset is nonzero as fp32, the type the kernel and the C ABI take it in.
-    return HF_GEMMA if abs(weight_offset) > 2.0 ** -150 and x_itemsize == 2 else HF_LLAMA
+    once = round_once or abs(weight_offset) > 2.0 ** -150
+    return HF_GEMMA if once and x_itemsize == 2 else HF_LLAMA
 
 # Quantized outputs (kernels.fused_add_rmsnorm_quant_fwd): QUANT 1 (static scale), 2 (per token)
 # and 3 (per group of 64 or 128 columns, the group size a runtime argument), for 16-bit activations

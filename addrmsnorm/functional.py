@@ -23,13 +23,43 @@ import torch
 
 from . import ops
 from . import validation as v
-from .configs import NUMERICS
+from .configs import NUMERICS, PLAIN_NUMERICS
 
 
 def _hf(numerics) -> bool:
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be 'contract' or 'hf', got {numerics!r}")
     return numerics == "hf"
+
+
+def memory_order(t: torch.Tensor):
+    """The permutation of t's dimensions that lists its leading ones by decreasing stride (the last
+    stays last), or None when they already are. A head's rows transposed, as Gemma 3's
+    ``q_proj(x).view(B, T, heads, D).transpose(1, 2)``, are rows of two strides again in that order:
+    the plain norm normalizes the permuted view (each row alone, so the order of rows changes no bit)
+    and permutes y back, with no copy."""
+    if t.dim() < 3:
+        return None
+    s = t.stride()
+    if all(s[i] >= s[i + 1] for i in range(t.dim() - 2)):
+        return None
+    return sorted(range(t.dim() - 1), key=lambda i: -s[i]) + [t.dim() - 1]
+
+
+def _inverse(order):
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    return inv
+
+
+def plain_numerics_index(numerics) -> int:
+    """The plain norm's numerics as its operators take them: the index into configs.PLAIN_NUMERICS."""
+    if numerics == "contract":
+        return 0
+    if numerics not in PLAIN_NUMERICS:
+        raise ValueError(f"numerics must be one of {', '.join(map(repr, PLAIN_NUMERICS))}, got {numerics!r}")
+    return PLAIN_NUMERICS.index(numerics)
 
 
 _Tensor = torch.Tensor
@@ -144,12 +174,16 @@ def rmsnorm(
 
     Args:
         x: (..., H), float16, bfloat16 or float32, with a contiguous last dimension. The leading
-            dimensions may have any strides where all but the last of them flatten to one: a
-            head's rows inside a fused QKV buffer, ``qkv[:, :q_size].view(T, heads, head_dim)``,
-            with weight ``(head_dim,)``, are normalized in place or out of it without a copy.
+            dimensions may have any strides where, ordered by stride, all but the last of them
+            flatten to one: a head's rows inside a fused QKV buffer,
+            ``qkv[:, :q_size].view(T, heads, head_dim)``, with weight ``(head_dim,)``, and their
+            transpose ``(1, heads, T, head_dim)`` (HF's layout), are normalized in place or out of it
+            without a copy (y has x's strides where x is permuted).
         weight: (H,), any of the three float dtypes.
-        eps, weight_offset, numerics, pdl: as in ``fused_add_rmsnorm`` ("hf": LlamaRMSNorm's
-            roundings, or Gemma's with weight_offset != 0; the weight of x's dtype).
+        eps, weight_offset, pdl: as in ``fused_add_rmsnorm``.
+        numerics: "contract", "hf" (LlamaRMSNorm's roundings, or Gemma's with weight_offset != 0;
+            the weight of x's dtype) or "hf_round_once" (HF's norms that multiply by the weight in
+            fp32 and round once whatever the offset: OLMo 2's).
         out: optional (..., H) tensor of x's dtype for y, any view as x may be; may be x itself.
         return_rstd: also return rstd, float32 of shape x.shape[:-1].
 
@@ -157,18 +191,24 @@ def rmsnorm(
         y, or ``(y, rstd)`` when ``return_rstd``. Without ``out`` it has autograd (dx and dweight,
         deterministic, from the fused backward with h = x).
     """
-    hf = numerics == "hf" or _hf(numerics)
+    n = plain_numerics_index(numerics)
     _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd)
+    order = memory_order(x)
+    if order is not None:  # rows of two strides once permuted: normalize them there, permute back
+        inv = _inverse(order)
+        res = rmsnorm(x.permute(order), weight, eps, weight_offset=weight_offset, numerics=numerics,
+                      out=None if out is None else out.permute(order), return_rstd=return_rstd, pdl=pdl)
+        return (res[0].permute(inv), res[1].permute(inv[:-1])) if return_rstd else res.permute(inv)
     if out is None:
-        if weight_offset == 0.0 and not (return_rstd or hf or pdl):
+        if weight_offset == 0.0 and not (return_rstd or n or pdl):
             y, rstd = ops.rmsnorm(x, weight, eps)
         else:
-            y, rstd = ops.rmsnorm(x, weight, eps, weight_offset, return_rstd, hf, pdl)
+            y, rstd = ops.rmsnorm(x, weight, eps, weight_offset, return_rstd, n, pdl)
         return (y, rstd) if return_rstd else y
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.rmsnorm_into(x, weight, out, rstd, eps, weight_offset, hf, pdl)
+    ops.rmsnorm_into(x, weight, out, rstd, eps, weight_offset, n, pdl)
     return (out, rstd) if return_rstd else out
 
 
@@ -183,12 +223,16 @@ def rmsnorm_(
 ):
     """In place: ``x <- rmsnorm(x) * (weight + weight_offset)``, with the rules of ``rmsnorm``
     (x may be a head's rows inside a fused QKV buffer). Returns x."""
-    hf = numerics == "hf" or _hf(numerics)
+    n = plain_numerics_index(numerics)
     _check_norm_types(x, weight, eps, weight_offset, pdl)
-    if weight_offset == 0.0 and not (hf or pdl):
+    order = memory_order(x)
+    if order is not None:
+        rmsnorm_(x.permute(order), weight, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl)
+        return x
+    if weight_offset == 0.0 and not (n or pdl):
         ops.rmsnorm_(x, weight, eps)
     else:
-        ops.rmsnorm_(x, weight, eps, weight_offset, hf, pdl)
+        ops.rmsnorm_(x, weight, eps, weight_offset, n, pdl)
     return x
 
 
@@ -388,13 +432,13 @@ def qk_rmsnorm_(
     ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. No autograd
     (in place). Returns qkv.
     """
-    hf = numerics == "hf" or _hf(numerics)
+    n = plain_numerics_index(numerics)
     if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
         for name, t in (("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
-    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, hf, pdl)
+    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl)
     return qkv
 
 

@@ -6,8 +6,13 @@ In HF's decoder layers the residual add and the norm are separate modules::
     h = residual + mlp_out;   y = layers[i + 1].input_layernorm(h)  # across the layer boundary
 
 ``patch(model)`` turns each such pair into one ``fused_add_rmsnorm`` call, including the pair that
-straddles two layers and the last layer's add with the model's final norm. Only the first layer's
-input norm stays a plain RMSNorm (there is no add before it).
+straddles two layers and the last layer's add with the model's final norm. Every other RMSNorm of the
+stack runs addrmsnorm's plain norm (``rmsnorm``): the first layer's input norm (there is no add before
+it), Qwen 3's and Gemma 3's per-head ``q_norm`` and ``k_norm`` (on the projections' head views, no
+copy), Gemma 2/3's norms of a branch's output, and all of OLMo 2's, whose layers normalize each
+branch's output before its add (post-norm: no add is followed by a norm) and whose ``q_norm`` and
+``k_norm`` span the whole projection. After a patch no module of the family's RMSNorm class runs its
+own forward.
 
 How the boundary is crossed. A patched layer ends by computing its MLP add together with the next
 norm (the next layer's ``input_layernorm``, or the model's ``norm`` after the last layer), and
@@ -18,7 +23,7 @@ norm, given a pair, returns ``y``. So the model's forward, its masks and caches 
 recording (which keeps element 0 of a tuple output: ``h``, as unpatched) run unchanged. A patched
 layer given a plain tensor (the first layer, or a layer called on its own) normalizes it itself.
 
-Nothing is added to the module tree: the layers and the final norm change class (to a subclass of
+Nothing is added to the module tree: the layers and the norms change class (to a subclass of
 their own, so ``isinstance`` and gradient checkpointing work as before), and each layer keeps a
 reference to the next norm outside its submodules. Parameters, buffers and the state dict are the
 model's own tensors, untouched. ``unpatch(model)`` restores the classes.
@@ -28,7 +33,8 @@ Numerics:
 * ``"hf"`` (default) reproduces the unpatched model's roundings: the add in the model dtype (h is
   rounded before the variance), rstd as torch computes it, then each family's norm. Llama-style
   norms (Llama, Mistral, Qwen2, Qwen3) round ``h * rstd`` to the model dtype and multiply by the
-  weight; Gemma's norms (Gemma, Gemma 2, Gemma 3) multiply by ``1 + w`` in fp32 and round once.
+  weight; Gemma's norms (Gemma, Gemma 2, Gemma 3) multiply by ``1 + w`` in fp32 and round once,
+  and OLMo 2's by ``w`` in fp32, once (the plain norm's ``"hf_round_once"``).
   The kernel's ``numerics="hf"`` does the one or the other as the weight has no offset or has one.
   Where the activations, residual and weight are not all of one dtype (training under autocast
   with fp32 parameters: the residual stream is then fp32), HF's own modules add and normalize in
@@ -46,7 +52,8 @@ from dataclasses import dataclass
 import torch
 
 from . import ops
-from .configs import NUMERICS
+from .configs import NUMERICS, PLAIN_NUMERICS
+from .functional import memory_order
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class _Family:
     norm: str       # its RMSNorm class
     sandwich: bool  # Gemma 2/3: a norm on each branch's output before its add
     offset: float   # the norm's weight offset: Gemma's 1 + w
+    fuse: bool = True        # pre-norm layers, whose adds are followed by norms (OLMo 2's are not)
+    hf_numerics: str = "hf"  # the plain norm's numerics that reproduce this family's norm
 
 
 _FAMILIES = (
@@ -66,6 +75,7 @@ _FAMILIES = (
     _Family("GemmaModel", "GemmaDecoderLayer", "GemmaRMSNorm", False, 1.0),
     _Family("Gemma2Model", "Gemma2DecoderLayer", "Gemma2RMSNorm", True, 1.0),
     _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0),
+    _Family("Olmo2Model", "Olmo2DecoderLayer", "Olmo2RMSNorm", False, 0.0, fuse=False, hf_numerics="hf_round_once"),
 )
 _BY_MODEL = {f.model: f for f in _FAMILIES}
 
@@ -103,6 +113,32 @@ def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link:
     return y, h
 
 
+@dataclass(frozen=True)
+class _NormLink:
+    """A patched norm's arguments after eps (weight_offset, return_rstd, numerics, pdl), and the
+    numerics index for weights of another dtype than the input's (the contract: HF's own norms then
+    compute in fp32 and round once)."""
+    tail: tuple
+    mixed: tuple
+
+
+_NORM_LINK = "_addrmsnorm_norm"
+
+
+def _norm_forward(self, hidden_states):
+    """A patched RMSNorm: addrmsnorm's plain norm, on any view of the input (no copy)."""
+    link: _NormLink = getattr(self, _NORM_LINK)
+    w = self.weight
+    tail = link.tail if hidden_states.dtype == w.dtype else link.mixed
+    order = memory_order(hidden_states)
+    if order is None:
+        return ops.rmsnorm(hidden_states, w, _eps(self), *tail)[0]
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    return ops.rmsnorm(hidden_states.permute(order), w, _eps(self), *tail)[0].permute(inv)
+
+
 def _split(layer, hidden_states, normed):
     # A pair from the previous patched layer carries the input norm's output already.
     if normed is None:
@@ -138,7 +174,7 @@ def _call(self, hidden_states, *args, **kwargs):
 def _final_norm_forward(self, hidden_states):
     if type(hidden_states) is tuple:  # (h, y) from the last patched layer: y is this norm's output
         return hidden_states[1]
-    return self._addrmsnorm_unpatched.forward(self, hidden_states)
+    return _norm_forward(self, hidden_states)
 
 
 _CLASSES: dict = {}
@@ -147,7 +183,7 @@ _CLASSES: dict = {}
 def _patched_class(cls: type, body: dict) -> type:
     # A subclass per original class, made once. GradientCheckpointingLayer's __init_subclass__ wraps
     # the new forward for checkpointing, as it wraps the original.
-    key = (cls, tuple(body))
+    key = (cls, tuple(body.items()))
     sub = _CLASSES.get(key)
     if sub is None:
         sub = _CLASSES[key] = type("AddRMSNorm" + cls.__name__, (cls,),
@@ -173,8 +209,9 @@ def _check_stack(stack, family: _Family):
             raise TypeError(f"addrmsnorm.hf.patch: {type(stack).__name__}.{name} is a {type(m).__name__}, not the "
                             f"{want} it fuses with (was it replaced by another patch?)")
         norms = ["norm"] if name == "norm" else (
-            ["input_layernorm", "post_attention_layernorm"]
-            + (["pre_feedforward_layernorm", "post_feedforward_layernorm"] if family.sandwich else []))
+            (["input_layernorm", "post_attention_layernorm"] if family.fuse else ["post_attention_layernorm"])
+            + (["pre_feedforward_layernorm"] if family.sandwich else [])
+            + (["post_feedforward_layernorm"] if family.sandwich or not family.fuse else []))
         for attr in norms:
             norm = m if attr == "norm" else getattr(m, attr, None)
             if norm is None or _unpatched_type(norm).__name__ != family.norm:
@@ -218,6 +255,14 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
         raise TypeError(f"addrmsnorm.hf.patch takes a torch.nn.Module, got {type(model).__name__}")
     plan = [(stack, family, _check_stack(stack, family)) for stack, family in _stacks(model)]
     for stack, family, layers in plan:  # checked all first: nothing changes unless all of it can
+        index = PLAIN_NUMERICS.index(family.hf_numerics if numerics == "hf" else "contract")
+        link = _NormLink((family.offset, False, index, pdl), (family.offset, False, 0, pdl))
+        for m in stack.modules():  # every norm of the family's class: the plain norm
+            if _unpatched_type(m).__name__ == family.norm:
+                m.__class__ = _patched_class(_unpatched_type(m), {"forward": _norm_forward})
+                object.__setattr__(m, _NORM_LINK, link)
+        if not family.fuse:
+            continue
         for i, layer in enumerate(layers):
             next_norm = layers[i + 1].input_layernorm if i + 1 < len(layers) else stack.norm
             layer.__class__ = _patched_class(_unpatched_type(layer), {"forward": _forward, "__call__": _call})
@@ -233,6 +278,7 @@ def unpatch(model: torch.nn.Module) -> torch.nn.Module:
         if cls is not None:
             m.__class__ = cls
             m.__dict__.pop(_LINK, None)
+            m.__dict__.pop(_NORM_LINK, None)
     return model
 
 

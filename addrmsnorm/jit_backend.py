@@ -183,49 +183,51 @@ def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_
 
 # ----- the plain norm: the forward with the residual compiled out ------------------------------------
 
-def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, hf: bool, pdl: bool) -> None:
+def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numerics: int, pdl: bool) -> None:
     xr, o = call.x, call.out
     if xr.n_rows == 0:
         return
+    hf, round_once = v.plain_numerics(numerics)
     launch_forward(
         xr.tensor, None, call.weight, o.tensor, None, rstd,
         n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
-        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
         group_rows=xr.group_rows, stride_x_group=xr.group_stride, stride_out_group=o.group_stride,
     )
 
 
-def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
     """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_rmsnorm(x, weight, hf=hf)
+    call = v.check_rmsnorm(x, weight, hf=v.plain_numerics(numerics)[0])
     _check_runnable(call.device)
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
     rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
     call.out = v.as_grouped_rows("out", out, shape).as_group_of(call.x.group_rows)
-    _launch_norm(call, rstd if return_rstd else None, eps, weight_offset, hf, pdl)
+    _launch_norm(call, rstd if return_rstd else None, eps, weight_offset, numerics, pdl)
     return out, rstd
 
 
-def rmsnorm_(x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
+def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
     """addrmsnorm::rmsnorm_: x <- y."""
-    rmsnorm_into(x, weight, x, None, eps, weight_offset, hf, pdl)
+    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl)
 
 
-def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_rmsnorm(x, weight, out, rstd, hf=hf)
+    call = v.check_rmsnorm(x, weight, out, rstd, hf=v.plain_numerics(numerics)[0])
     _check_runnable(call.device)
-    _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, hf, pdl)
+    _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
 
 
-def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, hf=False,
+def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0,
                 pdl=False):
     """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
     (q's heads are the kernel's first part of rows, k's its second)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
+    hf, round_once = v.plain_numerics(numerics)
     call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
     _check_runnable(call.device)
     if call.tokens == 0:
@@ -233,7 +235,7 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
     launch_forward(
         qkv, None, q_weight, qkv, None, None,
         n_rows=call.tokens * num_q_heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
-        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
         group_rows=num_q_heads, stride_x_group=head_dim, stride_out_group=head_dim,
         part2=(k_weight, call.tokens * num_kv_heads, num_kv_heads, num_q_heads * head_dim),
     )

@@ -65,7 +65,7 @@ def launch_forward(
     out: torch.Tensor, residual_out: torch.Tensor | None, rstd: torch.Tensor | None,
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
-    eps: float, weight_offset: float, hf: bool = False, pdl: bool = False,
+    eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
     part2: tuple | None = None,
     config: ForwardConfig | None = None, max_registers: int | None = None,
@@ -98,7 +98,7 @@ def launch_forward(
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
-    numerics = configs.numerics_mode(hf, weight_offset, xs)
+    numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     cfg = config or select_forward_config(H, xs, rs, vector_typed=vector_typed)
     compiled_pdl = pdl_compiled(x.device)

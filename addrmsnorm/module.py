@@ -8,7 +8,7 @@ import torch
 
 from . import ops
 from . import validation as v
-from .functional import _hf
+from .functional import _hf, plain_numerics_index
 
 
 class FusedAddRMSNorm(torch.nn.Module):
@@ -100,8 +100,23 @@ class RMSNorm(FusedAddRMSNorm):
     """The plain RMSNorm over the last dimension (no residual), the same kernel with the residual
     compiled out: ``forward(x) -> y``, ``y = rmsnorm(x) * (weight + weight_offset)``. Its arguments,
     its ``weight`` parameter (an HF ``LlamaRMSNorm`` state dict loads as is) and its autograd are
-    FusedAddRMSNorm's. x may be a view of two leading strides (a head's rows inside a fused QKV
-    buffer), normalized without a copy."""
+    FusedAddRMSNorm's, and numerics may also be "hf_round_once" (OLMo 2's norm: see ``rmsnorm``). x may
+    be a view of two leading strides (a head's rows inside a fused QKV buffer), normalized without a
+    copy."""
+
+    @property
+    def numerics(self) -> str:
+        return self._numerics
+
+    @numerics.setter
+    def numerics(self, value) -> None:  # the plain norm's three (configs.PLAIN_NUMERICS)
+        plain_numerics_index(value)
+        self._numerics = value
+        self._set_tail()
+
+    def _set_tail(self) -> None:
+        tail = (self._weight_offset, False, plain_numerics_index(self._numerics), self._pdl)
+        self._tail = () if tail == (0.0, False, 0, False) else tail
 
     def forward(self, x: torch.Tensor):  # type: ignore[override]
         y, _ = ops.rmsnorm(x, self.weight, self.eps, *self._tail)

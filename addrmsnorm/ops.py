@@ -75,15 +75,16 @@ SCHEMAS = {
                                   "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
     # The plain norm: the same kernel with the residual compiled out. Its backward is
     # fused_add_rmsnorm_backward with h = x.
+    # numerics: the index into configs.PLAIN_NUMERICS (0 "contract", 1 "hf", 2 "hf_round_once").
     "rmsnorm": "(Tensor x, Tensor weight, float eps, float weight_offset=0., bool return_rstd=False, "
-               "bool hf=False, bool pdl=False) -> (Tensor, Tensor)",
-    "rmsnorm_": "(Tensor(a!) x, Tensor weight, float eps, float weight_offset=0., bool hf=False, "
+               "int numerics=0, bool pdl=False) -> (Tensor, Tensor)",
+    "rmsnorm_": "(Tensor(a!) x, Tensor weight, float eps, float weight_offset=0., int numerics=0, "
                 "bool pdl=False) -> ()",
     "rmsnorm_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? rstd, float eps, "
-                    "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
+                    "float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
     # Per-head q and k norms of a fused QKV buffer, in place, in one launch.
     "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor q_weight, Tensor k_weight, float eps, int num_q_heads, "
-                   "int num_kv_heads, int head_dim, float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
+                   "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
     # The plain norm's quantized outputs: the quantized forward with the residual compiled out.
     "rmsnorm_quant": "(Tensor x, Tensor weight, float eps, ScalarType quant_dtype, Tensor? scale=None, "
                      "int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
@@ -185,26 +186,27 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
 
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm")
-def _(x, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
-    v.check_rmsnorm_meta(x, weight, hf=hf)
+def _(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
+    v.check_rmsnorm_meta(x, weight, hf=v.plain_numerics(numerics)[0])
     rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), rstd
 
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm_")
-def _(x, weight, eps, weight_offset=0.0, hf=False, pdl=False):
-    v.check_rmsnorm_meta(x, weight, x, hf=hf)
+def _(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
+    v.check_rmsnorm_meta(x, weight, x, hf=v.plain_numerics(numerics)[0])
 
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm_into")
-def _(x, weight, out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
-    v.check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
+def _(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+    v.check_rmsnorm_meta(x, weight, out, rstd, hf=v.plain_numerics(numerics)[0])
     v.check_same_shape(x.shape, {"out": out})
 
 
 @torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
-def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, hf=False, pdl=False):
-    v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False):
+    v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim,
+                            hf=v.plain_numerics(numerics)[0])
 
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant")

@@ -746,3 +746,10 @@ def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_di
                 raise ValueError(f"{name} overlaps qkv; qkv is written in place and must not share memory with "
                                  f"{name}")
     return call
+
+
+def plain_numerics(numerics) -> tuple[bool, bool]:
+    """The plain-norm operators' numerics, an index into configs.PLAIN_NUMERICS, as (hf, round_once)."""
+    if isinstance(numerics, bool) or not isinstance(numerics, int) or not 0 <= numerics < len(configs.PLAIN_NUMERICS):
+        raise ValueError(f"numerics must be 0 (contract), 1 (hf) or 2 (hf_round_once), got {numerics!r}")
+    return numerics != 0, numerics == 2

@@ -1,8 +1,13 @@
-"""A Llama-shaped transformers model on the GPU: prefill, decode and a training step, unpatched,
-with ``addrmsnorm.hf.patch`` and with Liger-Kernel's RMSNorm swap, each eager and compiled.
+"""A Llama- or Qwen3-shaped transformers model on the GPU: prefill, decode and a training step,
+unpatched, with ``addrmsnorm.hf.patch`` and with Liger-Kernel's RMSNorm swap, each eager and compiled.
 
-The model is built from a config with random weights (no download): hidden 4096, intermediate
-14336, 32 heads (8 KV heads), vocabulary 32000, bf16; 8 layers unless --layers says otherwise.
+The model is built from a config with random weights (no download): hidden 4096, 32 heads (8 KV
+heads), vocabulary 32000, bf16; 8 layers unless --layers says otherwise. --arch llama: intermediate
+14336; --arch qwen3: intermediate 12288, head_dim 128, and per-head q_norm and k_norm.
+
+Variants: "unpatched"; "addrmsnorm" (hf.patch: every norm through addrmsnorm); "addrmsnorm-pdl";
+"addrmsnorm-adds-only" (hf.patch with its plain norms given back to HF: the first layer's input norm
+and Qwen3's q/k norms run HF's modules, as before the plain norm existed); "liger".
 
     prefill   model(ids, logits_to_keep=1) with no cache, as generate's first step computes the
               last position's logits: tokens/s at 1 x 2048 and 8 x 512.
@@ -37,14 +42,21 @@ import time
 import torch
 
 
-def build(layers: int):
+def build(layers: int, arch: str = "llama"):
     import transformers
-    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-                                   num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
-                                   max_position_embeddings=4096, rms_norm_eps=1e-5)
+    if arch == "qwen3":
+        cfg = transformers.Qwen3Config(vocab_size=32000, hidden_size=4096, intermediate_size=12288, head_dim=128,
+                                       num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
+                                       max_position_embeddings=4096, rms_norm_eps=1e-6)
+        model_cls = transformers.Qwen3ForCausalLM
+    else:
+        cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                                       num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
+                                       max_position_embeddings=4096, rms_norm_eps=1e-5)
+        model_cls = transformers.LlamaForCausalLM
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model = model_cls(cfg).to(torch.bfloat16)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -52,17 +64,24 @@ def build(layers: int):
     return model.eval()
 
 
-def apply(model, variant: str):
+def apply(model, variant: str, arch: str = "llama"):
     if variant == "addrmsnorm":
         from addrmsnorm import hf
         hf.patch(model)
+    elif variant == "addrmsnorm-adds-only":
+        from addrmsnorm import hf
+        hf.patch(model)
+        for m in model.modules():  # the plain norms back to HF's class; the fused layers stay
+            if getattr(type(m), "forward", None) is hf._norm_forward:
+                m.__class__ = type(m)._addrmsnorm_unpatched
     elif variant == "addrmsnorm-pdl":
         from addrmsnorm import hf
         hf.patch(model, pdl=True)
     elif variant == "liger":
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-        apply_liger_kernel_to_llama(rope=False, swiglu=False, cross_entropy=False,
-                                    fused_linear_cross_entropy=False, rms_norm=True, model=model)
+        import liger_kernel.transformers as lk
+        apply_to = lk.apply_liger_kernel_to_qwen3 if arch == "qwen3" else lk.apply_liger_kernel_to_llama
+        apply_to(rope=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=False, rms_norm=True,
+                 model=model)
     elif variant != "unpatched":
         raise SystemExit(f"unknown variant {variant}")
     return model
@@ -154,6 +173,7 @@ def main(argv=None):
     p.add_argument("--modes", default="eager,compiled")
     p.add_argument("--what", default="prefill,decode,train")
     p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="samples per variant, taken in turn")
     args = p.parse_args(argv)
@@ -161,11 +181,11 @@ def main(argv=None):
     import addrmsnorm
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "transformers": transformers.__version__, "addrmsnorm_backend": addrmsnorm.backend(),
-            "layers": args.layers, "rounds": args.rounds, "decode_tokens": args.decode_tokens}
+            "arch": args.arch, "layers": args.layers, "rounds": args.rounds, "decode_tokens": args.decode_tokens}
     variants = args.variants.split(",")
     # All models first (Liger's class swap would reach models built after it), each applied once.
-    base = build(args.layers)
-    models = {v: apply(base if i == 0 else copy.deepcopy(base), v) for i, v in enumerate(variants)}
+    base = build(args.layers, args.arch)
+    models = {v: apply(base if i == 0 else copy.deepcopy(base), v, args.arch) for i, v in enumerate(variants)}
     table = {}  # (variant, mode) -> {figure: value}
     for what in args.what.split(","):
         for mode in args.modes.split(","):

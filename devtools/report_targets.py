@@ -279,12 +279,74 @@ def quant_targets(rows: list[dict]) -> str:
     return "\n".join([f"Targets (issue 14): met at {met} of {total}.", "", *t])
 
 
+# ----- issue 33's targets: the plain norm --------------------------------------------------------------
+
+PLAIN_MIN_PCT = 97.0          # plain norm, bulk: >= 97% of the roofline and >= 1.00x the fastest peer
+QK_MIN_RATIO = 1.8            # QK norm at T >= 8192: >= 1.8x the fastest peer (GB/s)
+QK_LATENCY_MAX_RATIO = 0.8    # QK norm at T = 1 and 64, with PDL: <= 0.8x the fastest peer (µs)
+
+
+def plain_targets(rows: list[dict]) -> str:
+    """Issue 33's targets, each marked met or missed, from this run's own rows."""
+    t = ["| target | shape | ours | fastest peer | |", "|---|---|---|---|---|"]
+    met = total = 0
+
+    def ours_and_peer(sel, key, high):
+        mine = [r for r in sel if r["impl"].startswith("addrmsnorm") and r.get(key)]
+        peers = [r for r in sel if not r["impl"].startswith("addrmsnorm") and r.get(key)]
+        pick = max if high else min
+        return (pick(mine, key=lambda r: r[key]) if mine else None,
+                pick(peers, key=lambda r: r[key]) if peers else None)
+
+    for section, label in (("plain", "plain norm, bulk"), ("plain_quant", "static fp8, bulk")):
+        sel = [r for r in rows if r["section"] == section]
+        for key in dict.fromkeys((r["N"], r["H"], r["x_dtype"]) for r in sel):
+            group = [r for r in sel if (r["N"], r["H"], r["x_dtype"]) == key]
+            mine, best = ours_and_peer(group, "gbs", True)
+            if mine is None:
+                continue
+            need_pct = PLAIN_MIN_PCT if section == "plain" else 0.0
+            ok = mine["pct_roofline"] >= need_pct and (best is None or mine["gbs"] >= best["gbs"])
+            met, total = met + ok, total + 1
+            goal = f"≥ {PLAIN_MIN_PCT:.0f}% and ≥ 1.00× the fastest peer" if section == "plain" else "≥ 1.00× every peer"
+            t.append(f"| {label} {goal} | {key[0]} × {key[1]} {key[2]} | {mine['gbs']:.0f} GB/s, "
+                     f"{mine['pct_roofline']:.1f}% | " + (f"{best['impl']} {best['gbs']:.0f} GB/s "
+                                                         f"({mine['gbs'] / best['gbs']:.2f}×)" if best else "none")
+                     + f" | {_mark(ok)} |")
+    sel = [r for r in rows if r["section"] == "qk_norm"]
+    for T in dict.fromkeys(r["N"] for r in sel):
+        mine, best = ours_and_peer([r for r in sel if r["N"] == T], "gbs", True)
+        if mine is None or best is None:
+            continue
+        ok = mine["gbs"] >= QK_MIN_RATIO * best["gbs"]
+        met, total = met + ok, total + 1
+        t.append(f"| QK norm ≥ {QK_MIN_RATIO}× the fastest peer | T = {T} | {mine['gbs']:.0f} GB/s, "
+                 f"{mine['pct_roofline']:.1f}% | {best['impl']} {best['gbs']:.0f} GB/s ({mine['gbs'] / best['gbs']:.2f}×) "
+                 f"| {_mark(ok)} |")
+    sel = [r for r in rows if r["section"] == "qk_latency"]
+    for T in dict.fromkeys(r["N"] for r in sel):
+        group = [r for r in sel if r["N"] == T]
+        mine = next((r for r in group if r["impl"] == "addrmsnorm (PDL)" and r.get("us_median")), None)
+        _, best = ours_and_peer(group, "us_median", False)
+        if mine is None or best is None:
+            continue
+        ok = mine["us_median"] <= QK_LATENCY_MAX_RATIO * best["us_median"]
+        met, total = met + ok, total + 1
+        t.append(f"| QK norm decode chain with PDL ≤ {QK_LATENCY_MAX_RATIO}× the fastest peer | T = {T} | "
+                 f"{mine['us_median']:.2f} µs | {best['impl']} {best['us_median']:.2f} µs "
+                 f"({mine['us_median'] / best['us_median']:.2f}×) | {_mark(ok)} |")
+    if total == 0:
+        return ""
+    return "\n".join([f"Targets (issue 33): met at {met} of {total}.", "", *t])
+
+
 def report(header: dict, rows: list[dict]) -> str:
     """Every section of targets that the rows allow, as markdown."""
     out = []
     for title, text in (("Targets (issue 7)", targets_section(header, rows)),
                         ("Targets (issue 15)", targets_issue15(header, rows)),
-                        ("Targets (issue 14)", quant_targets(rows))):
+                        ("Targets (issue 14)", quant_targets(rows)),
+                        ("Targets (issue 33)", plain_targets(rows))):
         if text:
             out += [f"#### {title}", "", text, ""]
     return "\n".join(out)

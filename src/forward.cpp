@@ -228,7 +228,7 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     // As the JIT launcher: H, every stride and part 2's offset must be multiples of ALIGN.
     const int align_class = forward_align_class(
         pointers_aligned, hidden | stride_x | stride_out | stride_x_head | stride_out_head | offset2, xs, xs, ends_only);
-    const int numerics = numerics_mode(hf, weight_offset, xs);
+    const int numerics = numerics_mode(hf, weight_offset, xs, (flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) != 0);
     const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
     const int config = select_forward_config(hidden, xs, xs, 0, vector_typed);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");

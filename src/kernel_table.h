@@ -109,9 +109,9 @@ extern const bool kBackwardRowMeans[];
 // configs.numerics_mode: the HF_NUMERICS of a call. HF's norms of an offset weight (Gemma's 1 + w)
 // round once (2), LlamaRMSNorm twice (1); on fp32 the two are one (1). weight_offset is the fp32
 // value the kernel adds.
-inline int numerics_mode(bool hf, float weight_offset, int x_itemsize) {
+inline int numerics_mode(bool hf, float weight_offset, int x_itemsize, bool round_once = false) {
     if (!hf) return 0;
-    return (weight_offset != 0.0f && x_itemsize == 2) ? 2 : 1;
+    return ((round_once || weight_offset != 0.0f) && x_itemsize == 2) ? 2 : 1;
 }
 
 // configs.is_vector_typed: select_forward_config's vector_typed for a plain call. ALIGN (1 << the

@@ -488,11 +488,14 @@ addrmsnorm_status check_grouped_self_overlap(const Grouped& o, int64_t hidden) {
 
 addrmsnorm_status check_norm_scalars(uint32_t flags, float eps, float weight_offset, addrmsnorm_dtype x_dtype,
                                      addrmsnorm_dtype weight_dtype, const char* x_name) {
-    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
+    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL | ADDRMSNORM_FLAG_HF_ROUND_ONCE;
     if (flags & ~kKnownFlags)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL)",
-                    flags & ~kKnownFlags);
+                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL, "
+                    "ADDRMSNORM_FLAG_HF_ROUND_ONCE)", flags & ~kKnownFlags);
+    if ((flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) && !(flags & ADDRMSNORM_FLAG_HF_NUMERICS))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "ADDRMSNORM_FLAG_HF_ROUND_ONCE selects one of HF's roundings: it needs ADDRMSNORM_FLAG_HF_NUMERICS");
     if (!std::isfinite(eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", eps);
     if (!(eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", eps);
     if (!std::isfinite(weight_offset))

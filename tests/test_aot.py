@@ -18,13 +18,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 AOT = REPO / "tools" / "aot_build.py"
 DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
-# The budget per arch (issue 12: the three default archs build in minutes on two cores, and a wheel
-# carries at most 30 MiB of cubins per arch; issue 14 added 132 quantized-output kernels, one per
-# mode: 719 per arch; issue 15 the odd-H re-read rule, ALIGN 1 only: 729; the quantized single pass at
-# 32768: 741; the wide 16-bit backward: 745; the quantized looped path without the h-kept hint up to
-# 65536: 757; the plain single pass at 32768 for vector-typed calls, one kernel per 16-bit pair: 759).
-# A new variant must fit in it.
-MAX_KERNELS_PER_ARCH = 760
+# The budget per arch: the three default archs build in minutes on two cores, and a wheel carries at
+# most 30 MiB of cubins per arch (configs.AOT_MAX_MIB_PER_ARCH, which the build enforces as it embeds
+# them). 759 kernels took 29.2 MiB on sm_90 with line info; without it (tools/aot_build.py), the plain
+# norm's 346 and its quantized forward's 148 brought 1245 kernels to 19.4 MiB. A new variant must fit.
+MAX_KERNELS_PER_ARCH = 1250
 
 
 def _run(*args):
@@ -42,8 +40,8 @@ def test_default_archs_match_cmake():
 def test_every_default_arch_has_the_same_kernel_list_within_budget():
     """The same list for every arch, but that sm_80 has no float8 (configs.quant_built_for)."""
     out = _run("--list", "--archs", ",".join(map(str, DEFAULT_ARCHS)))
-    counts = {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
-              for m in re.finditer(r"sm_(\d+): (\d+) kernels .*?(\d+) quantized forward", out)}
+    counts = {int(m.group(1)): (int(m.group(2)), int(m.group(3)) + int(m.group(4)))
+              for m in re.finditer(r"sm_(\d+): (\d+) kernels .*?(\d+) quantized forward.*?(\d+) plain quantized", out)}
     assert sorted(counts) == list(DEFAULT_ARCHS), out
     assert counts[90] == counts[100], out
     total, quant = counts[90]

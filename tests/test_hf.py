@@ -33,6 +33,7 @@ FAMILIES = {  # name: (config class, model class, extra config, the stack class 
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 32}, "GemmaModel"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma2Model"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma3TextModel"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, "Olmo2Model"),
 }
 # One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
 FORMS = ["llama", "gemma3"]
@@ -78,7 +79,8 @@ def test_patched_model_matches_unpatched(family):
 
     assert hf.patch(model) is model and hf.is_patched(model)
     stack = model.model
-    assert type(stack.layers[0]).__name__ == "AddRMSNorm" + type(stack.layers[0]).__mro__[1].__name__
+    patched = stack.layers[0] if family != "olmo2" else stack.layers[0].post_attention_layernorm  # OLMo 2: norms
+    assert type(patched).__name__ == "AddRMSNorm" + type(patched).__mro__[1].__name__
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
         gen = model.generate(ids[:1], max_new_tokens=32, do_sample=False, min_new_tokens=32)
@@ -322,3 +324,26 @@ def test_batch_one_is_bit_identical_at_a_real_hidden_size(capsys):
               f"patched batch 2 against batch 1 (row 0) {max_rel(out2[:1], out1):.2e}")
     # Beyond batch 1, within what HF's batch variance itself moves bf16 logits by (a rounding elsewhere).
     assert max_rel(out2, ref2) <= TOL.rounding_logits, TOL.reason
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
+    """Count: in a patched model's prefill and decode, the family's RMSNorm class runs its forward 0
+    times (every norm goes through addrmsnorm), where the unpatched model runs it at every norm."""
+    model = build(family)
+    cls = next(type(m) for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
+    calls = []
+    original = cls.forward
+    monkeypatch.setattr(cls, "forward", lambda self, *a, **k: (calls.append(1), original(self, *a, **k))[1])
+    n_norms = sum(1 for m in model.modules() if isinstance(m, cls))
+    ids = prompt(batch=1, length=6)
+    with torch.no_grad():
+        model(ids)
+    assert len(calls) >= n_norms > 0, (len(calls), n_norms)  # the count sees the unpatched norms
+    calls.clear()
+    hf.patch(model)
+    with torch.no_grad():
+        model(ids)
+        model.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)
+    assert calls == [], f"{len(calls)} calls of {cls.__name__}.forward after the patch"
+    assert all(type(m).__name__.startswith("AddRMSNorm") for m in model.modules() if isinstance(m, cls))

@@ -161,7 +161,7 @@ def test_bad_input_is_refused_by_name_and_writes_nothing():
     assert_refused(ValueError, "eps must be > 0", lambda: addrmsnorm.rmsnorm_(x, w, 0.0), x)
     assert_refused(TypeError, "numerics='hf' needs weight of x's dtype",
              lambda: addrmsnorm.rmsnorm_(x, w.double().to(torch.float16), numerics="hf"), x)
-    t = torch.randn(3, 4, 5, 64, device=DEVICE).transpose(0, 2)  # leading dims of three strides
+    t = torch.randn(3, 5, 7, 64, device=DEVICE)[:, :4, :6]  # leading dims of three strides, in any order
     assert_refused(ValueError, "cannot be addressed as rows of two leading strides", lambda: addrmsnorm.rmsnorm_(t, w), t)
     xg = x.clone().requires_grad_()
     with pytest.raises(RuntimeError, match="for training call addrmsnorm.rmsnorm"):
@@ -172,7 +172,7 @@ def test_opcheck():
     x, w = _inputs(6, 96, "bf16", "bf16", seed=4)
     opcheck = torch.library.opcheck
     opcheck(OPS.rmsnorm.default, (x, w, 1e-6))
-    opcheck(OPS.rmsnorm.default, (x, w, 1e-6, 0.5, True, False))
+    opcheck(OPS.rmsnorm.default, (x, w, 1e-6, 0.5, True, 0))
     opcheck(OPS.rmsnorm_.default, (x.clone(), w, 1e-6))
     opcheck(OPS.rmsnorm_into.default, (x, w, torch.empty_like(x), torch.empty(6, device=DEVICE), 1e-6))
 
@@ -218,3 +218,17 @@ def test_cuda_graph_capture_and_replay():
         torch.cuda.synchronize()
         assert torch.equal(bits(y), bits(addrmsnorm.rmsnorm(x2, w)))
         assert torch.equal(bits(sx), bits(addrmsnorm.rmsnorm(x2, w)))
+
+
+def test_permuted_views_are_normalized_in_their_memory_order():
+    """HF's head layout, q_proj(x).view(B, T, heads, D).transpose(1, 2): no two strides in the given
+    order, rows of one stride in memory order. y keeps x's strides, with the bits of the contiguous call."""
+    B, T, heads, D = 2, 5, 4, 64
+    x, w = _inputs(B * T * heads, D, "bf16", "bf16", seed=12)
+    x4 = x.view(B, T, heads, D).transpose(1, 2)
+    want = addrmsnorm.rmsnorm(x, w).view(B, T, heads, D).transpose(1, 2)
+    y, rstd = addrmsnorm.rmsnorm(x4, w, return_rstd=True)
+    assert y.shape == x4.shape and y.stride() == x4.stride() and rstd.shape == x4.shape[:-1]
+    assert torch.equal(bits(y), bits(want))
+    inplace = x4.clone()
+    assert addrmsnorm.rmsnorm_(inplace, w) is inplace and torch.equal(bits(inplace), bits(want))

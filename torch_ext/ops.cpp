@@ -615,6 +615,14 @@ Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape
     return {groups * heads, heads, outer, inner};
 }
 
+// The plain-norm operators' numerics (configs.PLAIN_NUMERICS' index: 0 contract, 1 hf, 2 hf_round_once) as
+// C ABI flags; validation.plain_numerics' words.
+uint32_t numerics_flags(int64_t numerics) {
+    TORCH_CHECK_VALUE(numerics >= 0 && numerics <= 2, "numerics must be 0 (contract), 1 (hf) or 2 (hf_round_once), got ",
+                      numerics);
+    return (numerics ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (numerics == 2 ? ADDRMSNORM_FLAG_HF_ROUND_ONCE : 0u);
+}
+
 addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, bool hf, const at::Tensor* out,
                                  const at::Tensor* rstd) {
     const addrmsnorm_dtype xd = to_dtype("x", x);
@@ -644,7 +652,7 @@ addrmsnorm_stream current_stream(const c10::Device& device) {
 }
 
 void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weight, const at::Tensor& out,
-                 const Grouped& go, float* rstd, double eps, double weight_offset, bool hf, bool pdl) {
+                 const Grouped& go, float* rstd, double eps, double weight_offset, uint32_t flags, bool pdl) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
     if (gx.rows == 0) return;
     const c10::Device device = x.device();
@@ -655,7 +663,7 @@ void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weigh
         return addrmsnorm_rmsnorm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd, gx.rows / gx.heads, gx.heads,
                                   x.size(-1), gx.stride, gx.head_stride, go.stride, go.head_stride, xd, wd,
                                   static_cast<float>(eps), static_cast<float>(weight_offset),
-                                  (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
+                                  flags | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
     });
 }
 
@@ -670,9 +678,10 @@ float* checked_rstd(const std::optional<at::Tensor>& rstd, const at::Tensor& x) 
 }
 
 std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                           double weight_offset, bool return_rstd, bool hf, bool pdl) {
+                                           double weight_offset, bool return_rstd, int64_t numerics, bool pdl) {
     check_scalars(eps, weight_offset);
-    check_norm_meta(x, weight, hf, nullptr, nullptr);
+    const uint32_t flags = numerics_flags(numerics);
+    check_norm_meta(x, weight, flags != 0, nullptr, nullptr);
     const Grouped gx = as_grouped("x", x, x.sizes());
     at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
     at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, x.dim() - 1) : c10::IntArrayRef{0},
@@ -680,30 +689,36 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor
     const int64_t H = x.size(-1);
     const Grouped go = Grouped{gx.rows, 1, H, 0}.as_group_of(gx.heads);
     launch_norm(x, gx, weight, out, go, return_rstd && rstd.numel() ? rstd.data_ptr<float>() : nullptr, eps,
-                weight_offset, hf, pdl);
+                weight_offset, flags, pdl);
     return {out, rstd};
 }
 
 void rmsnorm_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
-                  const std::optional<at::Tensor>& rstd, double eps, double weight_offset, bool hf, bool pdl) {
+                  const std::optional<at::Tensor>& rstd, double eps, double weight_offset, int64_t numerics,
+                  bool pdl) {
     check_scalars(eps, weight_offset);
-    check_norm_meta(x, weight, hf, &out, rstd.has_value() ? &*rstd : nullptr);
+    const uint32_t flags = numerics_flags(numerics);
+    check_norm_meta(x, weight, flags != 0, &out, rstd.has_value() ? &*rstd : nullptr);
     Grouped gx = as_grouped("x", x, x.sizes());
     Grouped go = out.is_same(x) ? gx : as_grouped("out", out, x.sizes());
     const int64_t g = std::max(gx.heads, go.heads);
     gx = gx.as_group_of(g);
     go = go.as_group_of(g);
     float* r = checked_rstd(rstd, x);
-    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, hf, pdl);
+    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, flags, pdl);
 }
 
-void rmsnorm_(const at::Tensor& x, const at::Tensor& weight, double eps, double weight_offset, bool hf, bool pdl) {
-    rmsnorm_into(x, weight, x, std::nullopt, eps, weight_offset, hf, pdl);
+void rmsnorm_(const at::Tensor& x, const at::Tensor& weight, double eps, double weight_offset, int64_t numerics,
+              bool pdl) {
+    rmsnorm_into(x, weight, x, std::nullopt, eps, weight_offset, numerics, pdl);
 }
 
 void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight, double eps,
-                 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, bool hf, bool pdl) {
+                 int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
+                 bool pdl) {
     check_scalars(eps, weight_offset);
+    const uint32_t flags = numerics_flags(numerics);
+    const bool hf = flags != 0;
     // validation.check_qk_rmsnorm_meta, in its order and words.
     const addrmsnorm_dtype xd = to_dtype("qkv", qkv), wd = to_dtype("q_weight", q_weight);
     to_dtype("k_weight", k_weight);
@@ -743,8 +758,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
     with_context(device, [&] {
         return addrmsnorm_qk_rmsnorm(qkv.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(), tokens, num_q_heads,
                                      num_kv_heads, head_dim, stride, xd, wd, static_cast<float>(eps),
-                                     static_cast<float>(weight_offset),
-                                     (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
+                                     static_cast<float>(weight_offset), flags | (pdl ? ADDRMSNORM_FLAG_PDL : 0u),
+                                     stream);
     });
 }
 

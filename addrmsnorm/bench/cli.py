@@ -235,7 +235,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     header.update(implementations=names, unavailable=unavailable, **_roles(live))
     # The latency sections first: they are short, and a run stopped in the long bandwidth grid keeps them.
-    if not args.no_decode:
+    if not args.no_decode and not args.plain_only:
         for N, H in DECODE_SHAPES:
             for impl in kernels:
                 base = dict(section="decode_chain", impl=impl.name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
@@ -244,17 +244,24 @@ def run(args) -> int:
                 except Exception as e:  # noqa: BLE001
                     rows.append(dict(base, note=f"failed: {type(e).__name__}"))
             _log(f"decode chain {N}x{H} done")
-    if not args.no_backward:
+    if not args.no_backward and not args.plain_only:
         from addrmsnorm.bench import backward
 
         rows += backward.run(roof.gbs, log=_log)
         _log("training rows done")
-    if not args.no_quant:
+    if not args.no_plain:
+        from addrmsnorm.bench import plain
+
+        rows += plain.run(roof.gbs, log=_log)
+        _log("plain-norm rows done")
+        if args.plain_only:
+            shapes = []
+    if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
 
         rows += quant.run(roof.gbs, log=_log)
         _log("quantized-output rows done")
-    if not args.no_overhead:
+    if not args.no_overhead and not args.plain_only:
         for impl in live:
             base = dict(section="cpu_overhead", impl=impl.name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16")
             try:
@@ -387,6 +394,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-backward", action="store_true", help="skip the training (backward) rows")
     ap.add_argument("--no-quant", action="store_true", help="skip the quantized-output (fp8/int8) rows")
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
+    ap.add_argument("--no-plain", action="store_true", help="skip the plain-norm rows (RMSNorm, QK norm, fp8)")
+    ap.add_argument("--plain-only", action="store_true", help="only the plain-norm rows")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .backward import __doc__ as backward_doc, table as backward_table
 from .cells import cell as _cell
+from .plain import __doc__ as plain_doc, table as plain_table
 from .quant import __doc__ as quant_doc, table as quant_table
 
 FIELDS = ["section", "impl", "N", "H", "x_dtype", "residual_dtype", "mode", "us_median", "us_min", "us_max",
@@ -155,6 +156,11 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = quant_doc.split("Byte model")[1].split("Timing:")[0].strip()
         lines += ["#### Quantized outputs (GB/s · % of roofline · µs per call; ✗: q differs from quant(the contract's y) in more than 0.1% of elements)", "",
                   "Byte model " + model, "", qt, ""]
+    pt = plain_table(rows)
+    if pt:
+        model = plain_doc.split("Byte model")[1].split("Shapes.")[0].strip()
+        lines += ["#### The plain norm: RMSNorm without a residual, QK norm, static fp8", "",
+                  "Byte model " + model, "", pt]
     lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
 

@@ -86,6 +86,13 @@ typedef enum addrmsnorm_dtype {
  */
 #define ADDRMSNORM_FLAG_PDL 0x2u
 
+/*
+ * ADDRMSNORM_FLAG_HF_ROUND_ONCE (the plain norm and the QK norm, with ADDRMSNORM_FLAG_HF_NUMERICS):
+ * HF's norms that multiply by the weight in fp32 and round once, whatever weight_offset is (OLMo 2's
+ * (weight * (x * rstd)).to(dtype)); ADDRMSNORM_FLAG_HF_NUMERICS alone does so only with an offset.
+ */
+#define ADDRMSNORM_FLAG_HF_ROUND_ONCE 0x4u
+
 /* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
 typedef struct CUstream_st *addrmsnorm_stream;
 
@@ -275,8 +282,8 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace
  *   rstd          [rows * heads] fp32 (row r, head j at r * heads + j), or NULL
  *   rows, heads   rows >= 0, heads >= 1, rows * heads < 2^31; rows == 0 is a no-op
  *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS (HF's RMSNorm: LlamaRMSNorm's roundings, or with
- *                 weight_offset != 0 the offset-weight form; weight_dtype must be x_dtype) and/or
- *                 ADDRMSNORM_FLAG_PDL
+ *                 weight_offset != 0 the offset-weight form; weight_dtype must be x_dtype), with it
+ *                 ADDRMSNORM_FLAG_HF_ROUND_ONCE, and/or ADDRMSNORM_FLAG_PDL
  * out must not overlap x (other than exactly), the weight or rstd, nor itself; the check takes
  * each view's whole byte span, so views that interleave in one buffer are refused.
  */
