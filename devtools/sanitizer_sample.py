@@ -48,6 +48,18 @@ def plain_norm():
     xl, _, wl = _inputs(2, 40000, torch.float32, torch.float32, 4)
     addrmsnorm.rmsnorm(xl, wl, EPS)
     assert torch.isfinite(y.float()).all()
+    # q and k of a fused QKV buffer in one launch (GQA: 8 q heads, 2 kv heads), against rmsnorm_ per view.
+    qkv = torch.randn(9, 12 * 128, device="cuda", dtype=torch.bfloat16)
+    want = qkv.clone()
+    addrmsnorm.rmsnorm_(want[:, :8 * 128].view(9, 8, 128), w[:128], EPS)
+    addrmsnorm.rmsnorm_(want[:, 8 * 128:10 * 128].view(9, 2, 128), w[128:256], EPS)
+    addrmsnorm.qk_rmsnorm_(qkv, w[:128], w[128:256], EPS, num_q_heads=8, num_kv_heads=2, head_dim=128)
+    assert torch.equal(qkv, want), "qk_rmsnorm_"
+    # The plain norm's quantized outputs: a per-token fp8 row and a looped static row.
+    q, s = addrmsnorm.rmsnorm_quant(x, w, EPS, quant_dtype=torch.float8_e4m3fn)
+    assert q.shape == x.shape and s.shape == (5,)
+    xq, _, wq = _inputs(2, 65536, torch.bfloat16, torch.bfloat16, 5)
+    addrmsnorm.rmsnorm_quant(xq, wq, EPS, quant_dtype=torch.int8, scale=torch.tensor([0.02], device="cuda"))
 
 
 def backward():
