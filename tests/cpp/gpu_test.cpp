@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "addrmsnorm/addrmsnorm.h"
+#include "addrmsnorm/addrmsnorm.hpp"
 #include "driver.h"
 
 namespace {
@@ -591,4 +592,76 @@ TEST_F(Gpu, QuantizedOutputsAgainstTheReference) {
                 run_quant_case(19, H, xd, qd, ADDRMSNORM_QUANT_PER_GROUP, 64, false, seed++);
                 run_quant_case(1, H, xd, qd, ADDRMSNORM_QUANT_PER_GROUP, 128, true, seed++);
             }
+}
+
+// ---- the plain norm and the QK norm, through the C++ layer -------------------------------------
+TEST_F(Gpu, PlainNormAndQkNormOfAFusedQkvBuffer) {
+    // qkv [T, (nq + 2 nk) * D] bf16 with a padded row stride; q's heads, then k's, then v's.
+    const int64_t T = 7, nq = 4, nk = 2, D = 128, W = (nq + 2 * nk) * D, S = W + 64;
+    std::mt19937 rng(33);
+    Rows qkv(ADDRMSNORM_BFLOAT16, T, W, S);
+    fill_random(qkv, rng, 2.0f);
+    HostTensor wq(ADDRMSNORM_BFLOAT16, D), wk(ADDRMSNORM_BFLOAT16, D);
+    std::normal_distribution<float> nd(1.0f, 0.2f);
+    for (int64_t c = 0; c < D; ++c) { wq.set(c, nd(rng)); wk.set(c, nd(rng)); }
+    DeviceBuffer dwq(wq.bytes.size()), dwk(wk.bytes.size());
+    CU(g_driver->cuMemcpyHtoD_v2(dwq.ptr, wq.bytes.data(), wq.bytes.size()));
+    CU(g_driver->cuMemcpyHtoD_v2(dwk.ptr, wk.bytes.data(), wk.bytes.size()));
+    qkv.upload();
+    const HostTensor before = qkv.host;
+
+    // The plain norm of q's heads, out of place, through the C++ layer: [T, nq, D] with strides (S, D).
+    Rows yq(ADDRMSNORM_BFLOAT16, T, nq * D, nq * D);
+    addrmsnorm::NormArgs a;
+    a.x = qkv.dev.p();
+    a.weight = dwq.p();
+    a.out = yq.dev.p();
+    a.rows = T;
+    a.heads = nq;
+    a.hidden = D;
+    a.stride_x = S;
+    a.x_dtype = a.weight_dtype = addrmsnorm::Dtype::bfloat16;
+    const addrmsnorm::Status s1 = addrmsnorm::rmsnorm(a);
+    ASSERT_TRUE(s1.ok()) << s1.message;
+    // q and k in place, one launch.
+    const addrmsnorm::Status s2 = addrmsnorm::qk_rmsnorm_inplace(
+        qkv.dev.p(), dwq.p(), dwk.p(), T, nq, nk, D, addrmsnorm::Dtype::bfloat16, addrmsnorm::Dtype::bfloat16,
+        1e-6f, S);
+    ASSERT_TRUE(s2.ok()) << s2.message;
+    CU(g_driver->cuCtxSynchronize());
+    qkv.download();
+    yq.download();
+
+    const Tol tol = tolerance(ADDRMSNORM_BFLOAT16);
+    int64_t bad = 0, v_written = 0, differ = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t head = 0; head < nq + nk; ++head) {
+            const HostTensor& w = head < nq ? wq : wk;
+            double ss = 0;
+            for (int64_t c = 0; c < D; ++c) {
+                const double v = before.get(static_cast<size_t>(t * S + head * D + c));
+                ss += v * v;
+            }
+            const double rstd = 1.0 / std::sqrt(ss / D + 1e-6);
+            for (int64_t c = 0; c < D; ++c) {
+                const double ref = before.get(static_cast<size_t>(t * S + head * D + c)) * rstd * w.get(c);
+                const double got = qkv.get(t, head * D + c);
+                bad += !(std::fabs(got - ref) <= tol.atol + tol.rtol * std::fabs(ref));
+                if (head < nq) differ += got != yq.get(t, head * D + c);  // the same bits both ways
+            }
+        }
+        for (int64_t c = (nq + nk) * D; c < S; ++c)
+            v_written += std::memcmp(qkv.host.at(static_cast<size_t>(t * S + c)),
+                                     before.at(static_cast<size_t>(t * S + c)), 2) != 0;
+    }
+    EXPECT_EQ(bad, 0) << "q or k off the reference";
+    EXPECT_EQ(differ, 0) << "qk_rmsnorm_inplace differs from rmsnorm on q's view";
+    EXPECT_EQ(v_written, 0) << "v or the padding was written";
+
+    // A bad call returns an error that names the argument, and launches nothing.
+    const addrmsnorm::Status bad_call = addrmsnorm::qk_rmsnorm_inplace(
+        qkv.dev.p(), dwq.p(), dwk.p(), T, nq, nk, D, addrmsnorm::Dtype::bfloat16, addrmsnorm::Dtype::bfloat16,
+        1e-6f, W - 1);
+    EXPECT_EQ(bad_call.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(bad_call.message.find("stride_qkv"), std::string::npos) << bad_call.message;
 }
