@@ -566,6 +566,52 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: in
     return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
 
 
+# The plain norm's own rows for 16-bit x (RESIDUAL off: it reads x alone, half the fused forward's bytes
+# per element, so the fused rows' tiles leave half the bytes in flight; at 16384 x 4096 bf16 the fused
+# row ran 78% of the roofline). Measured with devtools/tune.py plain (H200, bf16, N * H = 2**26 into
+# fresh outputs, % of the same-run roofline, 4228 GB/s): fewer warps per tile, 32 to 64 elements per
+# thread, win everywhere:
+#   128: r16 w2 96.7 (the fused row's r16 w4 87.7)   512: r4 w1 96.3   1024: r2 w2 96.9 (r1 w4 76.7)
+#   2048: r1 w4 97.0 (w8 78.2)   2880 / 3000: b4096 w4 91.9 / 93.0   4096: w4 95.8 (w8 92.3)
+#   5120 / 7168 / 8192: b8192 w4 82.0 / 94.7 / 94.7 (w8 80.9 / - / 95.1)   4100: b8192 w8 70.0
+#   odd 11111: looped 4096 w4, x kept in L2, 62.7 (single b16384 w8 37.5; re-read 2048 w16 44.9)
+#   14336 / 16384: b16384 w8 88.1 / 91.9 (w16 81.8)   32768: single b32768 w16 81.7 (loops <= 73.2)
+#   65536: looped 16384 w8, x kept, 69.7 (the loop reads x twice: 6 bytes per element of 4 moved)
+# 64 and 256 follow their neighbours' 32 elements per thread (not measured). fp32 x moves the fused
+# 16-bit forward's bytes per element and keeps the fused table's 4-byte rows (not tuned for the plain
+# norm). The quantized forward's plain calls keep the fused rows too.
+PLAIN_TABLE = tuple(ForwardRule(2, *row) for row in (
+    (64, _single(64, 32, 2)),
+    (128, _single(128, 16, 2)),
+    (256, _single(256, 8, 2)),
+    (512, _single(512, 4, 1)),
+    (1024, _single(1024, 2, 2)),
+    (2048, _single(2048, 1, 4)),
+    (4096, _single(4096, 1, 4)),
+    (16384, _looped(4096, 4, keep_h=True), True),  # odd H
+    (8192, _single(8192, 1, 4)),
+    (16384, _single(16384, 1, 8)),
+    (32768, _single(32768, 1, 16), False, (), True),  # vector-typed calls only: others would spill
+    (None, _looped(16384, 8, keep_h=True)),
+))
+
+
+# The QK norm (kernels.py's SPLIT: a token's q and k heads as one group of rows, two weights) is built
+# for head_dim up to 512 (the single-pass rows of PLAIN_TABLE up to 512), 16-bit x, and the weight of x's
+# dtype or fp32, at ALIGN 1 and the vector: 4 configs x 16 kernels per arch. In one group the q and k
+# heads ran 90.6% of the roofline at T = 8192 (32 + 8 heads of 128, bf16, in place), where two parts on
+# a second grid axis ran 60.3% (devtools/tune.py plain).
+QK_MAX_HEAD_DIM = 512
+
+
+def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> ForwardConfig:
+    """The plain norm's config: PLAIN_TABLE for 16-bit x, the fused rows of an fp32 stream for fp32.
+    The C++ runtime's generated select_plain_config has the same rule."""
+    if x_itemsize == 2:
+        return _select(PLAIN_TABLE, H, 2, 2, 0, vector_typed)
+    return select_forward_config(H, x_itemsize, x_itemsize, 0, vector_typed)
+
+
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
                           vector_typed: bool = False) -> ForwardConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.

@@ -225,19 +225,20 @@ def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=F
 def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0,
                 pdl=False):
     """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
-    (q's heads are the kernel's first part of rows, k's its second)."""
+    (a token's q and k heads are one group of rows; from the q heads' count on, rows take k's weight)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     hf, round_once = v.plain_numerics(numerics)
     call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
     _check_runnable(call.device)
     if call.tokens == 0:
         return
+    heads = num_q_heads + num_kv_heads  # a token's q heads, then its k heads: one group of rows
     launch_forward(
         qkv, None, q_weight, qkv, None, None,
-        n_rows=call.tokens * num_q_heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
+        n_rows=call.tokens * heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
         stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
-        group_rows=num_q_heads, stride_x_group=head_dim, stride_out_group=head_dim,
-        part2=(k_weight, call.tokens * num_kv_heads, num_kv_heads, num_q_heads * head_dim),
+        group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
+        weight2=k_weight, group_split=num_q_heads,
     )
 
 

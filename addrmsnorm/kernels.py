@@ -237,6 +237,7 @@ def _single_pass_rows(
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
     group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
+    weight2_ptr, group_split, SPLIT: tl.constexpr,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -250,6 +251,9 @@ def _single_pass_rows(
     # strides) only where it is compiled in. out's are computed at its store, not held across the row.
     if GROUPED:
         x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
+        if SPLIT:  # QK norm: a group's rows (a token's heads) from group_split on take weight2
+            r32 = rows.to(tl.int32)
+            second = (r32 - (r32 // group_rows) * group_rows) >= group_split
     else:
         x_rows = rows_2d * stride_x_row
 
@@ -273,8 +277,11 @@ def _single_pass_rows(
 
     if not WEIGHT_FIRST:
         w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
-    w = _weight_f32(w_raw, weight_dtype) + weight_offset
-    y = _scale(h, rstd[:, None], w[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
+    w = (_weight_f32(w_raw, weight_dtype) + weight_offset)[None, :]
+    if SPLIT:
+        w2 = _weight_f32(tl.load(weight2_ptr + cols, mask=col_mask, other=0), weight_dtype) + weight_offset
+        w = tl.where(second[:, None], w2[None, :], w)
+    y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
     if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -472,7 +479,7 @@ def _reread_row(
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group", "n_rows2", "group_rows2", "offset2")
+                     "stride_out_group", "group_split")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -496,10 +503,8 @@ def fused_add_rmsnorm_fwd(
     group_rows: tl.int32,     # GROUPED: rows per group (a 3-D view's middle dimension); else unused
     stride_x_group: tl.int64,  # GROUPED: elements between consecutive rows of a group of x
     stride_out_group: tl.int64,  # GROUPED: the same for out (stride_*_row then steps between groups)
-    weight2_ptr,              # GROUPED: part 2's weight (QK norm: k's), typed as weight; else unused
-    n_rows2: tl.int32,        # GROUPED: rows of part 2, run by the programs of grid axis 1 = 1
-    group_rows2: tl.int32,    # GROUPED: part 2's rows per group (its heads)
-    offset2: tl.int64,        # GROUPED: elements from x's (and out's) start to part 2's first row
+    weight2_ptr,              # SPLIT: the weight of a group's rows from group_split on (QK norm: k's); typed as weight
+    group_split: tl.int32,    # SPLIT: rows of a group before it take weight, the others weight2
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -512,6 +517,7 @@ def fused_add_rmsnorm_fwd(
     KEEP_H: tl.constexpr = False,    # looped: h kept in L2 for pass 2 (stored evict-last)
     RESIDUAL: tl.constexpr = True,   # False: the plain norm, h = x; residual and residual_out untouched
     GROUPED: tl.constexpr = False,   # rows addressed as (group, row in group): two leading strides
+    SPLIT: tl.constexpr = False,     # GROUPED, single pass: two weights by the row's place in its group
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -527,16 +533,6 @@ def fused_add_rmsnorm_fwd(
     if GROUPED:
         stride_x_group = (stride_x_group // ALIGN) * ALIGN
         stride_out_group = (stride_out_group // ALIGN) * ALIGN
-        # A second part of rows, with its own weight, in the same launch: the programs of grid axis 1 = 1
-        # run it (QK norm: q's heads are part 1, k's part 2, of one fused QKV buffer). A launch of one
-        # part has no such programs. Scalar selects: each program's rows, weight and strides stay uniform.
-        if tl.program_id(1) == 1:
-            x_ptr += (offset2 // ALIGN) * ALIGN
-            out_ptr += (offset2 // ALIGN) * ALIGN
-            weight_ptr = weight2_ptr
-            rstd_ptr += n_rows
-            n_rows = n_rows2
-            group_rows = group_rows2
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
@@ -555,7 +551,8 @@ def fused_add_rmsnorm_fwd(
                           eps, weight_offset, write_rstd, weight_dtype,
                           BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST, EVICT_LAST,
                           out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0,
-                          group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
+                          group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED,
+                          weight2_ptr, group_split, SPLIT)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -608,7 +605,8 @@ def fused_add_rmsnorm_quant_fwd(
                           eps, weight_offset, 0, weight_dtype,
                           BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
                           y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
-                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False)
+                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False,
+                          weight_ptr, 0, False)
 
 
 # ----- backward ------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def launch_forward(
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
-    part2: tuple | None = None,
+    weight2: torch.Tensor | None = None, group_split: int = 0,
     config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -75,9 +75,9 @@ def launch_forward(
     ``residual`` None is the plain norm (RESIDUAL off: h = x, nothing but out and rstd written;
     residual_out and the residual strides are ignored). It always runs GROUPED: row r of x at
     ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise), the rows of a
-    3-D view with two leading strides (group_rows 1: rows of one stride). ``part2`` = (weight2,
-    n_rows2, group_rows2, offset2) adds a second part of rows in the same launch, offset2 elements
-    past x's (and out's) start, with its own weight (QK norm: k's heads after q's). ``pdl`` launches with programmatic dependent launch where the
+    3-D view with two leading strides (group_rows 1: rows of one stride). ``weight2`` (SPLIT) gives
+    a group's rows from ``group_split`` on their own weight (QK norm: a token's q heads, then its k
+    heads, each with theirs). ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
@@ -85,22 +85,29 @@ def launch_forward(
     if plain:  # typed stand-ins the kernel never touches, as the AOT build has no None pointers
         residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
     else:
-        group_rows, stride_x_group, stride_out_group, part2 = 1, 0, 0, None
-    weight2, n_rows2, group_rows2, offset2 = part2 if part2 is not None else (weight, 0, 1, 0)
+        group_rows, stride_x_group, stride_out_group, weight2 = 1, 0, 0, None
+    split = weight2 is not None
+    if not split:
+        weight2, group_split = weight, group_rows
     if group_rows == 1:
         stride_x_group = stride_out_group = 0
     xs, rs = x.element_size(), residual.element_size()
-    if n_rows == 1 and part2 is None:  # a single row has no stride; 0 keeps the alignment rule the AOT runtime's
+    if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
         stride_x = stride_residual = stride_out = stride_residual_out = stride_x_group = stride_out_group = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
                 weight2.data_ptr())
-    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group, offset2)
+    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
-    cfg = config or select_forward_config(H, xs, rs, vector_typed=vector_typed)
+    if config is not None:
+        cfg = config
+    elif plain:
+        cfg = configs.select_plain_config(H, xs, vector_typed)
+    else:
+        cfg = select_forward_config(H, xs, rs, vector_typed=vector_typed)
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
@@ -110,7 +117,9 @@ def launch_forward(
     if plain:  # the plain norm is always GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
         extra["RESIDUAL"] = False
         extra["GROUPED"] = True
-    grid = (max(cfg.grid(n_rows), cfg.grid(n_rows2)), 2) if part2 is not None else (cfg.grid(n_rows),)
+    if split:
+        extra["SPLIT"] = True
+    grid = (cfg.grid(n_rows),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
@@ -120,7 +129,7 @@ def launch_forward(
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
-            group_rows, stride_x_group, stride_out_group, w2_arg, n_rows2, group_rows2, offset2,
+            group_rows, stride_x_group, stride_out_group, w2_arg, group_split,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

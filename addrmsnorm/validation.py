@@ -687,7 +687,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False) -> NormCall:
     return call
 
 
-QK_MAX_HEAD_DIM = 16384  # a head's row in one pass (configs.SINGLE_PASS_MAX_H): the C runtime says the same
+QK_MAX_HEAD_DIM = configs.QK_MAX_HEAD_DIM
 
 
 class QkCall:
@@ -704,13 +704,18 @@ def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, he
     qkv = check_tensor("qkv", qkv)
     q_weight = check_tensor("q_weight", q_weight)
     k_weight = check_tensor("k_weight", k_weight)
+    if qkv.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"qkv has dtype {qkv.dtype}; the QK norm takes float16 or bfloat16")
+    if q_weight.dtype not in (qkv.dtype, torch.float32):
+        raise TypeError(f"q_weight has dtype {q_weight.dtype}; it must be qkv's dtype ({qkv.dtype}) or float32")
     if k_weight.dtype != q_weight.dtype:
         raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's ({q_weight.dtype})")
     _check_hf_weight(hf, qkv, q_weight)
     if num_q_heads < 1 or num_kv_heads < 1:
         raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
     if not 0 < head_dim <= QK_MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}] (a head's row in one pass), got {head_dim}")
+        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}], got {head_dim}; for wider rows normalize "
+                         f"the q and k views with rmsnorm_")
     if qkv.dim() != 2:
         raise ValueError(f"qkv has shape {tuple(qkv.shape)}; it must be 2-D, (tokens, width)")
     width = (num_q_heads + num_kv_heads) * head_dim

@@ -6,6 +6,7 @@
     PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0] [--modes group]
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
+    PYTHONPATH=. python devtools/tune.py plain  [--h 128,4096] [--dtypes bf16]     # the plain norm (no residual)
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
 
@@ -34,6 +35,11 @@ persistent grid follows each config's programs per SM), at N * H = 2**26, interl
 gradients checked against the float64 reference. Bytes by bench/backward.py's model. The table's
 configs hold about 117 registers (sm_90, local cuobjdump): 16 warps per SM, where the grid aims
 for 32.
+
+plain: the plain norm (RESIDUAL off) at N * H = 2**26 into fresh outputs, for each H a sweep of single
+passes (rows per program and warps at 16 to 64 elements per thread) and, from 8192 up, loops; and the
+QK norm (a QKV buffer's q and k heads, 32 + 8 of 128, T = 8192, in place) over rows per program and
+warps. It moves half the fused forward's bytes per row, so it wants more rows (bytes) per program.
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
@@ -140,6 +146,79 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
     del sets, outs
     torch.cuda.empty_cache()
     return results
+
+
+def _plain_candidates(H: int) -> list[ForwardConfig]:
+    b = triton.next_power_of_2(H)
+    out = [configs.contiguous_forward_config(H, 2, 2)]  # the fused table's choice first
+    if H <= configs.SINGLE_PASS_MAX_H:
+        for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            for w in (1, 2, 4, 8, 16):
+                per_thread = b * rows // (32 * w)
+                if 16 <= per_thread <= 64 and rows * b <= 32768:
+                    c = ForwardConfig(b, rows, w, False, evict_last=True)
+                    if c not in out:
+                        out.append(c)
+    if H >= 8192:
+        for chunk, w in ((2048, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
+            for keep in (False, True):
+                c = ForwardConfig(chunk, 1, w, True, keep_h=keep)
+                if chunk < H and c not in out:
+                    out.append(c)
+    return out
+
+
+def plain(hs, dtypes, roof, out):
+    """The plain norm's sweep (see the module docstring), then the QK norm's."""
+    print("| shape | dtype | config | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
+    for dname in dtypes:
+        xd = DT[dname]
+        for H in hs:
+            N = max(1, (1 << 26) // H)
+            nbytes = 2 * xd.itemsize * N * H
+            gen = torch.Generator(device="cuda").manual_seed(H)
+            n_sets = sets_for_cold_l2(nbytes)
+            xs = [torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
+            ys = [torch.empty_like(x) for x in xs]
+            w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
+            best = (0.0, "")
+            for cfg in _plain_candidates(H):
+                def call(i, cfg=cfg):
+                    launch_forward(xs[i], None, w, ys[i], None, None, n_rows=N, H=H, stride_x=H, stride_residual=0,
+                                   stride_out=H, stride_residual_out=0, eps=1e-6, weight_offset=0.0, config=cfg)
+                try:
+                    t = time_graph(call, n_sets)
+                except Exception as e:  # noqa: BLE001 - out of registers or shared memory
+                    print(f"| {N}x{H} | {dname} | {_tag(cfg)} | failed: {type(e).__name__} | | |", file=out, flush=True)
+                    continue
+                gbs = nbytes / t.median_us / 1e3
+                best = max(best, (gbs, _tag(cfg)))
+                print(f"| {N}x{H} | {dname} | {_tag(cfg)} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+                      file=out, flush=True)
+            print(f"| {N}x{H} | {dname} | **best**: {best[1]} | | {best[0]:.0f} | {100 * best[0] / roof:.1f}% |",
+                  file=out, flush=True)
+            del xs, ys
+            torch.cuda.empty_cache()
+    T, nq, nk, D = 8192, 32, 8, 128
+    qkvs = [torch.randn(T, (nq + 2 * nk) * D, device="cuda").to(torch.bfloat16) for _ in range(4)]
+    wq, wk = torch.ones(D, device="cuda", dtype=torch.bfloat16), torch.ones(D, device="cuda", dtype=torch.bfloat16)
+    nbytes = 2 * 2 * T * (nq + nk) * D
+    for rows in (8, 16, 32, 64, 128):
+        for w in (1, 2, 4, 8):
+            if not 16 <= D * rows // (32 * w) <= 64:
+                continue
+            cfg = ForwardConfig(D, rows, w, False, evict_last=True)
+
+            def call(i, cfg=cfg):
+                q = qkvs[i]
+                launch_forward(q, None, wq, q, None, None, n_rows=T * (nq + nk), H=D, stride_x=q.stride(0),
+                               stride_residual=0, stride_out=q.stride(0), stride_residual_out=0, eps=1e-6,
+                               weight_offset=0.0, group_rows=nq + nk, stride_x_group=D, stride_out_group=D,
+                               weight2=wk, group_split=nq, config=cfg)
+            t = time_graph(call, len(qkvs))
+            gbs = nbytes / t.median_us / 1e3
+            print(f"| qk T={T} | bf16 | {_tag(cfg)} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+                  file=out, flush=True)
 
 
 def _fits(cfg: ForwardConfig, H: int) -> bool:
@@ -447,7 +526,7 @@ def once(shape, dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd", "plain"])
     ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
     ap.add_argument("--modes", default="", help="quant: only the modes whose names contain one of these "
                     "comma-separated words (e.g. group,int8); default every mode")
@@ -483,6 +562,8 @@ def main():
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
+    if args.what == "plain":
+        return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out)
     if args.what == "weight":
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
     if args.what == "bwd":

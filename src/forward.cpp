@@ -81,15 +81,14 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
     int32_t group_rows = 1;  // rows of one stride: the grouped addressing is compiled out (GROUPED)
     int64_t stride_x_group = 0, stride_out_group = 0;
-    int32_t n_rows2 = 0, group_rows2 = 1;  // no second part (GROUPED's)
-    int64_t offset2 = 0;
+    int32_t group_split = 1;  // one weight (SPLIT is compiled out)
     CUdeviceptr global_scratch = 0, profile_scratch = 0;  // Triton's hidden arguments; sizes are 0
     // Parameter order of fused_add_rmsnorm_fwd without its constexprs; eps and weight_offset are
     // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: the store is predicated on write_rstd.
     void* params[] = {&px, &pr, &pw, &po, &pro, &prstd, &n_rows, &H,
                       &stride_x, &stride_residual, &stride_out, &stride_residual_out,
                       &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_group,
-                      &stride_out_group, &pw, &n_rows2, &group_rows2, &offset2, &global_scratch, &profile_scratch};
+                      &stride_out_group, &pw, &group_split, &global_scratch, &profile_scratch};
 
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
@@ -208,56 +207,52 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
 
 namespace {
 
-// One launch of the plain forward (RESIDUAL off, GROUPED) over part 1, [rows1, heads1] rows of x, and,
-// with rows2 > 0, part 2, [rows2, heads2] rows offset2 elements past x and out, normalized with weight2.
-// Strides are in elements; both parts share the row and head strides.
-addrmsnorm_status launch_plain(const void* x, const void* weight, const void* weight2, void* out, float* rstd,
-                               int64_t rows1, int64_t heads1, int64_t rows2, int64_t heads2, int64_t offset2,
-                               int64_t hidden, int64_t stride_x, int64_t stride_x_head, int64_t stride_out,
-                               int64_t stride_out_head, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-                               float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
+// One launch of the plain forward (RESIDUAL off, GROUPED) over x as [rows, heads, hidden] with two
+// leading strides (elements). With weight2 (the QK norm: SPLIT), a group's rows from `split` on take
+// weight2.
+addrmsnorm_status launch_plain(const void* x, const void* weight, const void* weight2, int32_t split, void* out,
+                               float* rstd, int64_t rows, int64_t heads, int64_t hidden, int64_t stride_x,
+                               int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
+                               addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset,
+                               uint32_t flags, addrmsnorm_stream stream) {
     addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
-    if (heads1 == 1 && heads2 <= 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
-    if (rows1 * heads1 == 1 && rows2 == 0) stride_x = stride_out = stride_x_head = stride_out_head = 0;
-    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
-    const bool pointers_aligned = aligned16(x) && aligned16(weight) && aligned16(weight2) && aligned16(out);
+    if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
+    if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = 0;
+    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0, qk = weight2 != nullptr;
+    const void* w2 = qk ? weight2 : weight;
+    const bool pointers_aligned = aligned16(x) && aligned16(weight) && aligned16(w2) && aligned16(out);
     const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = dtype_size(x_dtype);
-    // As the JIT launcher: H, every stride and part 2's offset must be multiples of ALIGN.
+    // As the JIT launcher: H and every stride must be multiples of ALIGN.
     const int align_class = forward_align_class(
-        pointers_aligned, hidden | stride_x | stride_out | stride_x_head | stride_out_head | offset2, xs, xs, ends_only);
+        pointers_aligned, hidden | stride_x | stride_out | stride_x_head | stride_out_head, xs, xs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs, (flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) != 0);
     const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
-    const int config = select_forward_config(hidden, xs, xs, 0, vector_typed);
+    const int config = select_plain_config(hidden, xs, vector_typed);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
-    const int variant = plain_variant_index(config, x_dtype, weight_dtype, align_class, numerics);
+    const int variant = qk ? qk_variant_index(config, x_dtype, weight_dtype, align_class, numerics)
+                           : plain_variant_index(config, x_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, "plain-norm kernel", &k);
+    st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const ForwardConfig& cfg = kConfigs[config];
-    if (rows2 > 0 && cfg.looped)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "head_dim=%lld is too wide for one pass over a head's row (the QK norm's limit is %d)",
-                    (long long)hidden, cfg.block_h);
     CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pw = reinterpret_cast<CUdeviceptr>(weight),
-                pw2 = reinterpret_cast<CUdeviceptr>(weight2), po = reinterpret_cast<CUdeviceptr>(out),
+                pw2 = reinterpret_cast<CUdeviceptr>(w2), po = reinterpret_cast<CUdeviceptr>(out),
                 prstd = reinterpret_cast<CUdeviceptr>(rstd);
-    int32_t n_rows = static_cast<int32_t>(rows1 * heads1), H = static_cast<int32_t>(hidden);
+    int32_t n_rows = static_cast<int32_t>(rows * heads), H = static_cast<int32_t>(hidden);
     int64_t stride_none = 0;
     int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
-    int32_t group_rows = static_cast<int32_t>(heads1);
-    int32_t n_rows2 = static_cast<int32_t>(rows2 * heads2), group_rows2 = static_cast<int32_t>(heads2 > 0 ? heads2 : 1);
+    int32_t group_rows = static_cast<int32_t>(heads), group_split = qk ? split : group_rows;
     CUdeviceptr global_scratch = 0, profile_scratch = 0;
     // fused_add_rmsnorm_fwd's parameters: x stands in for residual and out for residual_out (RESIDUAL off).
     void* params[] = {&px, &px, &pw, &po, &po, &prstd, &n_rows, &H,
                       &stride_x, &stride_none, &stride_out, &stride_none,
                       &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_head,
-                      &stride_out_head, &pw2, &n_rows2, &group_rows2, &offset2, &global_scratch, &profile_scratch};
-    const int64_t rows_max = n_rows > n_rows2 ? n_rows : n_rows2;
-    const unsigned grid = static_cast<unsigned>((rows_max + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0, rows2 > 0 ? 2u : 1u);
+                      &stride_out_head, &pw2, &group_split, &global_scratch, &profile_scratch};
+    const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 }  // namespace
@@ -278,8 +273,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm(
                                                      stride_out, stride_out_head, x_dtype, weight_dtype, eps,
                                                      weight_offset, flags});
     if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
-    return launch_plain(x, weight, weight, out, rstd, rows, heads, 0, 1, 0, hidden, stride_x, stride_x_head,
-                        stride_out, stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags, stream);
+    return launch_plain(x, weight, nullptr, 0, out, rstd, rows, heads, hidden, stride_x, stride_x_head, stride_out,
+                        stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags, stream);
 }
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm_check(
@@ -297,9 +292,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
     addrmsnorm_status st = validate_qk(QkCall{qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim,
                                               stride_qkv, dtype, weight_dtype, eps, weight_offset, flags});
     if (st != ADDRMSNORM_SUCCESS || tokens == 0) return st;
-    // q's heads are part 1, k's part 2 (num_q_heads * head_dim elements further), in place.
-    return launch_plain(qkv, q_weight, k_weight, qkv, nullptr, tokens, num_q_heads, tokens, num_kv_heads,
-                        num_q_heads * head_dim, head_dim, stride_qkv, head_dim, stride_qkv, head_dim, dtype,
+    // A token's q heads, then its k heads: one group of rows, k's weight from the q heads' count on; in place.
+    return launch_plain(qkv, q_weight, k_weight, static_cast<int32_t>(num_q_heads), qkv, nullptr, tokens,
+                        num_q_heads + num_kv_heads, head_dim, stride_qkv, head_dim, stride_qkv, head_dim, dtype,
                         weight_dtype, eps, weight_offset, flags, stream);
 }
 

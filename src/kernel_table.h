@@ -16,7 +16,8 @@ struct ForwardConfig {
 
 struct KernelVariant {
     int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward, and the
-                           // plain norm's: 4 forward (RESIDUAL off, GROUPED), 5 quantized forward
+                           // plain norm's: 4 forward (RESIDUAL off, GROUPED), 5 quantized forward, 6 the QK
+                           // norm's forward (4 with SPLIT)
     int config;            // index into kConfigs (forward) or kBackwardConfigs
     int x_dtype, residual_dtype;  // addrmsnorm_dtype values
     int weight;            // forward: the weight slot (weight_slot below); backward: -1 (any weight,
@@ -87,6 +88,12 @@ inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == A
 // (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows. Batch
 // invariance rests on it never seeing the row count.
 int select_forward_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+// configs.PLAIN_TABLE's rule (16-bit x), generated; select_plain_config below is configs.select_plain_config.
+int select_plain_config_16(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+inline int select_plain_config(long long H, int x_itemsize, bool vector_typed) {
+    return x_itemsize == 2 ? select_plain_config_16(H, 2, 2, 0, vector_typed)
+                           : select_forward_config(H, x_itemsize, x_itemsize, 0, vector_typed);
+}
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether
@@ -132,6 +139,13 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
 inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false) {
     return (plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
                                                         kNumQuantModes + quant - 1];
+}
+
+extern const short kQkIndex[];  // the QK norm (SPLIT), indexed as kPlainIndex
+
+inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
+    return kQkIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
+                     align_class) * kNumNumerics + numerics];
 }
 
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {

@@ -578,15 +578,23 @@ addrmsnorm_status validate_qk(const QkCall& c) {
     if (addrmsnorm_status st = check_norm_scalars(c.flags, c.eps, c.weight_offset, c.dtype, c.weight_dtype, "dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
-    if (c.head_dim <= 0 || c.head_dim > INT32_MAX)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "head_dim must be in [1, 2^31), got %lld", (long long)c.head_dim);
+    if (c.dtype != ADDRMSNORM_FLOAT16 && c.dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "dtype is %s; the QK norm takes float16 or bfloat16",
+                    dtype_name(c.dtype));
+    if (c.weight_dtype != c.dtype && c.weight_dtype != ADDRMSNORM_FLOAT32)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; it must be dtype (%s) or float32",
+                    dtype_name(c.weight_dtype), dtype_name(c.dtype));
+    if (c.head_dim <= 0 || c.head_dim > kQkMaxHeadDim)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "head_dim must be in [1, %d], got %lld; for wider rows normalize the q and k views with "
+                    "addrmsnorm_rmsnorm", kQkMaxHeadDim, (long long)c.head_dim);
     if (c.num_q_heads < 1 || c.num_kv_heads < 1)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_q_heads and num_kv_heads must be >= 1, got %lld and %lld",
                     (long long)c.num_q_heads, (long long)c.num_kv_heads);
     if (c.tokens < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "tokens must be >= 0, got %lld", (long long)c.tokens);
-    const int64_t heads = c.num_q_heads > c.num_kv_heads ? c.num_q_heads : c.num_kv_heads;
-    if (heads > INT32_MAX / c.head_dim || c.num_q_heads + c.num_kv_heads > INT32_MAX / c.head_dim ||
-        (c.tokens > 0 && c.tokens > INT32_MAX / heads))
+    const int64_t heads = c.num_q_heads + c.num_kv_heads;
+    if (c.num_q_heads > INT32_MAX / c.head_dim || c.num_kv_heads > INT32_MAX / c.head_dim ||
+        heads > INT32_MAX / c.head_dim || (c.tokens > 0 && c.tokens > INT32_MAX / heads))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
     if (c.tokens == 0) return ADDRMSNORM_SUCCESS;

@@ -84,8 +84,8 @@ struct QkCall {
     uint32_t flags;
 };
 
-// addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules), the one-pass bound aside
-// (forward.cpp checks it against the dispatch rule).
+// addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules).
+constexpr int kQkMaxHeadDim = 512;  // configs.QK_MAX_HEAD_DIM
 addrmsnorm_status validate_qk(const QkCall& c);
 
 int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype

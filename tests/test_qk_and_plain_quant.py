@@ -42,7 +42,8 @@ def _views(qkv, nq, nk, D):
 CASES = [  # (T, nq, nk, D, x dtype, weight dtype, numerics, weight_offset, row padding)
     (9, 4, 2, 64, "bf16", "bf16", "contract", 0.0, 0),
     (5, 3, 1, 128, "fp16", "fp32", "contract", 0.0, 8),
-    (7, 2, 2, 96, "fp32", "fp32", "hf", 0.0, 0),
+    (7, 2, 2, 96, "fp16", "fp16", "hf", 0.0, 0),
+    (2, 3, 1, 512, "bf16", "fp32", "contract", 1.0, 0),  # the widest head the QK norm takes
     (6, 4, 1, 128, "bf16", "bf16", "hf", 0.0, 0),  # Qwen3: LlamaRMSNorm's roundings
     (4, 2, 1, 256, "bf16", "bf16", "hf", 1.0, 16),  # Gemma 3: 1 + w
     (1, 8, 8, 128, "bf16", "bf16", "contract", 0.0, 0),  # decode: one token
@@ -90,7 +91,11 @@ def test_qk_norm_refusals_name_the_argument_and_write_nothing():
                    lambda: call(b=wk.float()), qkv)
     assert_refused(ValueError, "q_weight overlaps qkv", lambda: call(a=qkv[0, 64:128]), qkv)
     assert_refused(ValueError, "num_q_heads and num_kv_heads must be >= 1", lambda: call(num_kv_heads=0), qkv)
-    assert_refused(ValueError, r"head_dim must be in \[1, 16384\]", lambda: call(head_dim=0), qkv)
+    assert_refused(ValueError, r"head_dim must be in \[1, 512\], got 0", lambda: call(head_dim=0), qkv)
+    assert_refused(TypeError, "qkv has dtype torch.float32; the QK norm takes float16 or bfloat16",
+                   lambda: call(qkv.float(), wq.float(), wk.float()), qkv)
+    assert_refused(TypeError, "q_weight has dtype torch.float16; it must be qkv's dtype",
+                   lambda: call(a=wq.half(), b=wk.half()), qkv)
     assert_refused(TypeError, "numerics='hf' needs weight of x's dtype",
                    lambda: call(a=wq.float(), b=wk.float(), numerics="hf"), qkv)
     assert_refused(ValueError, "eps must be > 0", lambda: addrmsnorm.qk_rmsnorm_(qkv, wq, wk, -1.0, **kw), qkv)

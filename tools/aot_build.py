@@ -89,7 +89,7 @@ class Spec:
     @property
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
-        return {"pfwd": "fwd", "pqfwd": "qfwd"}.get(self.kind, self.kind)
+        return {"pfwd": "fwd", "qkfwd": "fwd", "pqfwd": "qfwd"}.get(self.kind, self.kind)
 
     @property
     def align_class(self) -> int:
@@ -129,6 +129,12 @@ def _plain_widths(cfg) -> list:
     return sorted({r.act_bytes for r in configs.FORWARD_TABLE if r.config == cfg and not r.quant_only})
 
 
+def _kinds(x: str, res: str) -> tuple:
+    """The forward kinds built at a fused config for a dtype pair: the plain norm of fp32 x there too
+    (its rows are the fused fp32 stream's; 16-bit x has configs.PLAIN_TABLE)."""
+    return ("fwd", "pfwd") if x == res == "fp32" else ("fwd",)
+
+
 def _serves_quant(cfg, mode: int) -> bool:
     """Whether some quantized call of mode (configs.QUANT_MODES) reaches cfg: a 16-bit rule that is not
     for odd H alone (the quantized forward's rows are multiples of 16) nor for other modes alone, and
@@ -165,11 +171,10 @@ def all_specs(cfgs, bcfgs):
             if _vector_typed_only(cfg, act_bytes):  # one kernel per dtype pair: the full vector, typed weight
                 for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                     v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
-                    specs += [Spec(k, ci, x, res, x, v) for k in (("fwd", "pfwd") if x == res else ("fwd",))]
+                    specs += [Spec(k, ci, x, res, x, v) for k in _kinds(x, res)]
                 continue
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
-                # The plain norm: the same kernels for x's own dtype pair, RESIDUAL off (one stream).
-                kinds = ("fwd", "pfwd") if x == res else ("fwd",)
+                kinds = _kinds(x, res)
                 for w in configs.forward_weight_args(x):
                     w16 = w == configs.WEIGHT_W16
                     for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=w16):
@@ -181,6 +186,31 @@ def all_specs(cfgs, bcfgs):
                         for align in configs.align_classes(ITEMSIZE[x], ITEMSIZE[res], ends_only=True):
                             if align == 1 or not odd_only:
                                 specs += [Spec(k, ci, x, res, x, align, numerics=mode) for k in kinds]
+    for ci, cfg in enumerate(cfgs):  # the plain norm of 16-bit x: configs.PLAIN_TABLE's rows
+        rules = [r for r in configs.PLAIN_TABLE if r.config == cfg]
+        if not rules:
+            continue
+        odd_only = all(r.odd_h_only for r in rules)
+        if all(r.vector_typed_only for r in rules):
+            specs += [Spec("pfwd", ci, x, x, x, configs.vector_elems(2, 2)) for x in ("fp16", "bf16")]
+            continue
+        for x in ("fp16", "bf16"):
+            for w in configs.forward_weight_args(x):
+                for align in configs.align_classes(2, 2, ends_only=w == configs.WEIGHT_W16):
+                    if align == 1 or not odd_only:
+                        specs.append(Spec("pfwd", ci, x, x, w, align))
+            for mode in (configs.HF_LLAMA, configs.HF_GEMMA):
+                for align in configs.align_classes(2, 2, ends_only=True):
+                    if align == 1 or not odd_only:
+                        specs.append(Spec("pfwd", ci, x, x, x, align, numerics=mode))
+    for ci, cfg in enumerate(cfgs):  # the QK norm (SPLIT): PLAIN_TABLE's single passes up to QK_MAX_HEAD_DIM
+        if not any(r.config == cfg and not r.odd_h_only and not r.vector_typed_only and r.h_max is not None
+                   and r.h_max <= configs.QK_MAX_HEAD_DIM for r in configs.PLAIN_TABLE):
+            continue
+        for x in ("fp16", "bf16"):
+            for align in configs.align_classes(2, 2, ends_only=True):
+                specs += [Spec("qkfwd", ci, x, x, w, align) for w in (x, "fp32")]
+                specs += [Spec("qkfwd", ci, x, x, x, align, numerics=m) for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
@@ -198,7 +228,7 @@ def kernel_of(kind: str):
     """The @triton.jit kernel of a Spec kind."""
     k = _load("kernels")
     return {"fwd": k.fused_add_rmsnorm_fwd, "qfwd": k.fused_add_rmsnorm_quant_fwd, "bwd": k.fused_add_rmsnorm_bwd,
-            "dw": k.fused_add_rmsnorm_dweight, "pfwd": k.fused_add_rmsnorm_fwd,
+            "dw": k.fused_add_rmsnorm_dweight, "pfwd": k.fused_add_rmsnorm_fwd, "qkfwd": k.fused_add_rmsnorm_fwd,
             "pqfwd": k.fused_add_rmsnorm_quant_fwd}[kind]
 
 
@@ -286,7 +316,8 @@ def compile_one(job):
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
-                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "fwd", "GROUPED": spec.kind == "pfwd"}
+                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "fwd", "GROUPED": spec.kind != "fwd",
+                          "SPLIT": spec.kind == "qkfwd"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
@@ -375,7 +406,7 @@ N_NUMERICS = 3  # HF_NUMERICS values: configs.CONTRACT, HF_LLAMA, HF_GEMMA (kern
 
 def weight_slot(spec) -> int:
     return 0 if spec.weight == spec.x else 1 if spec.weight == "fp32" else 2
-KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3, "pfwd": 4, "pqfwd": 5}  # KernelVariant::kind
+KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3, "pfwd": 4, "pqfwd": 5, "qkfwd": 6}  # KernelVariant::kind
 
 
 ITEMSIZE_PAIRS = ((2, 2), (2, 4), (4, 2), (4, 4))
@@ -579,6 +610,12 @@ addrmsnorm_cubin_blob:
             assert pdense[idx] == -1, s
             pdense[idx] = si
     lines += _short_array("kPlainIndex", "[config][x][weight slot][align_class][numerics]", pdense)
+    qkdense = [-1] * len(pdense)
+    for si, s in enumerate(specs):
+        if s.kind == "qkfwd":
+            qkdense[(((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS
+                    + s.numerics] = si
+    lines += _short_array("kQkIndex", "the QK norm's: [config][x][weight slot][align_class][numerics]", qkdense)
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
@@ -611,10 +648,11 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
+                             ("select_plain_config_16", configs.PLAIN_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
-        quant_arg = ", int quant, bool vector_typed" if table is configs.FORWARD_TABLE else ""
+        quant_arg = ", int quant, bool vector_typed" if table is not configs.BACKWARD_TABLE else ""
         lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
         lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
         for act in sorted({r.act_bytes for r in table}):
@@ -660,6 +698,10 @@ addrmsnorm_cubin_blob:
                                   *((2, 2, m, vt) for m in configs.QUANT_MODES for vt in (False, True))):
             c = configs.select_forward_config(H, xs, rs, quant, vt)
             cases.append(f"{{{H}, {xs}, {rs}, {quant}, {str(vt).lower()}, {c.block_h}, "
+                         f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
+        for xs, vt in ((2, False), (2, True), (4, False), (4, True)):  # the plain norm: quant -1
+            c = configs.select_plain_config(H, xs, vt)
+            cases.append(f"{{{H}, {xs}, {xs}, -1, {str(vt).lower()}, {c.block_h}, "
                          f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 
@@ -714,7 +756,7 @@ def main():
                  "environment. The JIT backend runs on other releases (tools/aot_build.py --jit-check).")
     kernels = _load("kernels")
 
-    cfgs = unique_configs()
+    cfgs = unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE)
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.fused_add_rmsnorm_fwd, kernels.fused_add_rmsnorm_bwd,
@@ -727,7 +769,7 @@ def main():
             kinds = {k: sum(1 for s in built if s.kind == k) for k in KINDS}
             print(f"sm_{arch}: {len(built)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
                   f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward, {kinds['pfwd']} plain norm, "
-                  f"{kinds['pqfwd']} plain quantized)")
+                  f"{kinds['qkfwd']} QK norm, {kinds['pqfwd']} plain quantized)")
         return
     if args.sample or args.jit_check:
         picked = []

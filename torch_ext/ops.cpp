@@ -722,6 +722,10 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
     // validation.check_qk_rmsnorm_meta, in its order and words.
     const addrmsnorm_dtype xd = to_dtype("qkv", qkv), wd = to_dtype("q_weight", q_weight);
     to_dtype("k_weight", k_weight);
+    TORCH_CHECK_TYPE(xd == ADDRMSNORM_FLOAT16 || xd == ADDRMSNORM_BFLOAT16, "qkv has dtype ",
+                     torch_name(qkv.scalar_type()), "; the QK norm takes float16 or bfloat16");
+    TORCH_CHECK_TYPE(wd == xd || wd == ADDRMSNORM_FLOAT32, "q_weight has dtype ", torch_name(q_weight.scalar_type()),
+                     "; it must be qkv's dtype (", torch_name(qkv.scalar_type()), ") or float32");
     TORCH_CHECK_TYPE(k_weight.scalar_type() == q_weight.scalar_type(), "k_weight has dtype ",
                      torch_name(k_weight.scalar_type()), "; it must be q_weight's (", torch_name(q_weight.scalar_type()),
                      ")");
@@ -730,8 +734,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
                      ": HF's RMSNorm keeps its weight in the model dtype");
     TORCH_CHECK_VALUE(num_q_heads >= 1 && num_kv_heads >= 1, "num_q_heads and num_kv_heads must be >= 1, got ",
                       num_q_heads, " and ", num_kv_heads);
-    TORCH_CHECK_VALUE(head_dim >= 1 && head_dim <= 16384,
-                      "head_dim must be in [1, 16384] (a head's row in one pass), got ", head_dim);
+    TORCH_CHECK_VALUE(head_dim >= 1 && head_dim <= 512, "head_dim must be in [1, 512], got ", head_dim,
+                      "; for wider rows normalize the q and k views with rmsnorm_");
     TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
     const int64_t width = (num_q_heads + num_kv_heads) * head_dim;
     TORCH_CHECK_VALUE(qkv.size(1) >= width, "qkv has width ", qkv.size(1), ", less than the q and k heads' (",

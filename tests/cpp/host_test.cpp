@@ -242,8 +242,10 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i =
-            addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant, c.vector_typed);
+        const int i = c.quant < 0  // the plain norm's rule
+                          ? addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed)
+                          : addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant,
+                                                                      c.vector_typed);
         ASSERT_GE(i, 0);
         EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
         EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H << " quant " << c.quant;
@@ -620,7 +622,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
                             const bool ends_only = hf || weight_slot(x, w) == 2;
                             if (forward_align_class(true, 1LL << align_class, xs, xs, ends_only) != align_class) continue;
                             const bool vt = is_vector_typed(align_class, xs, xs, w == x, numerics);
-                            const int cfg = select_forward_config(H, xs, xs, 0, vt);
+                            const int cfg = select_plain_config(H, xs, vt);
                             const int v = plain_variant_index(cfg, x, w, align_class, numerics);
                             ASSERT_GE(v, 0) << "H=" << H << " x " << x << " weight " << w << " class " << align_class;
                             EXPECT_EQ(kVariants[v].kind, 4);
@@ -640,6 +642,26 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
                     EXPECT_EQ(kVariants[v].kind, 5);
                     EXPECT_EQ(kVariants[v].quant, mode);
                 }
+}
+
+TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    for (long long D : {16LL, 64LL, 80LL, 96LL, 128LL, 256LL, 512LL})
+        for (int x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (int w : {x, static_cast<int>(ADDRMSNORM_FLOAT32)})
+                for (int align_class : {0, kNumAlignClasses - 1})
+                    for (bool hf : {false, true})
+                        for (float offset : {0.0f, 1.0f}) {
+                            if (hf && w != x) continue;
+                            const int numerics = numerics_mode(hf, offset, 2);
+                            const bool vt = is_vector_typed(align_class, 2, 2, w == x, numerics);
+                            const int cfg = select_plain_config(D, 2, vt);
+                            ASSERT_FALSE(kConfigs[cfg].looped) << "D=" << D;
+                            const int v = qk_variant_index(cfg, x, w, align_class, numerics);
+                            ASSERT_GE(v, 0) << "D=" << D << " x " << x << " weight " << w << " class " << align_class;
+                            EXPECT_EQ(kVariants[v].kind, 6);
+                            for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+                        }
 }
 
 namespace {
