@@ -20,7 +20,7 @@ for tool in memcheck racecheck initcheck synccheck; do
   for target in cpp triton c-abi; do
     log=build/sanitizer/$tool-$target.log
     if [ "$target" = c-abi ]; then
-      cmd=(env ADDRMSNORM_TEST_SMALL=1 "$gpu_test" "--gtest_filter=Gpu.BoundaryGrid:Gpu.InPlaceAndStrided:Gpu.QuantizedOutputsAgainstTheReference")
+      cmd=(env ADDRMSNORM_TEST_SMALL=1 "$gpu_test" "--gtest_filter=Gpu.BoundaryGrid:Gpu.InPlaceAndStrided:Gpu.QuantizedOutputsAgainstTheReference:Gpu.PlainNormAndQkNormOfAFusedQkvBuffer")
     else
       cmd=(env ADDRMSNORM_BACKEND=$target "$PY" devtools/sanitizer_sample.py)
     fi
