@@ -99,7 +99,7 @@ def launch_forward(
     strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
-    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16)
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split)  # SPLIT: the ends alone
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:

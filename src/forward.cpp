@@ -223,7 +223,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0, qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
     const bool pointers_aligned = aligned16(x) && aligned16(weight) && aligned16(w2) && aligned16(out);
-    const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
+    // The QK norm is built for ALIGN 1 and the vector alone (tools/aot_build.py), as HF numerics and w16 are.
+    const bool ends_only = hf || qk || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = dtype_size(x_dtype);
     // As the JIT launcher: H and every stride must be multiples of ALIGN.
     const int align_class = forward_align_class(

@@ -663,7 +663,7 @@ TEST_F(Gpu, PlainNormAndQkNormOfAFusedQkvBuffer) {
     // A bad call returns an error that names the argument, and launches nothing.
     const addrmsnorm::Status bad_call = addrmsnorm::qk_rmsnorm_inplace(
         qkv.dev.p(), dwq.p(), dwk.p(), T, nq, nk, D, addrmsnorm::Dtype::bfloat16, addrmsnorm::Dtype::bfloat16,
-        1e-6f, W - 1);
+        1e-6f, (nq + nk) * D - 1);  // rows of q and k would overlap
     EXPECT_EQ(bad_call.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(bad_call.message.find("stride_qkv"), std::string::npos) << bad_call.message;
 }
