@@ -220,21 +220,12 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     if (d == nullptr) return st;
     if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
     if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = 0;
-    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0, qk = weight2 != nullptr;
+    const bool qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
-    const bool pointers_aligned = aligned16(x) && aligned16(weight) && aligned16(w2) && aligned16(out);
-    // The QK norm is built for ALIGN 1 and the vector alone (tools/aot_build.py), as HF numerics and w16 are.
-    const bool ends_only = hf || qk || weight_slot(x_dtype, weight_dtype) == 2;
-    const int xs = dtype_size(x_dtype);
-    // As the JIT launcher: H and every stride must be multiples of ALIGN.
-    const int align_class = forward_align_class(
-        pointers_aligned, hidden | stride_x | stride_out | stride_x_head | stride_out_head, xs, xs, ends_only);
-    const int numerics = numerics_mode(hf, weight_offset, xs, (flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) != 0);
-    const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
-    const int config = select_plain_config(hidden, xs, vector_typed);
+    int config = -1;
+    const int variant = plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
+                                           stride_out_head, x_dtype, weight_dtype, weight_offset, flags, qk, &config);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
-    const int variant = qk ? qk_variant_index(config, x_dtype, weight_dtype, align_class, numerics)
-                           : plain_variant_index(config, x_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
     st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;

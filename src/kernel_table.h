@@ -148,6 +148,29 @@ inline int qk_variant_index(int config, int x, int weight, int align_class, int 
                      align_class) * kNumNumerics + numerics];
 }
 
+inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics);
+
+// The plain norm's kernel for a call (the QK norm's with qk), as the JIT launcher picks it: the alignment
+// class of the pointers, H and every stride (OR-ed into `strides`; 0 for a single row), the numerics,
+// then the config (*config) and the variant (-1: none built). The QK norm, like HF numerics and the
+// "w16" weight, is built for ALIGN 1 and the vector alone.
+inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
+                              long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                              float weight_offset, uint32_t flags, bool qk, int* config) {
+    auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
+    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
+    const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out);
+    const bool ends_only = hf || qk || weight_slot(x_dtype, weight_dtype) == 2;
+    const int xs = x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2;
+    const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, ends_only);
+    const int numerics = numerics_mode(hf, weight_offset, xs, (flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) != 0);
+    const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
+    *config = select_plain_config(hidden, xs, vector_typed);
+    if (*config < 0) return -1;
+    return qk ? qk_variant_index(*config, x_dtype, weight_dtype, align_class, numerics)
+              : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
+}
+
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {
     return kPlainIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
                         align_class) * kNumNumerics + numerics];

@@ -664,6 +664,28 @@ TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
                         }
 }
 
+TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
+    // The launch's own choice (plain_call_variant) over pointer offsets and strides of every alignment:
+    // a QK norm over head_dim 100 with rows of 402 elements (ALIGN 2, not built for it) runs ALIGN 1.
+    using namespace addrmsnorm::detail;
+    alignas(16) static unsigned char buf[64];
+    for (long long H : {16LL, 64LL, 100LL, 128LL, 250LL, 512LL})
+        for (long long strides : {0LL, 2LL, 4LL, 8LL, 402LL, 6144LL, 6146LL, 6148LL})
+            for (int offset : {0, 2, 4, 8})
+                for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+                    for (addrmsnorm_dtype w : {x, ADDRMSNORM_FLOAT32})
+                        for (uint32_t flags : {0u, static_cast<unsigned>(ADDRMSNORM_FLAG_HF_NUMERICS)})
+                            for (bool qk : {false, true}) {
+                                if (flags && w != x) continue;
+                                int config = -1;
+                                const int v = plain_call_variant(buf + offset, buf, buf, buf + offset, H, strides, x,
+                                                                 w, 0.0f, flags, qk, &config);
+                                ASSERT_GE(v, 0) << "H=" << H << " strides " << strides << " offset " << offset
+                                                << " qk " << qk;
+                                EXPECT_EQ(kVariants[v].kind, qk ? 6 : 4);
+                            }
+}
+
 namespace {
 void expect_message_has(const std::string& needle) {
     EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos)
