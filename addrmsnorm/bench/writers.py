@@ -136,9 +136,11 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     if header.get("compile_fallbacks"):
         lines.append("torch.compile fell back to eager for: " + ", ".join(header["compile_fallbacks"]))
         lines.append("")
-    lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names, header.get("ours"), header.get("peers")), ""]
-    if plot_name:
-        lines += [f"![GB/s against H]({plot_name})", ""]
+    if any(r["section"] == "bandwidth" for r in rows):  # (--plain-only runs have none)
+        lines += ["#### Bandwidth, cold L2", "", bandwidth_table(rows, impl_names, header.get("ours"), header.get("peers")),
+                  ""]
+        if plot_name:
+            lines += [f"![GB/s against H]({plot_name})", ""]
     dec = latency_table(rows, "decode_chain", impl_names, "µs per call, 64 dependent calls in one graph")
     if dec:
         lines += ["#### Decode chain", "", dec, ""]
@@ -161,7 +163,8 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = plain_doc.split("Byte model")[1].split("Shapes.")[0].strip()
         lines += ["#### The plain norm: RMSNorm without a residual, QK norm, static fp8", "",
                   "Byte model " + model, "", pt]
-    lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
+    if any(r["section"] == "bandwidth" for r in rows):
+        lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
 
 
