@@ -308,8 +308,10 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_check(
  * num_kv_heads) * head_dim; v, after k, is not touched): q's heads are the first num_q_heads *
  * head_dim columns, k's the next num_kv_heads * head_dim. Each head's row of head_dim elements is
  * normalized as addrmsnorm_rmsnorm does it, q's with q_weight and k's with k_weight ([head_dim]
- * each, both of weight_dtype). A row's bits are those of addrmsnorm_rmsnorm on the same row.
- *   head_dim     > 0, at most 16384 (a head's row is normalized in one pass)
+ * each, both of weight_dtype: dtype or FLOAT32). A row's bits are those of addrmsnorm_rmsnorm on the
+ * same row.
+ *   dtype        ADDRMSNORM_FLOAT16 or ADDRMSNORM_BFLOAT16
+ *   head_dim     > 0, at most 512 (the kernels built for it; wider heads: addrmsnorm_rmsnorm per view)
  *   flags        as addrmsnorm_rmsnorm's
  */
 ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
