@@ -60,6 +60,12 @@ Points the contract insists on, and how this source honours them:
   kernel, if launched with PDL, must wait the same way. Launched without the attribute, both are
   no-ops.
 
+* The plain norm (no residual) is this forward with RESIDUAL off: h is x, nothing is stored but y and
+  rstd, and its rows are addressed GROUPED, (group, row in group) with two leading strides, so that a
+  head's rows inside a fused QKV buffer are read in place. SPLIT (the QK norm) gives a group's rows from
+  group_split on a second weight: a token's q heads and k heads in one launch. The quantized forward
+  takes RESIDUAL too (the plain norm's quantized outputs).
+
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """
 
