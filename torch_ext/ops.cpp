@@ -490,16 +490,10 @@ at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool 
     return at::empty(want, x.options().dtype(c10::kFloat));
 }
 
-void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
-                  const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
-                  const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
-                  bool ue8m0, double eps, double weight_offset, bool pdl) {
-    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    const RowView vx = as_rows("x", x, x.sizes()), vr = as_rows("residual", residual, x.sizes());
-    const RowView vq = as_rows("out", q, x.sizes()), vro = as_rows("residual_out", residual_out, x.sizes());
-    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
-    if (vx.rows == 0) return;
-    const int64_t H = x.size(-1), groups = mode == 3 ? H / group_size : 1;
+// The C ABI's descriptor of a quantized call (the fused and the plain norm's).
+addrmsnorm_quant quant_descriptor(const at::Tensor& q, const std::optional<at::Tensor>& scale, const at::Tensor* scales,
+                                  const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
+                                  int64_t H) {
     addrmsnorm_quant qd{};
     qd.mode = mode == 1 ? ADDRMSNORM_QUANT_STATIC : mode == 2 ? ADDRMSNORM_QUANT_PER_TOKEN : ADDRMSNORM_QUANT_PER_GROUP;
     qd.dtype = to_quant_dtype(q.scalar_type());
@@ -509,8 +503,22 @@ void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Ten
     qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
     if (scales != nullptr) {
         qd.scales = scales->data_ptr<float>();
-        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, groups);
+        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, mode == 3 ? H / group_size : 1);
     }
+    return qd;
+}
+
+void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
+                  const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
+                  const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
+                  bool ue8m0, double eps, double weight_offset, bool pdl) {
+    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
+    const RowView vx = as_rows("x", x, x.sizes()), vr = as_rows("residual", residual, x.sizes());
+    const RowView vq = as_rows("out", q, x.sizes()), vro = as_rows("residual_out", residual_out, x.sizes());
+    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
+    if (vx.rows == 0) return;
+    const int64_t H = x.size(-1);
+    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);
     const auto stream = reinterpret_cast<addrmsnorm_stream>(
@@ -776,18 +784,8 @@ void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at:
     const RowView vq = as_rows("out", q, x.sizes());
     const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
     if (vx.rows == 0) return;
-    const int64_t H = x.size(-1), groups = mode == 3 ? H / group_size : 1;
-    addrmsnorm_quant qd{};
-    qd.mode = mode == 1 ? ADDRMSNORM_QUANT_STATIC : mode == 2 ? ADDRMSNORM_QUANT_PER_TOKEN : ADDRMSNORM_QUANT_PER_GROUP;
-    qd.dtype = to_quant_dtype(q.scalar_type());
-    qd.group_size = mode == 3 ? static_cast<int32_t>(group_size) : 0;
-    qd.flags = ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u;
-    qd.scale = scale.has_value() ? scale->data_ptr<float>() : nullptr;
-    qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
-    if (scales != nullptr) {
-        qd.scales = scales->data_ptr<float>();
-        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, groups);
-    }
+    const int64_t H = x.size(-1);
+    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);
     const auto stream = current_stream(device);
