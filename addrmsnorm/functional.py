@@ -46,7 +46,7 @@ def memory_order(t: torch.Tensor):
     return sorted(range(t.dim() - 1), key=lambda i: -s[i]) + [t.dim() - 1]
 
 
-def _inverse(order):
+def inverse_order(order):
     inv = [0] * len(order)
     for i, o in enumerate(order):
         inv[o] = i
@@ -195,7 +195,7 @@ def rmsnorm(
     _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd)
     order = memory_order(x)
     if order is not None:  # rows of two strides once permuted: normalize them there, permute back
-        inv = _inverse(order)
+        inv = inverse_order(order)
         res = rmsnorm(x.permute(order), weight, eps, weight_offset=weight_offset, numerics=numerics,
                       out=None if out is None else out.permute(order), return_rstd=return_rstd, pdl=pdl)
         return (res[0].permute(inv), res[1].permute(inv[:-1])) if return_rstd else res.permute(inv)
@@ -350,27 +350,34 @@ def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size,
     return gs
 
 
-def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
-                weight_offset, out, residual_out, scales_out, return_y, pdl):
-    """A quantized call with caller-given outputs: allocates the missing ones (scales as the operator
-    lays them out), then calls the operator that writes into them. Returns (q, h, scales, y)."""
+def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out, **more):
+    """A quantized call's outputs where the caller gave some: checks them (and ``more``, the fused call's
+    residual_out) and allocates the missing ones (scales as the operator lays them out).
+    Returns (q, scales, y)."""
     if isinstance(out, _Tensor) and out.dtype != quant_dtype:
         raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
-    if not ((out is None or isinstance(out, _Tensor)) and (residual_out is None or isinstance(residual_out, _Tensor))
-            and (scales_out is None or isinstance(scales_out, _Tensor))):
-        for name, t in (("out", out), ("residual_out", residual_out), ("scales_out", scales_out)):
-            if t is not None and not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("out", out), *more.items(), ("scales_out", scales_out)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if scales_out is not None and scale is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     if column_major_scales and scales_out is not None:
         raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
                          "layout (pass one or the other)")
     q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
-    h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
     scales = (scales_out if scales_out is not None
               else v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device))
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
+    return q, scales, y
+
+
+def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
+                weight_offset, out, residual_out, scales_out, return_y, pdl):
+    """A fused quantized call with caller-given outputs: the missing ones allocated, then the operator
+    that writes into them. Returns (q, h, scales, y)."""
+    q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
+                                  residual_out=residual_out)
+    h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
     ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
                                      weight_offset, pdl)
     return q, h, scales, y
@@ -473,20 +480,7 @@ def rmsnorm_quant(
         q, scales, y = ops.rmsnorm_quant(x, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                          ue8m0_scales, weight_offset, return_y, pdl)
     else:
-        if isinstance(out, _Tensor) and out.dtype != quant_dtype:
-            raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
-        for name, t in (("out", out), ("scales_out", scales_out)):
-            if t is not None and not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if scales_out is not None and scale is not None:
-            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
-        if column_major_scales and scales_out is not None:
-            raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
-                             "layout (pass one or the other)")
-        q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
-        scales = (scales_out if scales_out is not None
-                  else v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device))
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
+        q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out)
         ops.rmsnorm_quant_into(x, weight, q, scales, y, eps, scale, gs, scale_ub, ue8m0_scales, weight_offset, pdl)
     if scale is not None:
         scales = scale

@@ -53,7 +53,7 @@ import torch
 
 from . import ops
 from .configs import NUMERICS, PLAIN_NUMERICS
-from .functional import memory_order
+from .functional import inverse_order, memory_order
 
 
 @dataclass(frozen=True)
@@ -133,10 +133,7 @@ def _norm_forward(self, hidden_states):
     order = memory_order(hidden_states)
     if order is None:
         return ops.rmsnorm(hidden_states, w, _eps(self), *tail)[0]
-    inv = [0] * len(order)
-    for i, o in enumerate(order):
-        inv[o] = i
-    return ops.rmsnorm(hidden_states.permute(order), w, _eps(self), *tail)[0].permute(inv)
+    return ops.rmsnorm(hidden_states.permute(order), w, _eps(self), *tail)[0].permute(inverse_order(order))
 
 
 def _split(layer, hidden_states, normed):

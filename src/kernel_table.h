@@ -142,6 +142,7 @@ inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bo
 }
 
 extern const short kQkIndex[];  // the QK norm (SPLIT), indexed as kPlainIndex
+extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the QK norm is built for
 
 inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
     return kQkIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +

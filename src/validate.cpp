@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "errors.h"
+#include "kernel_table.h"
 
 namespace addrmsnorm {
 namespace detail {

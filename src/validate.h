@@ -84,8 +84,7 @@ struct QkCall {
     uint32_t flags;
 };
 
-// addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules).
-constexpr int kQkMaxHeadDim = 512;  // configs.QK_MAX_HEAD_DIM
+// addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules; head_dim up to kQkMaxHeadDim).
 addrmsnorm_status validate_qk(const QkCall& c);
 
 int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype

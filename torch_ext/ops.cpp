@@ -169,6 +169,12 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
     TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
 }
 
+// torch's current stream on the tensors' device, as the C ABI takes it.
+addrmsnorm_stream current_stream(const c10::Device& device) {
+    return reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+}
+
 // Runs `call` (a C ABI call) and raises on failure. On a thread where the CUDA runtime has not yet
 // made a context current, it adopts the device's primary context (the one torch uses) and tries once more.
 template <typename F>
@@ -189,8 +195,7 @@ void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, c
     const int64_t H = x.size(-1);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
-    const auto stream = reinterpret_cast<addrmsnorm_stream>(
-        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    const auto stream = current_stream(device);
     auto call = [&] {
         return addrmsnorm_fused_add_rmsnorm(
             x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), rstd,
@@ -340,8 +345,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     at::Tensor dweight = at::empty(weight_grad ? weight.sizes() : c10::IntArrayRef{0}, weight.options());
     const c10::Device device = dy.device();
     const c10::DeviceGuard guard(device);
-    const auto stream = reinterpret_cast<addrmsnorm_stream>(
-        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    const auto stream = current_stream(device);
     uint64_t bytes = 0;
     with_context(device, [&] { return addrmsnorm_fused_add_rmsnorm_backward_workspace_size(vdy.rows, H, xd, rd, &bytes); });
     at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
@@ -521,8 +525,7 @@ void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Ten
     const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);
-    const auto stream = reinterpret_cast<addrmsnorm_stream>(
-        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
+    const auto stream = current_stream(device);
     const addrmsnorm_dtype xd = to_dtype("x", x);
     with_context(device, [&] {
         return addrmsnorm_fused_add_rmsnorm_quant(
@@ -652,11 +655,6 @@ addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, 
     if (out != nullptr) check_device("out", *out, x);
     if (rstd != nullptr) check_device("rstd", *rstd, x);
     return xd;
-}
-
-addrmsnorm_stream current_stream(const c10::Device& device) {
-    return reinterpret_cast<addrmsnorm_stream>(
-        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
 }
 
 void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weight, const at::Tensor& out,

@@ -646,7 +646,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
 
 TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
-    for (long long D : {16LL, 64LL, 80LL, 96LL, 128LL, 256LL, 512LL})
+    for (long long D : {16LL, 64LL, 80LL, 96LL, 128LL, 256LL, static_cast<long long>(kQkMaxHeadDim)})
         for (int x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int w : {x, static_cast<int>(ADDRMSNORM_FLOAT32)})
                 for (int align_class : {0, kNumAlignClasses - 1})
