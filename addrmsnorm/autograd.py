@@ -117,24 +117,25 @@ def _fused_add_rmsnorm_into(keyset, x, residual, weight, out, residual_out, rstd
 
 def _fused_add_rmsnorm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0,
                              scale_ub=None, column_major_scales=False, ue8m0_scales=False, weight_offset=0.0,
-                             return_y=False, pdl=False):
+                             return_y=False, pdl=False, swizzled_scales=False):
     # Quantized outputs are for inference: no backward.
     _refuse_grad("fused_add_rmsnorm_quant", ("x", "residual", "weight"), (x, residual, weight))
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size,
-            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl)
+            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
 
 
 def _fused_add_rmsnorm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
-                                  group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False):
+                                  group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False,
+                                  swizzled_scales=False):
     _refuse_grad("fused_add_rmsnorm_quant_into", ("x", "residual", "weight", "out", "residual_out",
                                                   "scales_out", "y"),
                  (x, residual, weight, out, residual_out, scales_out, y))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
-            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl)
+            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
     torch.autograd.graph.increment_version(tuple(t for t in (out, residual_out, scales_out, y) if t is not None))
 
 
@@ -205,21 +206,22 @@ def _qk_rmsnorm_(keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads
 
 
 def _rmsnorm_quant(keyset, x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
-                   column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+                   column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
+                   swizzled_scales=False):
     _refuse_grad("rmsnorm_quant", ("x", "weight"), (x, weight))
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.rmsnorm_quant.default.redispatch(
             keyset & _C._after_autograd_keyset, x, weight, eps, quant_dtype, scale, group_size, scale_ub,
-            column_major_scales, ue8m0_scales, weight_offset, return_y, pdl)
+            column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
 
 
 def _rmsnorm_quant_into(keyset, x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-                        ue8m0_scales=False, weight_offset=0.0, pdl=False):
+                        ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
     _refuse_grad("rmsnorm_quant_into", ("x", "weight", "out", "scales_out", "y"), (x, weight, out, scales_out, y))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.rmsnorm_quant_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, weight, out, scales_out, y, eps, scale, group_size,
-            scale_ub, ue8m0_scales, weight_offset, pdl)
+            scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
     torch.autograd.graph.increment_version(tuple(t for t in (out, scales_out, y) if t is not None))
 
 

@@ -89,7 +89,17 @@ class ForwardRule:
 # one kernel serving both carried the per-group code's registers into per-token calls (76 against 64 at
 # H = 14336, half the occupancy; 87% of the roofline).
 QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP = 1, 2, 3
-QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP)
+# Block-scaled formats (Blackwell's GEMM inputs; kernels.py states their arithmetic): one scale byte per
+# block of BLOCK_QUANT_SIZE[mode] columns. They take the per-group mode's rows.
+QUANT_NVFP4, QUANT_MXFP8, QUANT_MXFP4 = 4, 5, 6
+BLOCK_QUANT_MODES = (QUANT_NVFP4, QUANT_MXFP8, QUANT_MXFP4)
+BLOCK_QUANT_SIZE = {QUANT_NVFP4: 16, QUANT_MXFP8: 32, QUANT_MXFP4: 32}
+# The quantized output's dtype per block mode (QUANT_DTYPES' names) and the scales' ("e4m3", "e8m0").
+BLOCK_QUANT_DTYPE = {QUANT_NVFP4: "fp4e2m1", QUANT_MXFP8: "fp8e4m3", QUANT_MXFP4: "fp4e2m1"}
+BLOCK_SCALE_DTYPE = {QUANT_NVFP4: "e4m3", QUANT_MXFP8: "e8m0", QUANT_MXFP4: "e8m0"}
+# The swizzled scale layout's tile: rows rounded up to 128, blocks to 4.
+SWIZZLE_ROWS, SWIZZLE_BLOCKS = 128, 4
+QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP) + BLOCK_QUANT_MODES
 _QUANT_ALL = {"quant_modes": QUANT_MODES}
 _QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant
 
@@ -247,7 +257,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # 32768-131072 (call D). Re-reading x and residual in every pass, so that q comes from the
         # fp32 h as in one pass, measured 56-79% at 65536 and 45-64% at 131072 (call A).
         *([(QUANT_UNHINTED_LOOP_MAX_H, _looped(16384, 32), {"quant_modes": (QUANT_STATIC,)}),
-           (None, _looped(8192, 32, keep_h=True), {"quant_modes": (QUANT_PER_GROUP,)})]
+           (None, _looped(8192, 32, keep_h=True), {"quant_modes": (QUANT_PER_GROUP,) + BLOCK_QUANT_MODES})]
           if act_bytes == 2 else []),
         # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
         # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
@@ -346,7 +356,12 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int, round_once: b
 # B32768 among them for the quantized forward alone; the loop without keep_h, static; the 8192-wide
 # loop, per group; the plain forward's loop, static and per token) = 148 kernels per arch (aot_build
 # builds the reachable ones). The order of QUANT_DTYPES is the C ABI's addrmsnorm_quant_dtype.
-QUANT_DTYPES = ("int8", "fp8e4m3")
+QUANT_DTYPES = ("int8", "fp8e4m3", "fp4e2m1")
+
+
+def quant_dtypes_of(mode: int) -> tuple[str, ...]:
+    """The quantized output dtypes (QUANT_DTYPES' names) a mode writes."""
+    return (BLOCK_QUANT_DTYPE[mode],) if mode in BLOCK_QUANT_MODES else ("int8", "fp8e4m3")
 # The QUANT constexpr (QUANT_MODES, above the table: its rows may serve some modes alone).
 
 
@@ -376,8 +391,13 @@ def max_registers(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
     return MAX_REGISTERS.get(arch, {}).get(kind, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
 
 
-def quant_kernel_mode(static: bool, group_size: int) -> int:
-    """The QUANT constexpr of a call: static, per token (group_size 0) or per group."""
+def quant_kernel_mode(static: bool, group_size: int, q: str = "") -> int:
+    """The QUANT constexpr of a call: static, per token (group_size 0) or per group; fp4 outputs (q
+    "fp4e2m1") NVFP4 (group_size 16, static: the global scale) or MXFP4 (32); fp8 with group_size 32 MXFP8."""
+    if q == "fp4e2m1":
+        return QUANT_NVFP4 if group_size == BLOCK_QUANT_SIZE[QUANT_NVFP4] else QUANT_MXFP4
+    if group_size == BLOCK_QUANT_SIZE[QUANT_MXFP8] and q == "fp8e4m3":
+        return QUANT_MXFP8
     return QUANT_STATIC if static else (QUANT_PER_GROUP if group_size else QUANT_PER_TOKEN)
 
 
@@ -388,8 +408,9 @@ QUANT_FP8_MIN_ARCH = 89
 
 
 def quant_built_for(q: str, arch: int) -> bool:
-    """Whether the quantized forward writing q is built for arch (e.g. 90)."""
-    return q != "fp8e4m3" or arch >= QUANT_FP8_MIN_ARCH
+    """Whether the quantized forward writing q is built for arch (e.g. 90). fp4 too needs sm_89: NVFP4's
+    scales are e4m3 (and one rule for the fp4 formats keeps the C ABI's refusal one sentence)."""
+    return q == "int8" or arch >= QUANT_FP8_MIN_ARCH
 
 # Alignment. The forward is compiled once per alignment class: ALIGN = 1, and each ALIGN whose
 # accesses of the narrower stream are 8 or 16 bytes wide (4 and 8 elements for 16-bit streams, 2 and 4

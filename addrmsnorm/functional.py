@@ -267,10 +267,27 @@ def fused_add_rmsnorm_(
     return x, residual
 
 
-def _quant_mode_args(scale, group_size):
+def _quant_mode_args(quant_dtype, group_size, scale_dtype=None, swizzled_scales=False):
+    """The schema's group_size (0 for none) from the Python API's: fp4 without one is NVFP4 (16), or
+    MXFP4 (32) with e8m0 scales. scale_dtype, where given, must be the block format's."""
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
         raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
-    return 0 if group_size is None else group_size
+    if type(swizzled_scales) is not bool:
+        raise TypeError(f"swizzled_scales must be a bool, got {type(swizzled_scales).__name__}")
+    if scale_dtype is not None and not isinstance(scale_dtype, torch.dtype):
+        raise TypeError(f"scale_dtype must be a torch.dtype or None, got {type(scale_dtype).__name__}")
+    if group_size is None and quant_dtype == torch.float4_e2m1fn_x2:
+        group_size = 32 if scale_dtype == torch.float8_e8m0fnu else 16
+    gs = 0 if group_size is None else group_size
+    if scale_dtype is not None:
+        mode = v.quant_mode(None, gs, quant_dtype)
+        if mode not in v.BLOCK_MODES:
+            raise ValueError(f"scale_dtype is for the block-scaled formats (NVFP4, MXFP8, MXFP4); this call's "
+                             f"scales are float32 ({mode})")
+        want = v.block_scale_dtype(mode)
+        if scale_dtype != want:
+            raise ValueError(f"{mode.upper()} writes scales of {want}, not {scale_dtype}")
+    return gs
 
 
 def fused_add_rmsnorm_quant(
@@ -291,6 +308,8 @@ def fused_add_rmsnorm_quant(
     scales_out: torch.Tensor | None = None,
     return_y: bool = False,
     pdl: bool = False,
+    scale_dtype: torch.dtype | None = None,
+    swizzled_scales: bool = False,
 ):
     """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset); q = quant(y)``.
 
@@ -308,6 +327,17 @@ def fused_add_rmsnorm_quant(
     (qmax 127) rounds half to even and clamps to [-128, 127]; float8_e4m3fn (qmax 448) clamps to
     +-448 and rounds to nearest even.
 
+    Block-scaled formats (Blackwell's GEMM inputs; docs/guide.md states their arithmetic bit for bit):
+
+    * NVFP4: ``quant_dtype=torch.float4_e2m1fn_x2`` (group_size 16, the default for fp4), ``scale`` the
+      global scale (1-element fp32); q ``(..., H // 2)``, scales ``(..., H // 16)`` float8_e4m3fn.
+    * MXFP8: ``quant_dtype=torch.float8_e4m3fn, group_size=32``; scales ``(..., H // 32)`` float8_e8m0fnu.
+    * MXFP4: ``quant_dtype=torch.float4_e2m1fn_x2, group_size=32`` (or ``scale_dtype=torch.float8_e8m0fnu``).
+
+    ``scale_dtype`` (optional) names the format's scale dtype and is checked against it.
+    ``swizzled_scales`` returns the scales as one 1-D tensor in the 128 x 4 tiled layout that
+    cuBLASLt's and CUTLASS's block-scaled GEMMs read (rows padded to 128, blocks to 4, padding zeros).
+
     x: float16 or bfloat16, residual and weight of x's dtype; H a multiple of 16, rows 16-byte
     aligned (what fp8 and int8 GEMMs consume).
 
@@ -315,24 +345,25 @@ def fused_add_rmsnorm_quant(
     x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.
     """
     gs = _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
-                            ue8m0_scales, weight_offset, return_y, pdl)
+                            ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
     if out is None and residual_out is None and scales_out is None:
         q, h, scales, y = ops.fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
                                                       column_major_scales, ue8m0_scales, weight_offset, return_y,
-                                                      pdl)
+                                                      pdl, swizzled_scales)
     else:
         q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
-                                      ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl)
-    if scale is not None:
+                                      ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl,
+                                      swizzled_scales)
+    if scales is None:  # static: the caller's scale
         scales = scale
     return (q, h, scales, y) if return_y else (q, h, scales)
 
 
 def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
-                       ue8m0_scales, weight_offset, return_y, pdl) -> int:
+                       ue8m0_scales, weight_offset, return_y, pdl, scale_dtype=None, swizzled_scales=False) -> int:
     """The Python types of a quantized call's arguments (as _check_types); returns the schema's
     group_size (0 for none). One expression for the common call, which runs on every eager call."""
-    gs = _quant_mode_args(scale, group_size)
+    gs = _quant_mode_args(quant_dtype, group_size, scale_dtype, swizzled_scales)
     if not (type(column_major_scales) is bool and type(ue8m0_scales) is bool and type(return_y) is bool
             and type(pdl) is bool):
         for name, flag in (("column_major_scales", column_major_scales), ("ue8m0_scales", ue8m0_scales),
@@ -350,7 +381,8 @@ def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size,
     return gs
 
 
-def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out, **more):
+def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out, swizzled=False,
+                   **more):
     """A quantized call's outputs where the caller gave some: checks them (and ``more``, the fused call's
     residual_out) and allocates the missing ones (scales as the operator lays them out).
     Returns (q, scales, y)."""
@@ -359,27 +391,28 @@ def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out
     for name, t in (("out", out), *more.items(), ("scales_out", scales_out)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if scales_out is not None and scale is not None:
+    mode = v.quant_mode(scale, gs, quant_dtype)
+    if scales_out is not None and mode == "static":
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     if column_major_scales and scales_out is not None:
         raise ValueError("column_major_scales lays out scales this call allocates; scales_out has its own "
                          "layout (pass one or the other)")
-    q = torch.empty(x.shape, dtype=quant_dtype, device=x.device) if out is None else out
+    q = torch.empty(v.q_shape(x.shape, quant_dtype), dtype=quant_dtype, device=x.device) if out is None else out
     scales = (scales_out if scales_out is not None
-              else v.alloc_scales(x.shape, gs, v.quant_mode(scale, gs), column_major_scales, x.device))
+              else v.alloc_scales(x.shape, gs, mode, column_major_scales, x.device, swizzled))
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if return_y else None
     return q, scales, y
 
 
 def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
-                weight_offset, out, residual_out, scales_out, return_y, pdl):
+                weight_offset, out, residual_out, scales_out, return_y, pdl, swizzled=False):
     """A fused quantized call with caller-given outputs: the missing ones allocated, then the operator
     that writes into them. Returns (q, h, scales, y)."""
     q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
-                                  residual_out=residual_out)
+                                  swizzled, residual_out=residual_out)
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
     ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                                     weight_offset, pdl)
+                                     weight_offset, pdl, swizzled)
     return q, h, scales, y
 
 
@@ -399,6 +432,8 @@ def fused_add_rmsnorm_quant_(
     weight_offset: float = 0.0,
     scales_out: torch.Tensor | None = None,
     pdl: bool = False,
+    scale_dtype: torch.dtype | None = None,
+    swizzled_scales: bool = False,
 ):
     """vLLM's convention: ``residual <- x + residual``, ``out <- quant(y)``; x is left as it was.
 
@@ -410,10 +445,10 @@ def fused_add_rmsnorm_quant_(
     if quant_dtype is not None and quant_dtype != out.dtype:
         raise TypeError(f"quant_dtype is {quant_dtype} but out has dtype {out.dtype}; they must agree")
     gs = _check_quant_types(x, residual, weight, eps, out.dtype, scale, group_size, scale_ub, column_major_scales,
-                            ue8m0_scales, weight_offset, False, pdl)
+                            ue8m0_scales, weight_offset, False, pdl, scale_dtype, swizzled_scales)
     q, h, scales, _ = _quant_into(x, residual, weight, eps, out.dtype, scale, gs, scale_ub, column_major_scales,
-                                  ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl)
-    return q, h, scale if scale is not None else scales
+                                  ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl, swizzled_scales)
+    return q, h, scale if scales is None else scales
 
 
 def qk_rmsnorm_(
@@ -465,23 +500,27 @@ def rmsnorm_quant(
     scales_out: torch.Tensor | None = None,
     return_y: bool = False,
     pdl: bool = False,
+    scale_dtype: torch.dtype | None = None,
+    swizzled_scales: bool = False,
 ):
     """The plain norm's quantized outputs (fp8 or int8 serving of a first layer's input norm):
     ``y = rmsnorm(x) * (weight + weight_offset)`` in fp32, ``q = quant(y)``, as an epilogue of the
-    same kernel. The modes, dtypes, scale layouts and rules are ``fused_add_rmsnorm_quant``'s, with
-    no residual (x of float16 or bfloat16, weight of x's dtype, H a multiple of 16, aligned rows).
+    same kernel. The modes (the block-scaled formats too), dtypes, scale layouts and rules are
+    ``fused_add_rmsnorm_quant``'s, with no residual (x of float16 or bfloat16, weight of x's dtype, H a multiple of 16, aligned rows).
 
     Returns ``(q, scales)``, or ``(q, scales, y)`` with ``return_y``. In static mode ``scales`` is
     ``scale``. No autograd: inference only.
     """
     gs = _check_quant_types(x, x, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
-                            ue8m0_scales, weight_offset, return_y, pdl)
+                            ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
     if out is None and scales_out is None:
         q, scales, y = ops.rmsnorm_quant(x, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
-                                         ue8m0_scales, weight_offset, return_y, pdl)
+                                         ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
     else:
-        q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out)
-        ops.rmsnorm_quant_into(x, weight, q, scales, y, eps, scale, gs, scale_ub, ue8m0_scales, weight_offset, pdl)
-    if scale is not None:
+        q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
+                                      swizzled_scales)
+        ops.rmsnorm_quant_into(x, weight, q, scales, y, eps, scale, gs, scale_ub, ue8m0_scales, weight_offset, pdl,
+                               swizzled_scales)
+    if scales is None:  # static: the caller's scale
         scales = scale
     return (q, scales, y) if return_y else (q, scales)

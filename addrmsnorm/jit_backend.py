@@ -117,13 +117,19 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
 # ----- quantized outputs --------------------------------------------------------------------------
 
 def _check_quant_arch(device: torch.device, quant_dtype) -> None:
-    """float8 is a type of sm_89 and newer (configs.quant_built_for); the C runtime says the same."""
-    if device.type != "cuda" or quant_dtype != torch.float8_e4m3fn:
+    """float8, and the block-scaled formats (e4m3 values or scales), need sm_89 or newer
+    (configs.quant_built_for); the C runtime says the same."""
+    if device.type != "cuda" or quant_dtype == torch.int8:
         return
     major, minor = torch.cuda.get_device_capability(device)
     if major * 10 + minor < configs.QUANT_FP8_MIN_ARCH:
-        raise RuntimeError(f"addrmsnorm: unsupported GPU architecture: float8_e4m3fn outputs need a GPU of compute "
-                           f"capability 8.9 or newer; this one runs sm_{major}{minor} kernels")
+        raise RuntimeError(f"addrmsnorm: unsupported GPU architecture: float8_e4m3fn outputs and the block-scaled "
+                           f"formats (NVFP4, MXFP8, MXFP4: e4m3 values or scales) need a GPU of compute capability "
+                           f"8.9 or newer; this one runs sm_{major}{minor} kernels")
+
+
+def _is_fp4(out) -> bool:
+    return isinstance(out, torch.Tensor) and out.dtype == torch.float4_e2m1fn_x2
 
 
 def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
@@ -138,44 +144,57 @@ def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset,
         stride_q=o.row_stride, stride_residual_out=ro.row_stride, stride_y=0 if y is None else y.row_stride,
         stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride,
         group_size=call.group_size, ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl,
+        swizzled=call.swizzled,
     )
+
+
+def _new_quant_outputs(call: v.QuantCall, quant_dtype, group_size, column_major_scales, swizzled_scales):
+    """q and the scales of a call that allocates them, set on call; returns (q, scales)."""
+    shape, device = call.shape, call.device
+    q = torch.empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype, device=device)
+    scales = v.alloc_scales(shape, group_size, call.mode, column_major_scales, device, swizzled_scales)
+    call.out = v.as_rows("out", q, q.shape)
+    if scales is not None:
+        if swizzled_scales:
+            call.scales = scales
+        else:
+            call.scales, call.scales_row_stride, call.scales_group_stride = v._scales_geometry(scales, shape,
+                                                                                               group_size)
+    return q, scales
 
 
 def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                             column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
-                            pdl=False):
+                            pdl=False, swizzled_scales=False):
     """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
     unless return_y)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
-                         column_major=column_major_scales)
+                         column_major=column_major_scales, swizzled=swizzled_scales)
     _check_runnable(call.device)
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
-    q = torch.empty(shape, dtype=quant_dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
-    mode = v.quant_mode(scale, group_size)
-    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
-    call.out = v.as_rows("out", q, shape)
+    q, scales = _new_quant_outputs(call, quant_dtype, group_size, column_major_scales, swizzled_scales)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
     call.y = v.as_rows("y", y, shape) if return_y else None
-    if mode != "static":
-        call.scales, call.scales_row_stride, call.scales_group_stride = v._scales_geometry(scales, shape, group_size)
     _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
     return q, residual_out, scales, y
 
 
 def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
-                                 group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False):
+                                 group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False,
+                                 swizzled_scales=False):
     """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
     residual or x exactly, y may alias x exactly."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
-    if scale is None and scales_out is None:
+    if scales_out is None and (scale is None or _is_fp4(out)):  # NVFP4's scale is its global scale
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
-                         group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales)
+                         group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
+                         swizzled=swizzled_scales)
     _check_runnable(call.device)
     _check_quant_arch(call.device, out.dtype)
     _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
@@ -245,36 +264,31 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
 # ----- the plain norm's quantized outputs: the quantized forward with the residual compiled out ------
 
 def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
     """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
     # The fused checks with residual = x (the same rows: every rule on residual holds as it does on x).
     call = v.check_quant(x, x, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
-                         column_major=column_major_scales)
+                         column_major=column_major_scales, swizzled=swizzled_scales)
     _check_runnable(call.device)
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
-    q = torch.empty(shape, dtype=quant_dtype, device=device)
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
-    mode = v.quant_mode(scale, group_size)
-    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
-    call.out = v.as_rows("out", q, shape)
+    q, scales = _new_quant_outputs(call, quant_dtype, group_size, column_major_scales, swizzled_scales)
     call.y = v.as_rows("y", y, shape) if return_y else None
-    if mode != "static":
-        call.scales, call.scales_row_stride, call.scales_group_stride = v._scales_geometry(scales, shape, group_size)
     _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
     return q, scales, y
 
 
 def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-                       ue8m0_scales=False, weight_offset=0.0, pdl=False):
+                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
     """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
     eps, weight_offset = _checked_eps(eps, weight_offset)
-    if scale is None and scales_out is None:
+    if scales_out is None and (scale is None or _is_fp4(out)):  # NVFP4's scale is its global scale
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
     call = v.check_quant(x, x, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
-                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales)
+                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
     _check_runnable(call.device)
     _check_quant_arch(call.device, out.dtype)
     _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
@@ -290,5 +304,5 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
         scale_ub, n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_q=o.row_stride,
         stride_residual_out=0, stride_y=0 if y is None else y.row_stride, stride_s_row=call.scales_row_stride,
         stride_s_group=call.scales_group_stride, group_size=call.group_size, ue8m0=ue8m0, eps=eps,
-        weight_offset=weight_offset, pdl=pdl,
+        weight_offset=weight_offset, pdl=pdl, swizzled=call.swizzled,
     )

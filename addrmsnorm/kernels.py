@@ -146,17 +146,22 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
 
 
 @triton.jit
+def _rint(v):
+    """v rounded to an integer, half to even (|v| < 2**22)."""
+    if _INTERPRETED:
+        # Adding and subtracting 1.5 * 2**23 leaves v rounded to an integer, half to even (fp32
+        # round-to-nearest-even): the same values as rint below.
+        return (v + 12582912.0) - 12582912.0
+    # rint (cvt.rni: half to even) holds fewer registers than the add trick: per-token int8 at
+    # block 32768 (32 warps) 62 registers against 63 and 8 bytes of stack on sm_90, and at block
+    # 8192 (8 warps) 64 against 71 (560993d:results/nvidia-h200-2026-12-01-issue14-s6/).
+    return tl.extra.cuda.libdevice.rint(v)
+
+
+@triton.jit
 def _quantize(v, q_dtype: tl.constexpr):
     if q_dtype == tl.int8:
-        c = tl.minimum(tl.maximum(v, -128.0), 127.0)
-        if _INTERPRETED:
-            # |c| <= 128 < 2**22: adding and subtracting 1.5 * 2**23 leaves c rounded to an integer,
-            # half to even (fp32 round-to-nearest-even): the same values as rint below.
-            return ((c + 12582912.0) - 12582912.0).to(tl.int8)
-        # rint (cvt.rni: half to even) holds fewer registers than the add trick: per-token int8 at
-        # block 32768 (32 warps) 62 registers against 63 and 8 bytes of stack on sm_90, and at block
-        # 8192 (8 warps) 64 against 71 (560993d:results/nvidia-h200-2026-12-01-issue14-s6/).
-        return tl.extra.cuda.libdevice.rint(c).to(tl.int8)
+        return _rint(tl.minimum(tl.maximum(v, -128.0), 127.0)).to(tl.int8)
     # float8_e4m3fn (validation.QUANT_DTYPES): qmax 448
     c = tl.minimum(tl.maximum(v, -448.0), 448.0)
     if _INTERPRETED:
@@ -164,11 +169,23 @@ def _quantize(v, q_dtype: tl.constexpr):
         # (triton 3.6: 1.0625 -> 1.125), but converts e4m3 values exactly. So round first, exactly, as
         # int8 does: to a multiple of the spacing of e4m3 values at c's binade, 2**(e - 3) with 3
         # mantissa bits, where e is c's exponent, at least -6 (below it the subnormals' spacing 2**-9).
-        # |c| / spacing < 16, so the 1.5 * 2**23 trick rounds it to an integer, half to even.
+        # |c| / spacing < 16, so _rint rounds it to an integer, half to even.
         e = tl.maximum(((c.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
         spacing = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)
-        c = ((c / spacing + 12582912.0) - 12582912.0) * spacing
+        c = _rint(c / spacing) * spacing
     return c.to(q_dtype)
+
+
+@triton.jit
+def _e2m1(v):
+    """The e2m1 (fp4) code of v, 0-15 in an int32: rounded to nearest even, saturating at +-6; the sign
+    bit set where v < 0 (a negative value that rounds to 0 is -0, code 8). Arithmetic, exact on every
+    arch and under the interpreter: with e = max(exponent of |v|, 0) (0, 1 or 2 below 6), the values
+    of the binade are n * 2**(e - 1), n = rint(|v| * 2**(1 - e)), and the code is n + 2 * e."""
+    a = tl.minimum(tl.abs(v), 6.0)
+    e = tl.maximum(((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, 0)
+    n = _rint(a * ((128 - e) << 23).to(tl.float32, bitcast=True))
+    return (n.to(tl.int32) + 2 * e) | ((v < 0).to(tl.int32) << 3)
 
 
 @triton.jit
@@ -212,6 +229,71 @@ def _quant_groups(y, rows, row_mask, col0, H, scales_ptr, scale_ub_ptr, stride_s
         return y * tl.math.div_rn(1.0, s)[:, None]
 
 
+# Block-scaled outputs (QUANT 4-6, configs.BLOCK_QUANT_MODES; Blackwell's GEMM inputs): one scale per
+# block of BLK consecutive columns of a row (NVFP4 16, MX 32); y is the contract's fp32 value, a its
+# block's amax |y|, every operation in fp32 and rounded to nearest:
+#   NVFP4 (4): s = e4m3(min((a / 6) * g, 448)), g the global scale read from memory;
+#              m = g / float(s) (0 where s == 0); q = e2m1(y * m)
+#   MXFP8 (5), MXFP4 (6): t = a / qmax (448, 6); the scale 2**k with k = ceil(log2(t)) from t's bits,
+#              at least -127 (biased exponent max(k + 127, 0): 0 for a == 0); q = quant(y * 2**-k)
+# Scales are bytes (the e4m3 or e8m0 bits). Linear: scales[row * stride_s_row + block * stride_s_group].
+# Swizzled (the 128 x 4 tiles of cuBLASLt's and CUTLASS's block-scaled GEMMs): element (m, k) at
+# ((m // 128) * (K4 // 4) + k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4, K4 the block
+# count rounded up to 4, rows rounded up to 128 (scale_rows): padding is written as zeros, which is
+# what a block of y = 0 gets, so the padded rows and blocks run the same code on masked loads.
+
+
+@triton.jit
+def _quant_blocks(y, rows, srow_mask, col0, H, scale_ptr, scales_ptr, stride_s_row, stride_s_group, swizzled,
+                  QUANT: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
+    """The block scales of a [R, B] tile of y whose first column is col0 (a multiple of B), written to
+    scales for the rows of srow_mask; returns the values to round (y times each block's multiplier)."""
+    BLK: tl.constexpr = 16 if QUANT == 4 else 32
+    NB: tl.constexpr = B // BLK
+    y3 = tl.reshape(y, [R, NB, BLK])
+    a = tl.max(tl.abs(y3), axis=2)
+    if QUANT == 4:
+        g = tl.load(scale_ptr)
+        s8 = _quantize(tl.math.div_rn(a, 6.0) * g, tl.float8e4nv)  # >= 0: clamped to 448, rounded to nearest even
+        sf = s8.to(tl.float32)
+        m = tl.where(sf == 0.0, 0.0, tl.math.div_rn(g, tl.where(sf == 0.0, 1.0, sf)))
+        sbyte = s8.to(tl.uint8, bitcast=True)
+    else:
+        t = tl.math.div_rn(a, 448.0 if QUANT == 5 else 6.0)
+        bits = t.to(tl.int32, bitcast=True)
+        biased = tl.where(bits >= 0x800000, (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(tl.int32),
+                          (bits > 0x400000).to(tl.int32))
+        m = ((254 - biased) << 23).to(tl.float32, bitcast=True)  # 2**(127 - biased): biased <= 253 for finite y
+        sbyte = biased.to(tl.uint8)
+    n_blocks = H // BLK
+    k = col0 // BLK + tl.arange(0, NB)[None, :]
+    r = rows[:, None]
+    k4 = (n_blocks + 3) // 4 * 4
+    if swizzled != 0:
+        offs = ((r // 128) * (k4 // 4) + k // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + k % 4
+        tl.store(scales_ptr + offs, sbyte, mask=srow_mask[:, None] & (k < k4))
+        if 4 * BLK > B:  # a tile narrower than 4 blocks: the padded blocks of its only tile, as zeros
+            kp = NB + tl.arange(0, 4)[None, :]
+            offs = (r // 128) * (k4 // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + kp
+            tl.store(scales_ptr + offs, tl.zeros([R, 4], dtype=tl.uint8), mask=srow_mask[:, None] & (kp < k4))
+    else:
+        tl.store(scales_ptr + r * stride_s_row + k * stride_s_group, sbyte, mask=srow_mask[:, None] & (k < n_blocks))
+    return tl.reshape(y3 * m[:, :, None], [R, B])
+
+
+@triton.jit
+def _store_q(q_ptr, row_off, col0, v, mask_rows, H, QUANT: tl.constexpr, R: tl.constexpr, B: tl.constexpr):
+    """q = quant(v) of a [R, B] tile at columns col0.. of rows at q_ptr + row_off ([R, 1] offsets).
+    fp4 (QUANT 4, 6): two codes a byte, column 2i in the low nibble (torch's float4_e2m1fn_x2)."""
+    if QUANT == 4 or QUANT == 6:
+        lo, hi = tl.split(tl.reshape(_e2m1(v), [R, B // 2, 2]))
+        c = col0 // 2 + tl.arange(0, B // 2)[None, :]
+        tl.store(q_ptr + row_off + c, (lo | (hi << 4)).to(tl.uint8), mask=mask_rows[:, None] & (c < H // 2))
+    else:
+        c = col0 + tl.arange(0, B)[None, :]
+        tl.store(q_ptr + row_off + c, _quantize(v, q_ptr.dtype.element_ty), mask=mask_rows[:, None] & (c < H))
+
+
 @triton.jit
 def _row_offset(rows, stride_row, group_rows, stride_group, GROUPED: tl.constexpr):
     """Elements from a tensor's start to each row (int64). GROUPED: the rows of a 3-D view (groups,
@@ -243,7 +325,7 @@ def _single_pass_rows(
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
     group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
-    weight2_ptr, group_split, SPLIT: tl.constexpr,
+    weight2_ptr, group_split, SPLIT: tl.constexpr, scale_rows=0, swizzled=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -291,6 +373,13 @@ def _single_pass_rows(
     if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
+    elif QUANT >= 4:  # block-scaled; the rows from n_rows to scale_rows get zero scales (swizzled padding)
+        v = _quant_blocks(y, rows, rows < scale_rows, 0, H, scale_ptr, scales_ptr, stride_s_row, stride_s_group,
+                          swizzled, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
+        _store_q(out_ptr, _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED), 0, v,
+                 row_mask, H, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
+        if write_y != 0:
+            tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
         if QUANT == 1:
             v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
@@ -337,6 +426,7 @@ def _looped_row(
     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
     group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
     group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
+    n_rows=0, swizzled=0,
 ):
     # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
@@ -348,6 +438,8 @@ def _looped_row(
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
     # The plain norm stores no h: pass 2 reads x again (each chunk before its own store, in place too).
     h_row = residual_out_row if RESIDUAL else x_row
+    # Block-scaled, swizzled: programs from n_rows on write their row's zero scales alone (masked loads).
+    data = row < n_rows if QUANT >= 4 else True
 
     # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane. Per token, also
     # each lane's largest |u|, u = h_stored * w: the row's amax (below).
@@ -358,7 +450,7 @@ def _looped_row(
     u_max = tl.zeros([BLOCK_H // 8], dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
-        mask = cols < H
+        mask = (cols < H) & data
         if RESIDUAL:
             x = tl.load(x_row + cols, mask=mask, other=0.0)
             r = tl.load(residual_row + cols, mask=mask, other=0.0)
@@ -380,7 +472,7 @@ def _looped_row(
             u = tl.abs(h_stored.to(tl.float32) * w)
             u_max = tl.maximum(u_max, tl.max(tl.reshape(u, [BLOCK_H // 8, 8]), axis=1))
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
-    tl.store(rstd_ptr + row, rstd, mask=write_rstd != 0)
+    tl.store(rstd_ptr + row, rstd, mask=(write_rstd != 0) & data)
 
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
@@ -399,7 +491,7 @@ def _looped_row(
     # Pass 2: reload h from residual_out (not from x + residual: an aliased output overwrote them).
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
-        mask = cols < H
+        mask = (cols < H) & data
         h = tl.load(h_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
@@ -413,13 +505,18 @@ def _looped_row(
             # in fp32, so y is rounded once; per token, pass 1's u is this product.
             y = (h * w) * rstd
             v = y * inv
+            one = tl.zeros([1], dtype=tl.int64) + row
+            if QUANT >= 4:  # every program's row has scales (the grid is scale_rows)
+                v = _quant_blocks(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H, scale_ptr, scales_ptr,
+                                  stride_s_row, stride_s_group, swizzled, QUANT, 1, BLOCK_H)
+                _store_q(out_row, tl.zeros([1, 1], dtype=tl.int64), start, v, one < n_rows, H, QUANT, 1, BLOCK_H)
             if QUANT == 3:  # per group
-                one = tl.zeros([1], dtype=tl.int64) + row
                 v = tl.reshape(_quant_groups(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H,
                                              scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
                                              group_size, has_ub, ue8m0, out_ptr.dtype.element_ty,
                                              1, BLOCK_H), [BLOCK_H])
-            tl.store(out_row + cols, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
+            if QUANT < 4:
+                tl.store(out_row + cols, _quantize(v, out_ptr.dtype.element_ty), mask=mask)
             if write_y != 0:
                 tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -563,16 +660,17 @@ def fused_add_rmsnorm_fwd(
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
                                "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
-                               "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype"])
+                               "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype", "scale_rows",
+                               "swizzled"])
 def fused_add_rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
     weight_ptr,               # [H] RMSNorm weight, typed as x, or fp32
-    q_ptr,                    # [n_rows, H] quantized y: float8_e4m3fn or int8
+    q_ptr,                    # [n_rows, H] quantized y: float8_e4m3fn or int8; fp4 (QUANT 4, 6): [n_rows, H / 2] bytes
     residual_out_ptr,         # [n_rows, H] new residual h; may alias residual or x
     y_ptr,                    # [n_rows, H] y in x's dtype; written only if write_y
-    scale_ptr,                # [1] fp32: QUANT 1's scale
-    scales_ptr,               # fp32 scales out: QUANT 2 [n_rows], QUANT 3 [n_rows, H / group_size]
+    scale_ptr,                # [1] fp32: QUANT 1's scale, QUANT 4's global scale
+    scales_ptr,               # scales out: fp32 QUANT 2 [n_rows], QUANT 3 [n_rows, H / group_size]; bytes QUANT 4-6
     scale_ub_ptr,             # [1] fp32 upper bound of amax, read only if has_ub
     n_rows: tl.int32, H: tl.int32,
     stride_x_row: tl.int64, stride_residual_row: tl.int64, stride_q_row: tl.int64, stride_residual_out_row: tl.int64, stride_y_row: tl.int64,
@@ -582,8 +680,10 @@ def fused_add_rmsnorm_quant_fwd(
     group_size: tl.int32,     # QUANT 3: 64 or 128
     write_y: tl.int32, has_ub: tl.int32, ue8m0: tl.int32,  # i32 flags
     weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype
+    scale_rows: tl.int32,     # QUANT 4-6: rows with scales (n_rows, or swizzled n_rows rounded up to 128); the grid's
+    swizzled: tl.int32,       # QUANT 4-6: nonzero for the 128 x 4 tiled scale layout
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
-    QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group (configs.QUANT_MODES)
+    QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4 (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
     KEEP_H: tl.constexpr = False,
     RESIDUAL: tl.constexpr = True,  # False: the plain norm's quantized outputs (residual, residual_out unused)
@@ -603,7 +703,7 @@ def fused_add_rmsnorm_quant_fwd(
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
                     eps, weight_offset, 0, weight_dtype, BLOCK_H, 0, KEEP_H,
                     y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False)
+                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False, n_rows, swizzled)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
                           n_rows, H,
@@ -612,7 +712,7 @@ def fused_add_rmsnorm_quant_fwd(
                           BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
                           y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
                           stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False,
-                          weight_ptr, 0, False)
+                          weight_ptr, 0, False, scale_rows, swizzled)
 
 
 # ----- backward ------------------------------------------------------------------------------------

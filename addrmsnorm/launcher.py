@@ -153,19 +153,29 @@ def launch_quant_forward(
     scales: torch.Tensor | None, scale_ub: torch.Tensor | None,
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
-    eps: float, weight_offset: float, pdl: bool = False,
+    eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False,
     config: ForwardConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
     16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
-    else 2 per token (group_size 0) or 3 per group. ``residual`` None is the plain norm's (RESIDUAL off).
+    else 2 per token (group_size 0) or 3 per group; the block-scaled formats by q's dtype and group_size
+    (``scale`` NVFP4's global scale; fp4 q and the scale bytes are passed as uint8, ``swizzled`` the
+    scales' tiled layout). ``residual`` None is the plain norm's (RESIDUAL off).
     Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
     plain = residual is None  # the plain norm's quantized outputs: RESIDUAL off, residual_out not written
     if plain:
         residual, residual_out, stride_residual, stride_residual_out = x, x, 0, 0
-    mode = configs.quant_kernel_mode(scale is not None, group_size)
+    q_name = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}[q.dtype]
+    mode = configs.quant_kernel_mode(scale is not None, group_size, q_name)
+    scale_rows = n_rows
+    if mode in configs.BLOCK_QUANT_MODES:
+        if q.dtype == torch.float4_e2m1fn_x2:
+            q = q.view(torch.uint8)
+        scales = scales.view(torch.uint8)
+        if swizzled:  # the grid covers the padded rows, whose scales are zeros
+            scale_rows = -(-n_rows // configs.SWIZZLE_ROWS) * configs.SWIZZLE_ROWS
     cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode)
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
@@ -180,13 +190,14 @@ def launch_quant_forward(
         extra["RESIDUAL"] = False
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
-        compiled = fused_add_rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
+        compiled = fused_add_rmsnorm_quant_fwd[(cfg.grid(scale_rows),)](
             x, residual, weight, q, residual_out, x if y is None else y,
             f32 if scale is None else scale, f32 if scales is None else scales,
             f32 if scale_ub is None else scale_ub,
             n_rows, H, stride_x, stride_residual, stride_q, stride_residual_out, stride_y,
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
+            scale_rows, int(swizzled),
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,

@@ -66,11 +66,13 @@ SCHEMAS = {
     "fused_add_rmsnorm_quant": "(Tensor x, Tensor residual, Tensor weight, float eps, ScalarType quant_dtype, "
                                "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
                                "bool column_major_scales=False, bool ue8m0_scales=False, float weight_offset=0., "
-                               "bool return_y=False, bool pdl=False) -> (Tensor, Tensor, Tensor?, Tensor?)",
+                               "bool return_y=False, bool pdl=False, bool swizzled_scales=False) "
+                               "-> (Tensor, Tensor, Tensor?, Tensor?)",
     "fused_add_rmsnorm_quant_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
                                     "Tensor(b!) residual_out, Tensor(c!)? scales_out, Tensor(d!)? y, float eps, "
                                     "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
-                                    "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False) -> ()",
+                                    "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False, "
+                                    "bool swizzled_scales=False) -> ()",
     "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
                                   "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
     # The plain norm: the same kernel with the residual compiled out. Its backward is
@@ -88,11 +90,12 @@ SCHEMAS = {
     # The plain norm's quantized outputs: the quantized forward with the residual compiled out.
     "rmsnorm_quant": "(Tensor x, Tensor weight, float eps, ScalarType quant_dtype, Tensor? scale=None, "
                      "int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
-                     "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False) "
-                     "-> (Tensor, Tensor?, Tensor?)",
+                     "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
+                     "bool swizzled_scales=False) -> (Tensor, Tensor?, Tensor?)",
     "rmsnorm_quant_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? scales_out, Tensor(c!)? y, "
                           "float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
-                          "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False) -> ()",
+                          "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False, "
+                          "bool swizzled_scales=False) -> ()",
 }
 # Their Autograd kernels are the Python ones (autograd.py) on either backend; the C++ extension has
 # the fused operators' own (torch_ext/autograd.cpp).
@@ -155,25 +158,27 @@ def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=F
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant")
 def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
     shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
-                                                ue8m0=ue8m0_scales, column_major=column_major_scales)
+                                                ue8m0=ue8m0_scales, column_major=column_major_scales,
+                                                swizzled=swizzled_scales)
     v.check_same_shape(shape, {"residual": residual})
     y = x.new_empty(shape) if return_y else None
-    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device)
-    return (x.new_empty(shape, dtype=quant_dtype), torch.empty_like(residual, memory_format=torch.contiguous_format),
-            scales, y)
+    scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales)
+    return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype),
+            torch.empty_like(residual, memory_format=torch.contiguous_format), scales, y)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant_into")
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-      ue8m0_scales=False, weight_offset=0.0, pdl=False):
-    if scale is None and scales_out is None:
+      ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+    if scales_out is None and (scale is None or out.dtype == torch.float4_e2m1fn_x2):
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
     shape, _, _, _ = v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out,
-                                        residual_out, scales_out, y, ue8m0=ue8m0_scales)
-    v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out, "y": y})
+                                        residual_out, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
+    v.check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y})
+    v.check_same_shape(v.q_shape(shape, out.dtype), {"out": out})
 
 
 @torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_backward")
@@ -211,23 +216,25 @@ def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant")
 def _(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False):
+      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
     shape, _, device, mode = v.check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub,
-                                                ue8m0=ue8m0_scales, column_major=column_major_scales)
+                                                ue8m0=ue8m0_scales, column_major=column_major_scales,
+                                                swizzled=swizzled_scales)
     y = x.new_empty(shape) if return_y else None
-    return x.new_empty(shape, dtype=quant_dtype), v.alloc_scales(shape, group_size, mode, column_major_scales,
-                                                                 device), y
+    return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype),
+            v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales), y)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant_into")
 def _(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None, ue8m0_scales=False,
-      weight_offset=0.0, pdl=False):
-    if scale is None and scales_out is None:
+      weight_offset=0.0, pdl=False, swizzled_scales=False):
+    if scales_out is None and (scale is None or out.dtype == torch.float4_e2m1fn_x2):
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
     shape, _, _, _ = v.check_quant_meta(x, x, weight, out.dtype, scale, group_size, scale_ub, out, None,
-                                        scales_out, y, ue8m0=ue8m0_scales)
-    v.check_same_shape(shape, {"out": out, "y": y})
+                                        scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
+    v.check_same_shape(shape, {"y": y})
+    v.check_same_shape(v.q_shape(shape, out.dtype), {"out": out})
 
 
 # ----- backend selection ----------------------------------------------------------------------------

@@ -208,3 +208,74 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance, w
             f"{what}: {int(bad.sum())} of {a.numel()} elements out of tolerance "
             f"(rtol={tol.rtol:g}, atol={tol.atol:g}: {tol.reason}); worst at flat index {idx}: "
             f"got {a.flatten()[idx].item():.8g}, expected {e.flatten()[idx].item():.8g}")
+
+
+# Block-scaled formats (addrmsnorm.fused_add_rmsnorm_quant with NVFP4, MXFP8, MXFP4): the formulas of
+# docs/guide.md, in torch, every step fp32 and rounded to nearest (torch's own conversions where torch has
+# them; e2m1 by its definition).
+BLOCK_FORMATS = {"nvfp4": (16, 6.0), "mxfp8": (32, 448.0), "mxfp4": (32, 6.0)}  # block size, qmax
+
+
+def e2m1_codes_ref(v: torch.Tensor) -> torch.Tensor:
+    """The e2m1 codes (0-15, uint8) of fp32 v: round to nearest even among 0, 0.5, 1, 1.5, 2, 3, 4, 6,
+    saturating at 6; the sign bit set where v < 0."""
+    a = v.abs().clamp(max=6.0)
+    _, ex = torch.frexp(a)  # a = m * 2**ex, 0.5 <= m < 1 (a = 0: ex = 0)
+    e = (ex - 1).clamp(min=0)  # the binade's exponent, at least 0 (0.5 is e2m1's one subnormal step)
+    n = torch.round(torch.ldexp(a, 1 - e))  # half to even; exact: a times a power of two
+    return (n.to(torch.int32) + 2 * e.to(torch.int32) + 8 * (v < 0).to(torch.int32)).to(torch.uint8)
+
+
+def e2m1_values_ref(codes: torch.Tensor) -> torch.Tensor:
+    """The fp32 values of e2m1 codes."""
+    table = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=codes.device)
+    c = codes.to(torch.int64)
+    return torch.where(c >= 8, -1.0, 1.0) * table[c & 7]
+
+
+def pack_fp4_ref(codes: torch.Tensor) -> torch.Tensor:
+    """Two codes a byte, element 2i in the low nibble (torch.float4_e2m1fn_x2's layout)."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).view(torch.float4_e2m1fn_x2)
+
+
+def swizzle_scales_ref(s: torch.Tensor) -> torch.Tensor:
+    """[rows, blocks] scale bytes in the 128 x 4 tiled layout, index by index: element (m, k) at
+    ((m // 128) * (K4 // 4) + k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4, rows padded
+    to 128 and blocks to 4 (K4) with zeros."""
+    rows, blocks = s.shape
+    k4 = -(-blocks // 4) * 4
+    out = torch.zeros(-(-rows // 128) * 128 * k4, dtype=torch.uint8, device=s.device)
+    m = torch.arange(rows, device=s.device)[:, None]
+    k = torch.arange(blocks, device=s.device)[None, :]
+    at = ((m // 128) * (k4 // 4) + k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4
+    out[at.reshape(-1)] = s.view(torch.uint8).reshape(-1)
+    return out
+
+
+def block_quantize_ref(y: torch.Tensor, fmt: str, global_scale: torch.Tensor | None = None):
+    """(q, scales) of fp32 y (rows, H) in a block-scaled format ("nvfp4", "mxfp8", "mxfp4"): q as the op
+    returns it (fp4 packed, float4_e2m1fn_x2 (rows, H // 2); float8_e4m3fn (rows, H)), scales (rows,
+    H // block) as float8_e4m3fn (NVFP4) or float8_e8m0fnu (MX), linear."""
+    block, qmax = BLOCK_FORMATS[fmt]
+    y = y.float()
+    rows, H = y.shape
+    yb = y.reshape(rows, H // block, block)
+    a = yb.abs().amax(dim=-1)
+    if fmt == "nvfp4":
+        g = global_scale.float().reshape(())
+        t = a / a.new_tensor(6.0) * g  # a tensor divisor: the correctly rounded quotient
+        s8 = t.clamp(max=448.0).to(torch.float8_e4m3fn)
+        sf = s8.float()
+        m = torch.where(sf == 0, torch.zeros_like(sf), g / torch.where(sf == 0, torch.ones_like(sf), sf))
+        codes = e2m1_codes_ref((yb * m[..., None]).reshape(rows, H))
+        return pack_fp4_ref(codes), s8
+    t = a / a.new_tensor(qmax)
+    mant, ex = torch.frexp(t)  # t = mant * 2**ex: ceil(log2 t) = ex - 1 where t is a power of two, else ex
+    k = torch.where(mant == 0.5, ex - 1, ex)
+    biased = torch.where(t == 0, torch.zeros_like(k), (k + 127).clamp(0, 254))
+    m = torch.ldexp(torch.ones_like(t), 127 - biased)
+    v = (yb * m[..., None]).reshape(rows, H)
+    scales = biased.to(torch.uint8).view(torch.float8_e8m0fnu)
+    if fmt == "mxfp8":
+        return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scales
+    return pack_fp4_ref(e2m1_codes_ref(v)), scales

@@ -230,31 +230,65 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
 
 # float8_e5m2 is left out (the issue made it optional): fp8 inference quantizes activations to e4m3,
 # and each target dtype costs a set of kernels per arch (configs: the AOT budget).
-QUANT_DTYPES = (torch.float8_e4m3fn, torch.int8)
+QUANT_DTYPES = (torch.float8_e4m3fn, torch.int8, torch.float4_e2m1fn_x2)
+QUANT_DTYPE_NAMES = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}  # configs'
 QUANT_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
 QUANT_GROUP_SIZES = (64, 128)
+# Block-scaled formats (configs.BLOCK_QUANT_MODES): the scales' torch dtypes.
+BLOCK_SCALE_DTYPES = {"e4m3": torch.float8_e4m3fn, "e8m0": torch.float8_e8m0fnu}
 # fp8 and int8 GEMMs take K (here H) in multiples of 16 and 16-byte aligned rows; the quantized
 # forward is built for that alignment alone (16-byte vectors, configs.vector_elems).
 QUANT_ALIGN = 16
 QUANT_ALIGN_BYTES = 16
 QUANT_ALIGNED = ("out", "residual_out", "y", "x", "residual", "weight")
 QUANT_MODE_NAMES = {configs.QUANT_STATIC: "static", configs.QUANT_PER_TOKEN: "token",
-                    configs.QUANT_PER_GROUP: "group"}
+                    configs.QUANT_PER_GROUP: "group", configs.QUANT_NVFP4: "nvfp4", configs.QUANT_MXFP8: "mxfp8",
+                    configs.QUANT_MXFP4: "mxfp4"}
+BLOCK_MODES = ("nvfp4", "mxfp8", "mxfp4")
+BLOCK_MODE_IDS = {QUANT_MODE_NAMES[m]: m for m in configs.BLOCK_QUANT_MODES}
+
+
+def block_scale_dtype(mode: str) -> torch.dtype:
+    """The scales' dtype of a block-scaled mode ("nvfp4", "mxfp8", "mxfp4")."""
+    return BLOCK_SCALE_DTYPES[configs.BLOCK_SCALE_DTYPE[BLOCK_MODE_IDS[mode]]]
+
+
+def q_shape(shape, quant_dtype) -> torch.Size:
+    """q's shape: x's, or (..., H // 2) for fp4 (two elements a byte)."""
+    if quant_dtype == torch.float4_e2m1fn_x2:
+        return torch.Size((*shape[:-1], shape[-1] // 2))
+    return torch.Size(shape)
+
+
+def swizzled_scales_numel(n_rows: int, H: int, group_size: int) -> int:
+    """Bytes of the swizzled scale layout: rows rounded up to 128, blocks to 4 (configs.SWIZZLE_*)."""
+    r, b = configs.SWIZZLE_ROWS, configs.SWIZZLE_BLOCKS
+    return -(-n_rows // r) * r * (-(-(H // group_size) // b) * b)
 
 
 class QuantCall(ForwardCall):
-    __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size")
+    __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size", "mode", "swizzled")
 
 
 TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
 
 
-def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) -> Optional[torch.Tensor]:
+def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device, swizzled: bool = False
+                 ) -> Optional[torch.Tensor]:
     """The scales a quantized call returns: None for a static call (its scale is the caller's), [rows] per
     token, [rows, groups] row-major per group, or column-major with the column stride rounded up to a
-    multiple of 4 rows (the TMA-aligned layout DeepGEMM and FlashInfer's block quant consume)."""
+    multiple of 4 rows (the TMA-aligned layout DeepGEMM and FlashInfer's block quant consume). Block-scaled:
+    [rows, blocks] of the format's scale dtype, or swizzled, the padded tiles as one 1-D tensor."""
     if mode == "static":
         return None
+    if mode in BLOCK_MODES:
+        dtype = block_scale_dtype(mode)
+        if swizzled:
+            n = 1
+            for d in shape[:-1]:
+                n *= d
+            return torch.empty((swizzled_scales_numel(n, shape[-1], group_size),), dtype=dtype, device=device)
+        return torch.empty(quant_scales_shape(shape, group_size), dtype=dtype, device=device)
     want = quant_scales_shape(shape, group_size)
     if mode == "group" and column_major:
         n = 1
@@ -266,9 +300,11 @@ def alloc_scales(shape, group_size: int, mode: str, column_major: bool, device) 
     return torch.empty(want, dtype=torch.float32, device=device)
 
 
-def quant_mode(scale, group_size) -> str:
-    """"static", "token" or "group", from which arguments are given (configs.quant_kernel_mode's rule)."""
-    return QUANT_MODE_NAMES[configs.quant_kernel_mode(scale is not None, group_size)]
+def quant_mode(scale, group_size, quant_dtype=None) -> str:
+    """"static", "token", "group", "nvfp4", "mxfp8" or "mxfp4", from which arguments are given
+    (configs.quant_kernel_mode's rule)."""
+    return QUANT_MODE_NAMES[configs.quant_kernel_mode(scale is not None, group_size,
+                                                      QUANT_DTYPE_NAMES.get(quant_dtype, ""))]
 
 
 def _check_scale_tensor(name: str, t, device) -> None:
@@ -282,14 +318,15 @@ def _check_scale_tensor(name: str, t, device) -> None:
 
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
-                     column_major=False):
+                     column_major=False, swizzled=False):
     """The rules of a quantized forward that need no memory. Returns (shape, H, device, mode). Into
     given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no quant_dtype."""
     if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
         if out is not None:
-            raise TypeError(f"out has dtype {quant_dtype}; the quantized output must be torch.float8_e4m3fn "
-                            f"or torch.int8")
-        raise TypeError(f"quant_dtype must be torch.float8_e4m3fn or torch.int8, got {quant_dtype}")
+            raise TypeError(f"out has dtype {quant_dtype}; the quantized output must be torch.float8_e4m3fn, "
+                            f"torch.int8 or torch.float4_e2m1fn_x2")
+        raise TypeError(f"quant_dtype must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2, got "
+                        f"{quant_dtype}")
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
     x = check_tensor("x", x)
@@ -302,11 +339,20 @@ def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0,
         raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
                         f"({x.dtype}), as a checkpoint has it")
     shape, H, device = check_forward_meta(x, residual, weight, None, residual_out)
-    mode = quant_mode(scale, group_size)
-    if scale is not None and group_size:
+    if quant_dtype == torch.float4_e2m1fn_x2 and group_size not in (16, 32):
+        raise ValueError(f"float4_e2m1fn_x2 outputs are block-scaled: group_size must be 16 (NVFP4) or 32 "
+                         f"(MXFP4), got {group_size}")
+    mode = quant_mode(scale, group_size, quant_dtype)
+    block = mode in BLOCK_MODES
+    name = mode.upper()
+    if block and mode != "nvfp4" and scale is not None:
+        raise ValueError(f"{name} takes no scale (NVFP4 alone has a global scale)")
+    if mode == "nvfp4" and scale is None:
+        raise ValueError("NVFP4 needs scale, its global scale (a 1-element float32 tensor)")
+    if scale is not None and group_size and not block:
         raise ValueError("scale (static) and group_size (per group) exclude each other; pass one")
-    if group_size and group_size not in QUANT_GROUP_SIZES:
-        raise ValueError(f"group_size must be 64 or 128, got {group_size}")
+    if group_size and not block and group_size not in QUANT_GROUP_SIZES:
+        raise ValueError(f"group_size must be 64 or 128 (or 32 for MXFP8), got {group_size}")
     if group_size and H % group_size:
         raise ValueError(f"H={H} is not a multiple of group_size={group_size}")
     if H % QUANT_ALIGN:
@@ -317,11 +363,18 @@ def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0,
     if scale_ub is not None:
         if mode == "static":
             raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
+        if block:
+            raise ValueError(f"scale_ub does not apply to {name}")
         _check_scale_tensor("scale_ub", scale_ub, device)
     if ue8m0 and mode == "static":
         raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
+    if ue8m0 and block:
+        raise ValueError(f"ue8m0_scales does not apply to {name}: its scales are "
+                         f"{'e4m3' if mode == 'nvfp4' else 'e8m0 already'}")
     if column_major and mode != "group":
         raise ValueError("column_major_scales lays out per-group scales; pass group_size")
+    if swizzled and not block:
+        raise ValueError("swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)")
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
@@ -341,9 +394,17 @@ def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0,
         if not isinstance(scales_out, torch.Tensor):
             raise TypeError(f"scales_out must be a torch.Tensor, got {type(scales_out).__name__}")
         want = quant_scales_shape(shape, group_size)
-        if scales_out.dtype != torch.float32 or scales_out.shape != want:
-            raise ValueError(f"scales_out must be float32 of shape {tuple(want)}, got {scales_out.dtype} "
-                             f"{tuple(scales_out.shape)}")
+        want_dtype = block_scale_dtype(mode) if block else torch.float32
+        if block and swizzled:
+            n = 1
+            for d in shape[:-1]:
+                n *= d
+            want = torch.Size((swizzled_scales_numel(n, H, group_size),))
+        if scales_out.dtype != want_dtype or scales_out.shape != want:
+            raise ValueError(f"scales_out must be {str(want_dtype).removeprefix('torch.')} of shape {tuple(want)}, "
+                             f"got {scales_out.dtype} {tuple(scales_out.shape)}")
+        if block and swizzled and want[0] > 1 and scales_out.stride(0) != 1:
+            raise ValueError("scales_out: the swizzled layout is one contiguous buffer (stride 1)")
         if scales_out.device != device:
             raise ValueError(f"scales_out is on {scales_out.device} but x is on {device}; all tensors must be "
                              f"on one device")
@@ -386,13 +447,20 @@ def _span_rows(t: torch.Tensor) -> Rows:
 
 
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
-                residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False) -> QuantCall:
+                residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
+                swizzled=False) -> QuantCall:
     """Every check of a quantized forward on tensors. out, residual_out, scales_out and y_out may be
     None (the caller allocates them after this returns)."""
     shape, H, device, mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
                                               out, residual_out, scales_out, y_out, ue8m0=ue8m0,
-                                              column_major=column_major)
-    xr, rr, outputs = _rows_of(x, residual, shape, {"out": out, "residual_out": residual_out, "y": y_out})
+                                              column_major=column_major, swizzled=swizzled)
+    fp4 = quant_dtype == torch.float4_e2m1fn_x2
+    xr, rr, outputs = _rows_of(x, residual, shape, {"out": None if fp4 else out, "residual_out": residual_out,
+                                                    "y": y_out})
+    if fp4 and out is not None:  # rows of H / 2 bytes
+        qr = as_rows("out", out, q_shape(shape, quant_dtype))
+        check_no_self_overlap("out", qr, {"x": xr, "residual": rr})
+        outputs = {"out": qr, **outputs}
     inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
     for name, t in (("scale", scale), ("scale_ub", scale_ub)):
         if t is not None:
@@ -400,18 +468,24 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     check_aliasing(outputs, inputs, QUANT_MAY_ALIAS)
     if xr.n_rows > 0:  # no rows: nothing is read or written (the C ABI looks at no pointer)
         for name, rows in {**outputs, **inputs}.items():
+            align = QUANT_ALIGN // 2 if fp4 and name == "out" else QUANT_ALIGN  # fp4: 16 elements, 8 bytes
             if name in QUANT_ALIGNED and rows.n_rows > 0 and (
-                    rows.start % QUANT_ALIGN_BYTES or rows.row_stride % QUANT_ALIGN and rows.n_rows > 1):
+                    rows.start % QUANT_ALIGN_BYTES or rows.row_stride % align and rows.n_rows > 1):
                 raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
                                  f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
     call = QuantCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
     call.y = outputs.get("y")
     call.group_size = group_size or 0
+    call.mode = mode
+    call.swizzled = swizzled
     call.scales = None
     call.scales_row_stride = call.scales_group_stride = 0
     if scales_out is not None:
-        t2, call.scales_row_stride, call.scales_group_stride = _scales_geometry(scales_out, shape, group_size)
-        call.scales = t2
+        if swizzled:
+            call.scales = scales_out
+        else:
+            t2, call.scales_row_stride, call.scales_group_stride = _scales_geometry(scales_out, shape, group_size)
+            call.scales = t2
         sr = _span_rows(scales_out)
         for name, rows in {**outputs, **inputs}.items():
             if _overlaps(sr, rows):

@@ -144,7 +144,7 @@ addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t str
     if (c.rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
     const int xs = dtype_size(c.x_dtype);
     const addrmsnorm_quant& qd = *c.quant;
-    const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr: static 1, per token 2, per group 3
+    const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr (configs.QUANT_MODES)
     const int config = select_forward_config(c.hidden, xs, xs, mode, false);
     const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain);
     LoadedKernel k;
@@ -164,16 +164,19 @@ addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t str
                 pub = reinterpret_cast<CUdeviceptr>(qd.scale_ub != nullptr ? qd.scale_ub : (qd.scales ? qd.scales : qd.scale));
     int32_t n_rows = static_cast<int32_t>(c.rows), H = static_cast<int32_t>(c.hidden);
     int64_t s_row = qd.scales_stride_row, s_group = qd.scales_stride_group;
-    int32_t group_size = qd.mode == ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
+    int32_t group_size = qd.mode >= ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
     int32_t write_y = c.y != nullptr ? 1 : 0, has_ub = qd.scale_ub != nullptr ? 1 : 0;
     int32_t ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0, weight_code = static_cast<int32_t>(c.x_dtype);
+    // Block-scaled, swizzled: the grid covers the rows rounded up to 128, whose scales are the padding.
+    int32_t swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) ? 1 : 0;
+    int32_t scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
     CUdeviceptr global_scratch = 0, profile_scratch = 0;
     // Parameter order of fused_add_rmsnorm_quant_fwd without its constexprs.
     void* params[] = {&px, &pr, &pw, &pq, &pro, &py, &pscale, &pscales, &pub, &n_rows, &H,
                       &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
-                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code,
-                      &global_scratch, &profile_scratch};
-    const unsigned grid = static_cast<unsigned>((c.rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code, &scale_rows,
+                      &swizzled, &global_scratch, &profile_scratch};
+    const unsigned grid = static_cast<unsigned>((scale_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch(*d, k, grid, params, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 

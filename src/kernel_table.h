@@ -33,7 +33,8 @@ struct KernelVariant {
 
 struct CubinImage {
     unsigned offset;       // into addrmsnorm_cubin_blob
-    unsigned size;
+    unsigned packed_size;  // bytes in the blob: every run of 1-256 zero bytes as 0x00, (run length - 1)
+    unsigned size;         // bytes of the cubin, unpacked (0: not built for this arch)
     int num_warps;
     unsigned shared;       // dynamic shared memory bytes
     unsigned global_scratch_size;   // must be 0: the launch passes a null scratch pointer

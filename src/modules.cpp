@@ -102,13 +102,28 @@ addrmsnorm_status load(const Driver& d, ContextState& s, int variant, CUfunction
     const CubinImage& img = kImages[variant * kNumArchs + s.arch_index];
     if (img.size == 0)  // the one kind of kernel an arch lacks: configs.quant_built_for
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_ARCH,
-                    "float8_e4m3fn outputs need a GPU of compute capability 8.9 or newer; this one runs sm_%d kernels",
+                    "float8_e4m3fn outputs and the block-scaled formats (NVFP4, MXFP8, MXFP4: e4m3 values or scales) need "
+                    "a GPU of compute capability 8.9 or newer; this one runs sm_%d kernels",
                     kArchs[s.arch_index]);
     if (img.global_scratch_size != 0 || img.profile_scratch_size != 0)
         return fail(ADDRMSNORM_ERROR_CUDA, "kernel %d needs scratch memory, which this runtime does not allocate",
                     variant);
+    // Unpacked once per kernel and context, at its first load; the driver copies the image.
+    std::vector<unsigned char> cubin;
+    cubin.reserve(img.size);
+    for (const unsigned char *p = addrmsnorm_cubin_blob + img.offset, *end = p + img.packed_size; p < end;) {
+        if (*p != 0) {
+            cubin.push_back(*p++);
+        } else {
+            cubin.insert(cubin.end(), static_cast<size_t>(p[1]) + 1, 0);
+            p += 2;
+        }
+    }
+    if (cubin.size() != img.size)
+        return fail(ADDRMSNORM_ERROR_CUDA, "kernel %d: its embedded cubin unpacks to %zu bytes, not %u", variant,
+                    cubin.size(), img.size);
     CUmodule module = nullptr;
-    CUresult r = d.cuModuleLoadData(&module, addrmsnorm_cubin_blob + img.offset);
+    CUresult r = d.cuModuleLoadData(&module, cubin.data());
     if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuModuleLoadData");
     r = d.cuModuleGetFunction(&f, module, img.name);
     if (r != CUDA_SUCCESS) return cuda_fail(d, r, "cuModuleGetFunction");

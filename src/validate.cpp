@@ -312,13 +312,31 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                     c.flags & ~ADDRMSNORM_FLAG_PDL);
     if (c.quant == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant is NULL");
     const addrmsnorm_quant& qd = *c.quant;
-    if (qd.dtype != ADDRMSNORM_QUANT_INT8 && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3)
+    if (qd.dtype != ADDRMSNORM_QUANT_INT8 && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3 &&
+        qd.dtype != ADDRMSNORM_QUANT_FLOAT4_E2M1)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "quant->dtype %d is not an addrmsnorm_quant_dtype (ADDRMSNORM_QUANT_INT8 or "
-                    "ADDRMSNORM_QUANT_FLOAT8_E4M3)", (int)qd.dtype);
-    if (qd.mode != ADDRMSNORM_QUANT_STATIC && qd.mode != ADDRMSNORM_QUANT_PER_TOKEN &&
-        qd.mode != ADDRMSNORM_QUANT_PER_GROUP)
+                    "quant->dtype %d is not an addrmsnorm_quant_dtype (ADDRMSNORM_QUANT_INT8, "
+                    "ADDRMSNORM_QUANT_FLOAT8_E4M3 or ADDRMSNORM_QUANT_FLOAT4_E2M1)", (int)qd.dtype);
+    if (qd.mode < ADDRMSNORM_QUANT_STATIC || qd.mode > ADDRMSNORM_QUANT_MXFP4)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->mode %d is not an addrmsnorm_quant_mode", (int)qd.mode);
+    const bool block = qd.mode >= ADDRMSNORM_QUANT_NVFP4, nvfp4 = qd.mode == ADDRMSNORM_QUANT_NVFP4;
+    const bool fp4 = qd.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1;
+    const int block_size = nvfp4 ? 16 : 32;
+    const char* block_name = nvfp4 ? "NVFP4" : qd.mode == ADDRMSNORM_QUANT_MXFP8 ? "MXFP8" : "MXFP4";
+    if (block) {  // validation.check_quant_meta's block-format rules, in its order and words
+        const addrmsnorm_quant_dtype want = qd.mode == ADDRMSNORM_QUANT_MXFP8 ? ADDRMSNORM_QUANT_FLOAT8_E4M3
+                                                                               : ADDRMSNORM_QUANT_FLOAT4_E2M1;
+        if (qd.dtype != want)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "%s writes q as %s; quant->dtype is %d", block_name,
+                        want == ADDRMSNORM_QUANT_FLOAT8_E4M3 ? "ADDRMSNORM_QUANT_FLOAT8_E4M3" : "ADDRMSNORM_QUANT_FLOAT4_E2M1",
+                        (int)qd.dtype);
+        if (qd.group_size != block_size)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s takes group_size %d (its block), got %d", block_name,
+                        block_size, (int)qd.group_size);
+    } else if (fp4) {
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "ADDRMSNORM_QUANT_FLOAT4_E2M1 needs a block-scaled mode (ADDRMSNORM_QUANT_NVFP4 or _MXFP4)");
+    }
     if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
     if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
     if (!std::isfinite(c.weight_offset))
@@ -329,24 +347,36 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const bool is_static = qd.mode == ADDRMSNORM_QUANT_STATIC, per_group = qd.mode == ADDRMSNORM_QUANT_PER_GROUP;
     if (per_group && qd.group_size != 64 && qd.group_size != 128)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 64 or 128, got %d", (int)qd.group_size);
-    if (!per_group && qd.group_size != 0)
+    if (!per_group && !block && qd.group_size != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "group_size must be 0 outside ADDRMSNORM_QUANT_PER_GROUP, got %d", (int)qd.group_size);
     if (c.hidden <= 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
     if (c.hidden > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
-    if (per_group && c.hidden % qd.group_size != 0)
+    if ((per_group || block) && c.hidden % qd.group_size != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "H=%lld is not a multiple of group_size=%d",
                     (long long)c.hidden, (int)qd.group_size);
     if (c.hidden % kQuantAlign != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "H=%lld is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 "
                     "and int8 GEMMs do", (long long)c.hidden);
-    if (qd.flags & ~ADDRMSNORM_QUANT_UE8M0)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->flags has unknown bits 0x%x (defined: ADDRMSNORM_QUANT_UE8M0)",
-                    qd.flags & ~ADDRMSNORM_QUANT_UE8M0);
-    if (!is_static && qd.scale != nullptr)
+    if (qd.flags & ~(ADDRMSNORM_QUANT_UE8M0 | ADDRMSNORM_QUANT_SWIZZLED))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "quant->flags has unknown bits 0x%x (defined: ADDRMSNORM_QUANT_UE8M0, ADDRMSNORM_QUANT_SWIZZLED)",
+                    qd.flags & ~(ADDRMSNORM_QUANT_UE8M0 | ADDRMSNORM_QUANT_SWIZZLED));
+    const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
+    if (swizzled && !block)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)");
+    if (block && (qd.flags & ADDRMSNORM_QUANT_UE8M0))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales does not apply to %s: its scales are %s",
+                    block_name, nvfp4 ? "e4m3" : "e8m0 already");
+    if (block && qd.scale_ub != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub does not apply to %s", block_name);
+    if (block && !nvfp4 && qd.scale != nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s takes no scale (NVFP4 alone has a global scale)", block_name);
+    if (!is_static && !nvfp4 && qd.scale != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is given but the mode is dynamic; pass NULL");
     if (is_static && qd.scale_ub != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub bounds a dynamic scale; a static scale takes none");
@@ -354,7 +384,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
     if (is_static && qd.scales != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
-    const float* f32s[3] = {qd.scale, qd.scale_ub, qd.scales};
+    const void* f32s[3] = {qd.scale, qd.scale_ub, block ? nullptr : qd.scales};
     const char* f32_names[3] = {"scale", "scale_ub", "scales_out"};
     for (int i = 0; i < 3; ++i)
         if (f32s[i] != nullptr && reinterpret_cast<uintptr_t>(f32s[i]) % 4 != 0)
@@ -365,6 +395,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: no pointer is used
     if (is_static && qd.scale == nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; ADDRMSNORM_QUANT_STATIC reads its scale there");
+    if (nvfp4 && qd.scale == nullptr)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; NVFP4 reads its global scale there");
     if (!is_static && qd.scales == nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales there");
@@ -372,7 +404,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const int xs = dtype_size(c.x_dtype);
     struct Named { const char* name; const void* p; int64_t stride; int elem; };
     const Named views[6] = {{"x", c.x, c.stride_x, xs},       {"residual", c.residual, c.stride_residual, xs},
-                            {"weight", c.weight, 0, xs},      {"out", c.q, c.stride_q, 1},
+                            {"weight", c.weight, 0, xs},      {"out", c.q, c.stride_q, fp4 ? 0 : 1},
                             {"residual_out", c.residual_out, c.stride_residual_out, xs},
                             {"y", c.y, c.stride_y, xs}};
     Rows r[6];
@@ -386,17 +418,21 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
             }
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
         }
+        // fp4 q (elem 0): rows of hidden / 2 bytes, its stride in bytes
+        const int64_t width = v.elem == 0 ? c.hidden / 2 : c.hidden;
+        const int elem = v.elem == 0 ? 1 : v.elem;
         int64_t stride = is_weight ? c.hidden : v.stride;
         const int64_t rows = is_weight ? 1 : c.rows;
         if (!is_weight && c.rows > 1 && stride < 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name, (long long)stride);
-        if (rows <= 1) stride = c.hidden;
+        if (rows <= 1) stride = width;
         if (stride > INT64_MAX / 4)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
-        r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
+        r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * elem, width * elem, rows, elem, stride};
     }
     for (int i = 3; i < 6; ++i)
-        if (const addrmsnorm_status st = check_no_self_overlap(r[i], r[0], r[1], c.hidden); st != ADDRMSNORM_SUCCESS)
+        if (const addrmsnorm_status st = check_no_self_overlap(r[i], r[0], r[1], r[i].len / r[i].elem);
+            st != ADDRMSNORM_SUCCESS)
             return st;
     // scale and scale_ub: one fp32 each, inputs.
     Rows sc{"scale", reinterpret_cast<uintptr_t>(qd.scale), 4, 4, qd.scale ? 1 : 0, 4, 1};
@@ -420,25 +456,37 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const Rows* aligned[6] = {qo, rout, yo, x, res, w};
     for (const Rows* v : aligned) {
         if (v->rows == 0 || v->ptr == 0) continue;  // no y
-        if (v->ptr % 16 != 0 || (v->rows > 1 && v->stride_elems % kQuantAlign != 0))
+        // fp4 q: 16 elements are 8 bytes, the unit of its stride
+        const int64_t align = (v == qo && fp4) ? kQuantAlign / 2 : kQuantAlign;
+        if (v->ptr % 16 != 0 || (v->rows > 1 && v->stride_elems % align != 0))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "%s must start on a 16-byte boundary and have a row stride that is a multiple of 16 elements "
                         "(quantized outputs take aligned rows)", v->name);
     }
-    if (!is_static) {
-        const int64_t groups = per_group ? c.hidden / qd.group_size : 1;
+    if (block && swizzled) {  // one contiguous buffer of the padded tiles
+        const int64_t k4 = (c.hidden / qd.group_size + 3) / 4 * 4, rows128 = (c.rows + 127) / 128 * 128;
+        const int64_t span = rows128 * k4;
+        Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 1, span};
+        const Rows* all[8] = {x, res, w, qo, rout, yo, &sc, &ub};
+        for (const Rows* t : all)
+            if (overlaps(so, *t))
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
+                            t->name);
+    } else if (!is_static) {
+        const int scale_bytes = block ? 1 : 4;
+        const int64_t groups = (per_group || block) ? c.hidden / qd.group_size : 1;
         const int64_t rs = c.rows > 1 ? qd.scales_stride_row : 0, gs = groups > 1 ? qd.scales_stride_group : 0;
         if (rs < 0 || gs < 0 || (c.rows > 1 && rs == 0) || (groups > 1 && gs == 0) ||
             (c.rows > 1 && groups > 1 && !(rs >= groups * gs || gs >= c.rows * rs))) {
-            if (per_group)  // the words of validation._scales_geometry, which prints the tensor's strides
+            if (per_group || block)  // the words of validation._scales_geometry, which prints the tensor's strides
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out: strides (%lld, %lld) make two scales share an address",
                             (long long)qd.scales_stride_row, (long long)qd.scales_stride_group);
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out: strides (%lld,) make two scales share an address",
                         (long long)qd.scales_stride_row);
         }
         // The scales' byte extent, as one row, against everything else.
-        const int64_t span = 4 * ((c.rows - 1) * rs + (groups - 1) * gs + 1);
-        Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 4, span / 4};
+        const int64_t span = scale_bytes * ((c.rows - 1) * rs + (groups - 1) * gs + 1);
+        Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, scale_bytes, span / scale_bytes};
         const Rows* all[8] = {x, res, w, qo, rout, yo, &sc, &ub};
         for (const Rows* t : all)
             if (overlaps(so, *t))

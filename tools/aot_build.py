@@ -5,7 +5,7 @@ Reads the one kernel source (``addrmsnorm/kernels.py``) and the one config table
 (``addrmsnorm/configs.py``), compiles every specialization for every requested CUDA arch with
 ``triton.compile`` (no GPU needed: Triton's bundled ptxas does the work), and writes:
 
-    <out>/addrmsnorm_cubins.bin   every cubin, concatenated, 16-byte aligned
+    <out>/addrmsnorm_cubins.bin   every cubin, zero runs packed (pack_zero_runs), concatenated
     <out>/addrmsnorm_cubins.S     embeds the .bin into the library with .incbin
     <out>/kernel_table.cpp        metadata per kernel and arch, and the dispatch rule as C++ code
     <out>/dispatch_cases.inc      H -> config cases from the Python rule, for the C++ tests
@@ -68,7 +68,7 @@ register_plan = _load("register_plan")
 
 # "w16": a 16-bit weight's int16 bits (configs.WEIGHT_W16); "any": the backward's untyped weight.
 TRITON_TYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", configs.WEIGHT_W16: "i16", "any": "u8",
-                "int8": "i8", "fp8e4m3": "fp8e4nv"}
+                "int8": "i8", "fp8e4m3": "fp8e4nv", "fp4e2m1": "u8"}
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # Kernel arguments in order. Pointers take the dtype of their tensor; sizes are 32-bit (the grid
 # and H fit), strides 64-bit (a row stride may not).
@@ -214,8 +214,8 @@ def all_specs(cfgs, bcfgs):
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
-            for q in configs.QUANT_DTYPES:
-                for mode in modes:
+            for mode in modes:
+                for q in configs.quant_dtypes_of(mode):
                     specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q)
                               for k in ("qfwd", "pqfwd")]
     return specs
@@ -243,7 +243,8 @@ def _pointer_types(spec: Spec) -> dict:
     if spec.base == "qfwd":
         return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
-                "scale_ptr": "*fp32", "scales_ptr": "*fp32", "scale_ub_ptr": "*fp32"}
+                "scale_ptr": "*fp32", "scales_ptr": "*u8" if spec.quant in configs.BLOCK_QUANT_MODES else "*fp32",
+                "scale_ub_ptr": "*fp32"}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
             "weight2_ptr": ptr(spec.weight)}
@@ -519,6 +520,37 @@ def _rule_cases() -> str:
     return "\n".join(out) + "\n"
 
 
+def pack_zero_runs(data: bytes) -> bytes:
+    """A cubin as embedded: each run of 1-256 zero bytes as 0x00 and the run's length minus 1; every other
+    byte as itself. Cubins are about a sixth zero runs (ELF padding, zero immediates), and the runtime
+    (modules.cpp, unpack_zero_runs) unpacks a kernel once, at its first load, with no dependency."""
+    out = bytearray()
+    for m in re.finditer(rb"\x00+|[^\x00]+", data):
+        run = m.group()
+        if run[0]:
+            out += run
+            continue
+        n = len(run)
+        while n:
+            k = min(n, 256)
+            out += bytes((0, k - 1))
+            n -= k
+    return bytes(out)
+
+
+def unpack_zero_runs(packed: bytes) -> bytes:
+    """The inverse of pack_zero_runs (for the tests; the runtime has its own in C++)."""
+    out, i = bytearray(), 0
+    while i < len(packed):
+        if packed[i]:
+            out.append(packed[i])
+            i += 1
+        else:
+            out += bytes(packed[i + 1] + 1)
+            i += 2
+    return bytes(out)
+
+
 def generate(out: Path, archs, cfgs, bcfgs, specs, keys, cache_dir: Path):
     blob = bytearray()
     images = []  # [spec][arch] -> dict
@@ -527,23 +559,22 @@ def generate(out: Path, archs, cfgs, bcfgs, specs, keys, cache_dir: Path):
         for arch in archs:
             key = keys.get((si, arch))
             if key is None:  # not built for this arch (configs.quant_built_for): an empty image
-                row.append({"offset": 0, "size": 0, "num_warps": 0, "shared": 0, "global_scratch_size": 0,
+                row.append({"offset": 0, "packed": 0, "size": 0, "num_warps": 0, "shared": 0, "global_scratch_size": 0,
                             "profile_scratch_size": 0, "name": "", "grid_dependency": False})
                 continue
             data = (cache_dir / f"{key}.cubin").read_bytes()
             meta = json.loads((cache_dir / f"{key}.json").read_text())
-            while len(blob) % 16:
-                blob.append(0)
-            row.append(dict(meta, offset=len(blob), size=len(data)))
-            blob += data
+            packed = pack_zero_runs(data)
+            row.append(dict(meta, offset=len(blob), packed=len(packed), size=len(data)))
+            blob += packed
         images.append(row)
     for ai, arch in enumerate(archs):
-        mib = sum(row[ai]["size"] for row in images) / 2**20
+        mib = sum(row[ai]["packed"] for row in images) / 2**20
         if mib > configs.AOT_MAX_MIB_PER_ARCH:
-            raise SystemExit(f"addrmsnorm AOT: sm_{arch} takes {mib:.1f} MiB of cubins, over the budget of "
+            raise SystemExit(f"addrmsnorm AOT: sm_{arch} embeds {mib:.1f} MiB of cubins, over the budget of "
                              f"{configs.AOT_MAX_MIB_PER_ARCH} MiB per arch (configs.AOT_MAX_MIB_PER_ARCH)")
-        print(f"addrmsnorm AOT: sm_{arch}: {sum(1 for row in images if row[ai]['size'])} kernels, {mib:.1f} MiB",
-              flush=True)
+        print(f"addrmsnorm AOT: sm_{arch}: {sum(1 for row in images if row[ai]['size'])} kernels, {mib:.1f} MiB "
+              f"embedded ({sum(row[ai]['size'] for row in images) / 2**20:.1f} MiB of cubins unpacked)", flush=True)
     _write_if_changed(out / "addrmsnorm_cubins.bin", bytes(blob))
     _write_if_changed(out / "addrmsnorm_cubins.S", f"""\
 /* Generated by tools/aot_build.py: the cubins of every kernel specialization, embedded. */
@@ -592,7 +623,7 @@ addrmsnorm_cubin_blob:
     lines.append("const CubinImage kImages[] = {")
     for row in images:
         for m in row:
-            lines.append(f"    {{{m['offset']}u, {m['size']}u, {m['num_warps']}, {m['shared']}u, "
+            lines.append(f"    {{{m['offset']}u, {m['packed']}u, {m['size']}u, {m['num_warps']}, {m['shared']}u, "
                          f"{m['global_scratch_size']}u, {m['profile_scratch_size']}u, \"{m['name']}\", "
                          f"{str(m['grid_dependency']).lower()}}},")
     lines.append("};")

@@ -42,10 +42,11 @@ using IntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, 
 
 using QuantFn = std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>>(
     const Tensor&, const Tensor&, const Tensor&, double, c10::ScalarType, const std::optional<Tensor>&, int64_t,
-    const std::optional<Tensor>&, bool, bool, double, bool, bool);
+    const std::optional<Tensor>&, bool, bool, double, bool, bool, bool);
 using QuantIntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                          const std::optional<Tensor>&, const std::optional<Tensor>&, double,
-                         const std::optional<Tensor>&, int64_t, const std::optional<Tensor>&, bool, double, bool);
+                         const std::optional<Tensor>&, int64_t, const std::optional<Tensor>&, bool, double, bool,
+                         bool);
 
 // The operators' names: each is the key of its own handle below.
 constexpr char kForward[] = "addrmsnorm::fused_add_rmsnorm";
@@ -206,12 +207,12 @@ std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>> fused_a
     c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
     c10::ScalarType quant_dtype, const std::optional<Tensor>& scale, int64_t group_size,
     const std::optional<Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,
-    bool return_y, bool pdl) {
+    bool return_y, bool pdl, bool swizzled_scales) {
     refuse_grad("fused_add_rmsnorm_quant", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
     at::AutoDispatchBelowADInplaceOrView below;
     return op<QuantFn, kQuant>()
         .redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
-                    column_major_scales, ue8m0_scales, weight_offset, return_y, pdl);
+                    column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales);
 }
 
 void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual,
@@ -219,7 +220,7 @@ void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor&
                                            const std::optional<Tensor>& scales_out, const std::optional<Tensor>& y,
                                            double eps, const std::optional<Tensor>& scale, int64_t group_size,
                                            const std::optional<Tensor>& scale_ub, bool ue8m0_scales,
-                                           double weight_offset, bool pdl) {
+                                           double weight_offset, bool pdl, bool swizzled_scales) {
     const Tensor none;
     refuse_grad("fused_add_rmsnorm_quant_into",
                 {{"x", &x}, {"residual", &residual}, {"weight", &weight}, {"out", &out}, {"residual_out", &residual_out},
@@ -228,7 +229,7 @@ void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor&
         at::AutoDispatchBelowADInplaceOrView below;
         op<QuantIntoFn, kQuantInto>()
             .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
-                        eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl);
+                        eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales);
     }
     bump(out);
     bump(residual_out);

@@ -44,6 +44,8 @@ const char* torch_name(c10::ScalarType t) {
         case c10::kBool: return "torch.bool";
         case c10::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
         case c10::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
+        case c10::ScalarType::Float8_e8m0fnu: return "torch.float8_e8m0fnu";
+        case c10::ScalarType::Float4_e2m1fn_x2: return "torch.float4_e2m1fn_x2";
         default: return c10::toString(t);
     }
 }
@@ -369,10 +371,43 @@ constexpr int64_t kTmaRowMultiple = 4;  // validation.TMA_ROW_MULTIPLE
 addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t, bool from_out = false) {
     if (t == c10::kChar) return ADDRMSNORM_QUANT_INT8;
     if (t == c10::ScalarType::Float8_e4m3fn) return ADDRMSNORM_QUANT_FLOAT8_E4M3;
+    if (t == c10::ScalarType::Float4_e2m1fn_x2) return ADDRMSNORM_QUANT_FLOAT4_E2M1;
     if (from_out)
         TORCH_CHECK_TYPE(false, "out has dtype ", torch_name(t),
-                         "; the quantized output must be torch.float8_e4m3fn or torch.int8");
-    TORCH_CHECK_TYPE(false, "quant_dtype must be torch.float8_e4m3fn or torch.int8, got ", torch_name(t));
+                         "; the quantized output must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2");
+    TORCH_CHECK_TYPE(false, "quant_dtype must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2, got ",
+                     torch_name(t));
+}
+
+// The QUANT mode (configs.quant_kernel_mode): 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4.
+int quant_mode(c10::ScalarType q, bool has_scale, int64_t group_size) {
+    if (q == c10::ScalarType::Float4_e2m1fn_x2) return group_size == 16 ? 4 : 6;
+    if (q == c10::ScalarType::Float8_e4m3fn && group_size == 32) return 5;
+    return has_scale ? 1 : group_size ? 3 : 2;
+}
+constexpr const char* kModeNames[7] = {"", "STATIC", "TOKEN", "GROUP", "NVFP4", "MXFP8", "MXFP4"};
+
+// A block-scaled mode's scales: e4m3 (NVFP4) or e8m0 bytes.
+c10::ScalarType block_scale_dtype(int mode) {
+    return mode == 4 ? c10::ScalarType::Float8_e4m3fn : c10::ScalarType::Float8_e8m0fnu;
+}
+
+// validation.swizzled_scales_numel: rows rounded up to 128, blocks to 4.
+int64_t swizzled_scales_numel(int64_t rows, int64_t H, int64_t group_size) {
+    return (rows + 127) / 128 * 128 * ((H / group_size + 3) / 4 * 4);
+}
+
+int64_t leading_rows(c10::IntArrayRef shape) {
+    int64_t n = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) n *= shape[i];
+    return n;
+}
+
+// q's shape: x's, or (..., H / 2) for fp4 (validation.q_shape).
+std::vector<int64_t> q_shape(c10::IntArrayRef shape, c10::ScalarType q) {
+    std::vector<int64_t> s(shape.begin(), shape.end());
+    if (q == c10::ScalarType::Float4_e2m1fn_x2) s.back() /= 2;
+    return s;
 }
 
 void check_scale_tensor(const char* name, const at::Tensor& t, const at::Tensor& x) {
@@ -394,7 +429,7 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
                      c10::ScalarType quant_dtype, const std::optional<at::Tensor>& scale, int64_t group_size,
                      const std::optional<at::Tensor>& scale_ub, const at::Tensor* out, const at::Tensor* residual_out,
                      const std::optional<at::Tensor>* scales_out, const std::optional<at::Tensor>* y, bool ue8m0,
-                     bool column_major) {
+                     bool column_major, bool swizzled = false) {
     to_quant_dtype(quant_dtype, out != nullptr);
     to_dtype("x", x);
     TORCH_CHECK_TYPE(x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16, "x has dtype ",
@@ -418,9 +453,17 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
                          torch_name(residual.scalar_type()), ")");
     check_weight_and_devices(x, residual, weight, H);
     if (residual_out != nullptr) check_device("residual_out", *residual_out, x);
-    const int mode = scale.has_value() ? 1 : group_size ? 3 : 2;
-    TORCH_CHECK_VALUE(!(scale.has_value() && group_size), "scale (static) and group_size (per group) exclude each other; pass one");
-    TORCH_CHECK_VALUE(!group_size || group_size == 64 || group_size == 128, "group_size must be 64 or 128, got ", group_size);
+    TORCH_CHECK_VALUE(quant_dtype != c10::ScalarType::Float4_e2m1fn_x2 || group_size == 16 || group_size == 32,
+                      "float4_e2m1fn_x2 outputs are block-scaled: group_size must be 16 (NVFP4) or 32 (MXFP4), got ",
+                      group_size);
+    const int mode = quant_mode(quant_dtype, scale.has_value(), group_size);
+    const bool block = mode >= 4;
+    const char* name = kModeNames[mode];
+    TORCH_CHECK_VALUE(!(block && mode != 4 && scale.has_value()), name, " takes no scale (NVFP4 alone has a global scale)");
+    TORCH_CHECK_VALUE(!(mode == 4 && !scale.has_value()), "NVFP4 needs scale, its global scale (a 1-element float32 tensor)");
+    TORCH_CHECK_VALUE(!(scale.has_value() && group_size && !block), "scale (static) and group_size (per group) exclude each other; pass one");
+    TORCH_CHECK_VALUE(!group_size || block || group_size == 64 || group_size == 128,
+                      "group_size must be 64 or 128 (or 32 for MXFP8), got ", group_size);
     TORCH_CHECK_VALUE(!group_size || H % group_size == 0, "H=", H, " is not a multiple of group_size=", group_size);
     TORCH_CHECK_VALUE(H % 16 == 0, "H=", H,
                       " is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 and int8 "
@@ -428,10 +471,15 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
     if (scale.has_value()) check_scale_tensor("scale", *scale, x);
     if (scale_ub.has_value()) {
         TORCH_CHECK_VALUE(mode != 1, "scale_ub bounds a dynamic scale; a static scale takes none");
+        TORCH_CHECK_VALUE(!block, "scale_ub does not apply to ", name);
         check_scale_tensor("scale_ub", *scale_ub, x);
     }
     TORCH_CHECK_VALUE(!(ue8m0 && mode == 1), "ue8m0_scales rounds dynamic scales; a static scale is used as given");
+    TORCH_CHECK_VALUE(!(ue8m0 && block), "ue8m0_scales does not apply to ", name, ": its scales are ",
+                      mode == 4 ? "e4m3" : "e8m0 already");
     TORCH_CHECK_VALUE(!(column_major && mode != 3), "column_major_scales lays out per-group scales; pass group_size");
+    TORCH_CHECK_VALUE(!(swizzled && !block),
+                      "swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)");
     if (out != nullptr) {
         TORCH_CHECK_TYPE(out->scalar_type() == quant_dtype, "out has dtype ", torch_name(out->scalar_type()),
                          "; it must be quant_dtype (", torch_name(quant_dtype), ")");
@@ -449,10 +497,14 @@ int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::
     if (scales_out != nullptr && scales_out->has_value()) {
         const at::Tensor& t = **scales_out;
         TORCH_CHECK_VALUE(mode != 1, "scales_out receives dynamic scales; a static call has none to write");
-        const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
-        TORCH_CHECK_VALUE(t.scalar_type() == c10::kFloat && t.sizes() == c10::IntArrayRef(want),
-                          "scales_out must be float32 of shape ", shape_str(want), ", got ",
+        std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
+        if (block && swizzled) want = {swizzled_scales_numel(leading_rows(x.sizes()), H, group_size)};
+        const c10::ScalarType want_dtype = block ? block_scale_dtype(mode) : c10::kFloat;
+        TORCH_CHECK_VALUE(t.scalar_type() == want_dtype && t.sizes() == c10::IntArrayRef(want),
+                          "scales_out must be ", torch_name(want_dtype) + 6, " of shape ", shape_str(want), ", got ",
                           torch_name(t.scalar_type()), " ", shape_str(t.sizes()));
+        TORCH_CHECK_VALUE(!(block && swizzled && want[0] > 1 && t.stride(0) != 1),
+                          "scales_out: the swizzled layout is one contiguous buffer (stride 1)");
         TORCH_CHECK_VALUE(t.device() == x.device(), "scales_out is on ", t.device(), " but x is on ", x.device(),
                           "; all tensors must be on one device");
     }
@@ -481,9 +533,14 @@ std::pair<int64_t, int64_t> scales_geometry(const at::Tensor& t, int64_t groups)
     return {rows > 1 ? stride : 0, gs};
 }
 
-// The scales of a dynamic call (mode 2 or 3), laid out as validation.alloc_scales lays them out.
-at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major) {
+// The scales of a dynamic or block-scaled call (mode 2-6), laid out as validation.alloc_scales lays them out.
+at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major, bool swizzled = false) {
     const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
+    if (mode >= 4) {
+        const auto options = x.options().dtype(block_scale_dtype(mode));
+        if (swizzled) return at::empty({swizzled_scales_numel(leading_rows(x.sizes()), x.size(-1), group_size)}, options);
+        return at::empty(want, options);
+    }
     if (mode == 3 && column_major) {
         int64_t n = 1;
         for (int64_t i = 0; i + 1 < x.dim(); ++i) n *= x.size(i);
@@ -497,17 +554,19 @@ at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool 
 // The C ABI's descriptor of a quantized call (the fused and the plain norm's).
 addrmsnorm_quant quant_descriptor(const at::Tensor& q, const std::optional<at::Tensor>& scale, const at::Tensor* scales,
                                   const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
-                                  int64_t H) {
+                                  int64_t H, bool swizzled = false) {
     addrmsnorm_quant qd{};
-    qd.mode = mode == 1 ? ADDRMSNORM_QUANT_STATIC : mode == 2 ? ADDRMSNORM_QUANT_PER_TOKEN : ADDRMSNORM_QUANT_PER_GROUP;
+    qd.mode = static_cast<addrmsnorm_quant_mode>(mode);  // the C ABI's values are the QUANT modes
     qd.dtype = to_quant_dtype(q.scalar_type());
-    qd.group_size = mode == 3 ? static_cast<int32_t>(group_size) : 0;
-    qd.flags = ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u;
+    qd.group_size = mode >= 3 ? static_cast<int32_t>(group_size) : 0;
+    qd.flags = (ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u) | (swizzled ? ADDRMSNORM_QUANT_SWIZZLED : 0u);
     qd.scale = scale.has_value() ? scale->data_ptr<float>() : nullptr;
     qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
     if (scales != nullptr) {
-        qd.scales = scales->data_ptr<float>();
-        std::tie(qd.scales_stride_row, qd.scales_stride_group) = scales_geometry(*scales, mode == 3 ? H / group_size : 1);
+        qd.scales = scales->data_ptr();
+        if (!swizzled)
+            std::tie(qd.scales_stride_row, qd.scales_stride_group) =
+                scales_geometry(*scales, mode >= 3 ? H / group_size : 1);
     }
     return qd;
 }
@@ -515,14 +574,15 @@ addrmsnorm_quant quant_descriptor(const at::Tensor& q, const std::optional<at::T
 void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
                   const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
                   const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
-                  bool ue8m0, double eps, double weight_offset, bool pdl) {
+                  bool ue8m0, double eps, double weight_offset, bool pdl, bool swizzled) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
     const RowView vx = as_rows("x", x, x.sizes()), vr = as_rows("residual", residual, x.sizes());
-    const RowView vq = as_rows("out", q, x.sizes()), vro = as_rows("residual_out", residual_out, x.sizes());
+    const RowView vq = as_rows("out", q, q_shape(x.sizes(), q.scalar_type()));
+    const RowView vro = as_rows("residual_out", residual_out, x.sizes());
     const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
     if (vx.rows == 0) return;
     const int64_t H = x.size(-1);
-    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H);
+    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);
     const auto stream = current_stream(device);
@@ -539,20 +599,20 @@ void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Ten
 std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> fused_add_rmsnorm_quant(
     const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
     const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
-    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl) {
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
     check_scalars(eps, weight_offset);
     const int mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
-                                      nullptr, nullptr, ue8m0_scales, column_major_scales);
+                                      nullptr, nullptr, ue8m0_scales, column_major_scales, swizzled_scales);
     as_rows("x", x, x.sizes());
     as_rows("residual", residual, x.sizes());
     const auto contiguous = c10::MemoryFormat::Contiguous;
-    at::Tensor q = at::empty(x.sizes(), x.options().dtype(quant_dtype).memory_format(contiguous));
+    at::Tensor q = at::empty(q_shape(x.sizes(), quant_dtype), x.options().dtype(quant_dtype).memory_format(contiguous));
     at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(contiguous));
     std::optional<at::Tensor> y, scales;
     if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
-    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales);
+    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales, swizzled_scales);
     launch_quant(x, residual, weight, q, residual_out, y ? &*y : nullptr, scale, scales ? &*scales : nullptr,
-                 scale_ub, mode, group_size, ue8m0_scales, eps, weight_offset, pdl);
+                 scale_ub, mode, group_size, ue8m0_scales, eps, weight_offset, pdl, swizzled_scales);
     return {q, residual_out, scales, y};
 }
 
@@ -561,16 +621,17 @@ void fused_add_rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& residua
                                   const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y,
                                   double eps, const std::optional<at::Tensor>& scale, int64_t group_size,
                                   const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset,
-                                  bool pdl) {
+                                  bool pdl, bool swizzled_scales) {
     check_scalars(eps, weight_offset);
-    TORCH_CHECK_VALUE(scale.has_value() || scales_out.has_value(),
+    TORCH_CHECK_VALUE(scales_out.has_value() ||
+                          (scale.has_value() && out.scalar_type() != c10::ScalarType::Float4_e2m1fn_x2),
                       "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
                       "there");
     const int mode = check_quant_meta(x, residual, weight, out.scalar_type(), scale, group_size, scale_ub, &out,
-                                      &residual_out, &scales_out, &y, ue8m0_scales, false);
+                                      &residual_out, &scales_out, &y, ue8m0_scales, false, swizzled_scales);
     launch_quant(x, residual, weight, out, residual_out, y.has_value() ? &*y : nullptr, scale,
                  scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
-                 weight_offset, pdl);
+                 weight_offset, pdl, swizzled_scales);
 }
 
 // ----- the plain norm --------------------------------------------------------------------------------
@@ -776,14 +837,14 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
 void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& q, const at::Tensor* y,
                         const std::optional<at::Tensor>& scale, const at::Tensor* scales,
                         const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
-                        double eps, double weight_offset, bool pdl) {
+                        double eps, double weight_offset, bool pdl, bool swizzled) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
     const RowView vx = as_rows("x", x, x.sizes());
-    const RowView vq = as_rows("out", q, x.sizes());
+    const RowView vq = as_rows("out", q, q_shape(x.sizes(), q.scalar_type()));
     const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
     if (vx.rows == 0) return;
     const int64_t H = x.size(-1);
-    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H);
+    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
     const c10::Device device = x.device();
     const c10::DeviceGuard guard(device);
     const auto stream = current_stream(device);
@@ -799,35 +860,37 @@ void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at:
 std::tuple<at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> rmsnorm_quant(
     const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
     const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
-    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl) {
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
     check_scalars(eps, weight_offset);
     // The fused checks with residual = x (every rule on residual holds as it does on x).
     const int mode = check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
-                                      nullptr, nullptr, ue8m0_scales, column_major_scales);
+                                      nullptr, nullptr, ue8m0_scales, column_major_scales, swizzled_scales);
     as_rows("x", x, x.sizes());
     const auto contiguous = c10::MemoryFormat::Contiguous;
-    at::Tensor q = at::empty(x.sizes(), x.options().dtype(quant_dtype).memory_format(contiguous));
+    at::Tensor q = at::empty(q_shape(x.sizes(), quant_dtype), x.options().dtype(quant_dtype).memory_format(contiguous));
     std::optional<at::Tensor> y, scales;
     if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
-    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales);
+    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales, swizzled_scales);
     launch_plain_quant(x, weight, q, y ? &*y : nullptr, scale, scales ? &*scales : nullptr, scale_ub, mode, group_size,
-                       ue8m0_scales, eps, weight_offset, pdl);
+                       ue8m0_scales, eps, weight_offset, pdl, swizzled_scales);
     return {q, scales, y};
 }
 
 void rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
                         const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y, double eps,
                         const std::optional<at::Tensor>& scale, int64_t group_size,
-                        const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl) {
+                        const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
+                        bool swizzled_scales) {
     check_scalars(eps, weight_offset);
-    TORCH_CHECK_VALUE(scale.has_value() || scales_out.has_value(),
+    TORCH_CHECK_VALUE(scales_out.has_value() ||
+                          (scale.has_value() && out.scalar_type() != c10::ScalarType::Float4_e2m1fn_x2),
                       "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
                       "there");
     const int mode = check_quant_meta(x, x, weight, out.scalar_type(), scale, group_size, scale_ub, &out, nullptr,
-                                      &scales_out, &y, ue8m0_scales, false);
+                                      &scales_out, &y, ue8m0_scales, false, swizzled_scales);
     launch_plain_quant(x, weight, out, y.has_value() ? &*y : nullptr, scale,
                        scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
-                       weight_offset, pdl);
+                       weight_offset, pdl, swizzled_scales);
 }
 
 }  // namespace

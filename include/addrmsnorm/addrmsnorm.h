@@ -158,32 +158,55 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
  *
  * quant: INT8 (qmax 127) rounds half to even, then clamps to [-128, 127]; FLOAT8_E4M3 (qmax 448)
  * clamps to +-448, then rounds to nearest even.
+ *
+ * Block-scaled formats (the inputs of Blackwell's block-scaled GEMMs): one scale byte per block of
+ * group_size consecutive columns of a row, a the block's amax |y|, every step in fp32, rounded to nearest:
+ *   ADDRMSNORM_QUANT_NVFP4  dtype FLOAT4_E2M1, group_size 16, scale: the global scale g (one fp32 in
+ *                           device memory); s = e4m3(min((a / 6) * g, 448)), q = e2m1(y * (g / s)),
+ *                           q = 0 where s = 0; scales are e4m3 bytes
+ *   ADDRMSNORM_QUANT_MXFP8  dtype FLOAT8_E4M3, group_size 32, scale NULL; the scale 2^k, k = ceil(log2(a /
+ *                           448)) and at least -127, q = e4m3(y * 2^-k); scales are e8m0 bytes (k + 127)
+ *   ADDRMSNORM_QUANT_MXFP4  dtype FLOAT4_E2M1, group_size 32, as MXFP8 with a / 6
+ * e2m1 rounds to nearest even and saturates at +-6; its sign bit is set where the value is negative. q of
+ * FLOAT4_E2M1 holds two elements a byte, element 2i in the low nibble; its row stride (stride_q) counts
+ * bytes and is a multiple of 8. Scales: [rows, hidden / group_size] bytes at (scales_stride_row,
+ * scales_stride_group), or with ADDRMSNORM_QUANT_SWIZZLED the 128 x 4 tiles block-scaled GEMMs read
+ * (strides unused): rows rounded up to 128, blocks to 4 (K4), element (m, k) at
+ * ((m / 128) * (K4 / 4) + k / 4) * 512 + (m % 32) * 16 + ((m % 128) / 32) * 4 + k % 4, padding written
+ * as zeros. They need sm_89 or newer (e4m3), like FLOAT8_E4M3.
  */
 typedef enum addrmsnorm_quant_dtype {
     ADDRMSNORM_QUANT_INT8 = 0,
-    ADDRMSNORM_QUANT_FLOAT8_E4M3 = 1
+    ADDRMSNORM_QUANT_FLOAT8_E4M3 = 1,
+    ADDRMSNORM_QUANT_FLOAT4_E2M1 = 2
 } addrmsnorm_quant_dtype;
 
 typedef enum addrmsnorm_quant_mode {
     ADDRMSNORM_QUANT_STATIC = 1,
     ADDRMSNORM_QUANT_PER_TOKEN = 2,
-    ADDRMSNORM_QUANT_PER_GROUP = 3
+    ADDRMSNORM_QUANT_PER_GROUP = 3,
+    ADDRMSNORM_QUANT_NVFP4 = 4,
+    ADDRMSNORM_QUANT_MXFP8 = 5,
+    ADDRMSNORM_QUANT_MXFP4 = 6
 } addrmsnorm_quant_mode;
 
 /* addrmsnorm_quant.flags: round dynamic scales up to a power of two (DeepSeek-V3's UE8M0). */
 #define ADDRMSNORM_QUANT_UE8M0 0x1u
+/* addrmsnorm_quant.flags, block-scaled modes: scales in the swizzled 128 x 4 layout. */
+#define ADDRMSNORM_QUANT_SWIZZLED 0x2u
 
 typedef struct addrmsnorm_quant {
     addrmsnorm_quant_mode mode;
     addrmsnorm_quant_dtype dtype;  /* of q */
-    int32_t group_size;            /* PER_GROUP: 64 or 128; otherwise 0 */
-    uint32_t flags;                /* 0, or ADDRMSNORM_QUANT_UE8M0 (dynamic modes) */
-    const float *scale;            /* STATIC: device pointer to one fp32 scale; otherwise NULL */
-    const float *scale_ub;         /* dynamic: NULL, or a device pointer to one fp32 bound of amax */
-    float *scales;                 /* dynamic: fp32 scales, out; STATIC: NULL */
+    int32_t group_size;            /* PER_GROUP: 64 or 128; NVFP4 16; MXFP8, MXFP4 32; otherwise 0 */
+    uint32_t flags;                /* 0, ADDRMSNORM_QUANT_UE8M0 (dynamic modes), ADDRMSNORM_QUANT_SWIZZLED (block) */
+    const float *scale;            /* STATIC: device pointer to one fp32 scale; NVFP4: the global scale;
+                                      otherwise NULL */
+    const float *scale_ub;         /* per token, per group: NULL, or a device pointer to one fp32 bound of amax */
+    void *scales;                  /* dynamic: fp32 scales, out; block-scaled: scale bytes, out; STATIC: NULL */
     int64_t scales_stride_row;     /* elements between the scales of consecutive rows (>= 0) */
-    int64_t scales_stride_group;   /* PER_GROUP: elements between consecutive groups of a row. Row-major
-                                      [rows, hidden / group_size]: (hidden / group_size, 1); DeepGEMM's
+    int64_t scales_stride_group;   /* PER_GROUP and block-scaled: elements between consecutive groups of a row.
+                                      Row-major [rows, hidden / group_size]: (hidden / group_size, 1); DeepGEMM's
                                       column-major, TMA-aligned layout: (1, rows rounded up to 4) */
 } addrmsnorm_quant;
 
