@@ -90,8 +90,9 @@ def backward(lib, dy, dresidual_out, h, rstd, weight, weight_offset=0.0):
 # ----- quantized outputs -------------------------------------------------------------------------
 
 QUANT_MODES = {name: mode for mode, name in validation.QUANT_MODE_NAMES.items()}  # addrmsnorm_quant_mode
-QUANT_DTYPE_ENUM = {torch.int8: 0, torch.float8_e4m3fn: 1}  # addrmsnorm_quant_dtype
+QUANT_DTYPE_ENUM = {torch.int8: 0, torch.float8_e4m3fn: 1, torch.float4_e2m1fn_x2: 2}  # addrmsnorm_quant_dtype
 QUANT_UE8M0 = 0x1
+QUANT_SWIZZLED = 0x2
 
 
 class Quant(ctypes.Structure):
@@ -111,14 +112,18 @@ def declare_quant(lib) -> None:
     g.restype, g.argtypes = ctypes.c_int, args
 
 
-def quant_desc(q: torch.Tensor, *, scale=None, group_size=0, scale_ub=None, scales=None, ue8m0=False) -> Quant:
-    """The descriptor of a quantized call, from tensors (scales 1-D per token, or 2-D per group)."""
-    mode = "static" if scale is not None else ("group" if group_size else "token")
-    return Quant(QUANT_MODES[mode], QUANT_DTYPE_ENUM[q.dtype], group_size, QUANT_UE8M0 if ue8m0 else 0,
+def quant_desc(q: torch.Tensor, *, scale=None, group_size=0, scale_ub=None, scales=None, ue8m0=False,
+               swizzled=False) -> Quant:
+    """The descriptor of a quantized call, from tensors (scales 1-D per token, 2-D per group or block, or 1-D
+    swizzled); the mode as validation.quant_mode names it from q's dtype, scale and group_size."""
+    mode = validation.quant_mode(scale, group_size, q.dtype)
+    flags = (QUANT_UE8M0 if ue8m0 else 0) | (QUANT_SWIZZLED if swizzled else 0)
+    strided = scales is not None and not swizzled
+    return Quant(QUANT_MODES[mode], QUANT_DTYPE_ENUM.get(q.dtype, 99), group_size, flags,
                  scale.data_ptr() if scale is not None else None, scale_ub.data_ptr() if scale_ub is not None else None,
                  scales.data_ptr() if scales is not None else None,
-                 scales.stride(0) if scales is not None and scales.dim() > 0 else 0,
-                 scales.stride(1) if scales is not None and scales.dim() > 1 else 0)
+                 scales.stride(0) if strided and scales.dim() > 0 else 0,
+                 scales.stride(1) if strided and scales.dim() > 1 else 0)
 
 
 def forward_quant(lib, x, residual, weight, q, residual_out, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant):

@@ -340,13 +340,54 @@ def plain_targets(rows: list[dict]) -> str:
     return "\n".join([f"Targets (issue 33): met at {met} of {total}.", "", *t])
 
 
+BLOCK_MIN_PCT = 97.0         # issue 35: every block-scaled mode at bulk, of the same-run roofline
+BLOCK_MIN_COMPILE_RATIO = 1.0  # and against torch.compile of the same formulas
+BLOCK_DECODE_MAX_RATIO = 1.1   # the decode chain at 1 x 4096 against our static fp8 step with PDL
+
+
+def block_targets(rows: list[dict]) -> str:
+    """Issue 35's targets, each marked met or missed, from this run's own rows."""
+    t = ["| target | mode | shape | ours | against | |", "|---|---|---|---|---|---|"]
+    met = total = 0
+    sel = [r for r in rows if r["section"] == "block_quant" and r.get("gbs")]
+    for key in dict.fromkeys((r["mode"], r["N"], r["H"]) for r in sel):
+        group = [r for r in sel if (r["mode"], r["N"], r["H"]) == key]
+        mine = next((r for r in group if r["impl"] == "addrmsnorm"), None)
+        comp = next((r for r in group if r["impl"].startswith("torch.compile")), None)
+        if mine is None:
+            continue
+        ok = mine["pct_roofline"] >= BLOCK_MIN_PCT
+        met, total = met + ok, total + 1
+        t.append(f"| ≥ {BLOCK_MIN_PCT:.0f}% of the roofline | {key[0]} | {key[1]} × {key[2]} | {mine['gbs']:.0f} GB/s, "
+                 f"{mine['pct_roofline']:.1f}% | | {_mark(ok)} |")
+        if comp is not None:
+            ok = mine["gbs"] >= BLOCK_MIN_COMPILE_RATIO * comp["gbs"]
+            met, total = met + ok, total + 1
+            t.append(f"| ≥ {BLOCK_MIN_COMPILE_RATIO:.2f}× torch.compile | {key[0]} | {key[1]} × {key[2]} | "
+                     f"{mine['gbs']:.0f} GB/s | {comp['gbs']:.0f} GB/s ({mine['gbs'] / comp['gbs']:.2f}×) | {_mark(ok)} |")
+    dec = [r for r in rows if r["section"] == "block_quant_decode" and r.get("us_median")]
+    base = next((r for r in dec if r["mode"].startswith("static fp8")), None)
+    for r in dec:
+        if base is None or r is base:
+            continue
+        ok = r["us_median"] <= BLOCK_DECODE_MAX_RATIO * base["us_median"]
+        met, total = met + ok, total + 1
+        t.append(f"| decode chain ≤ {BLOCK_DECODE_MAX_RATIO}× static fp8 (PDL) | {r['mode']} | {r['N']} × {r['H']} | "
+                 f"{r['us_median']:.2f} µs | {base['us_median']:.2f} µs ({r['us_median'] / base['us_median']:.2f}×) | "
+                 f"{_mark(ok)} |")
+    if total == 0:
+        return ""
+    return "\n".join([f"Targets (issue 35): met at {met} of {total}.", "", *t])
+
+
 def report(header: dict, rows: list[dict]) -> str:
     """Every section of targets that the rows allow, as markdown."""
     out = []
     for title, text in (("Targets (issue 7)", targets_section(header, rows)),
                         ("Targets (issue 15)", targets_issue15(header, rows)),
                         ("Targets (issue 14)", quant_targets(rows)),
-                        ("Targets (issue 33)", plain_targets(rows))):
+                        ("Targets (issue 33)", plain_targets(rows)),
+                        ("Targets (issue 35)", block_targets(rows))):
         if text:
             out += [f"#### {title}", "", text, ""]
     return "\n".join(out)

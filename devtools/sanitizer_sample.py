@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small sample of every Python entry point, for compute-sanitizer (scripts/gpu_checks.sh): the
 forward in place and into given outputs (single pass, looped, re-read, odd H, a strided view, an fp32
-residual stream), the backward with and without dresidual_out, and every quantized mode. Each result is
+residual stream), the backward with and without dresidual_out, and every quantized mode (the block-scaled
+formats too). Each result is
 checked against the reference, so a kernel that the sanitizer lets pass still has to be right. The
 plain norm too (rows, heads of a fused QKV buffer in place, the looped path). The
 backend is ADDRMSNORM_BACKEND's (cpp or triton)."""
@@ -85,6 +86,18 @@ def quantized():
     addrmsnorm.fused_add_rmsnorm_quant(xl, rl, wl, quant_dtype=torch.float8_e4m3fn)
     q = torch.empty_like(x, dtype=torch.float8_e4m3fn)
     addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, out=q, scale=scale)  # vLLM's convention: residual <- h
+    # The block-scaled formats: swizzled scales (9 rows: the padded tiles' rows are written as zeros, and
+    # initcheck would flag any byte left unwritten), linear, the looped path, the plain norm's.
+    g = torch.tensor([0.5], device="cuda")
+    for qd, gs in ((torch.float4_e2m1fn_x2, 16), (torch.float8_e4m3fn, 32), (torch.float4_e2m1fn_x2, 32)):
+        scale_arg = g if gs == 16 else None
+        _, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=qd, group_size=gs, scale=scale_arg,
+                                                     swizzled_scales=True)
+        s.view(torch.uint8).sum().item()  # read every byte: initcheck sees an unwritten one
+        addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=qd, group_size=gs, scale=scale_arg)
+        addrmsnorm.fused_add_rmsnorm_quant(xl, rl, wl, quant_dtype=qd, group_size=gs, scale=scale_arg,
+                                           swizzled_scales=True)
+        addrmsnorm.rmsnorm_quant(x, w, quant_dtype=qd, group_size=gs, scale=scale_arg, swizzled_scales=True)
 
 
 if __name__ == "__main__":

@@ -323,6 +323,13 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const bool fp4 = qd.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1;
     const int block_size = nvfp4 ? 16 : 32;
     const char* block_name = nvfp4 ? "NVFP4" : qd.mode == ADDRMSNORM_QUANT_MXFP8 ? "MXFP8" : "MXFP4";
+    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
+    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
+    if (!std::isfinite(c.weight_offset))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
+    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "x_dtype is %s; quantized outputs take x of float16 or bfloat16", dtype_name(c.x_dtype));
     if (block) {  // validation.check_quant_meta's block-format rules, in its order and words
         const addrmsnorm_quant_dtype want = qd.mode == ADDRMSNORM_QUANT_MXFP8 ? ADDRMSNORM_QUANT_FLOAT8_E4M3
                                                                                : ADDRMSNORM_QUANT_FLOAT4_E2M1;
@@ -337,13 +344,6 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "ADDRMSNORM_QUANT_FLOAT4_E2M1 needs a block-scaled mode (ADDRMSNORM_QUANT_NVFP4 or _MXFP4)");
     }
-    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
-    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
-    if (!std::isfinite(c.weight_offset))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
-    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "x_dtype is %s; quantized outputs take x of float16 or bfloat16", dtype_name(c.x_dtype));
     const bool is_static = qd.mode == ADDRMSNORM_QUANT_STATIC, per_group = qd.mode == ADDRMSNORM_QUANT_PER_GROUP;
     if (per_group && qd.group_size != 64 && qd.group_size != 128)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 64 or 128, got %d", (int)qd.group_size);
@@ -376,6 +376,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub does not apply to %s", block_name);
     if (block && !nvfp4 && qd.scale != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s takes no scale (NVFP4 alone has a global scale)", block_name);
+    if (nvfp4 && qd.scale == nullptr)  // with or without rows, as validation.check_quant_meta
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; NVFP4 reads its global scale there");
     if (!is_static && !nvfp4 && qd.scale != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is given but the mode is dynamic; pass NULL");
     if (is_static && qd.scale_ub != nullptr)
@@ -395,8 +397,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: no pointer is used
     if (is_static && qd.scale == nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; ADDRMSNORM_QUANT_STATIC reads its scale there");
-    if (nvfp4 && qd.scale == nullptr)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale is NULL; NVFP4 reads its global scale there");
+
     if (!is_static && qd.scales == nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales there");

@@ -23,7 +23,7 @@ DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
 # them). 759 kernels took 29.2 MiB on sm_90 with line info; without it (tools/aot_build.py), the plain
 # norm's 322 (its own table), the QK norm's 64 and the plain quantized forward's 148 bring 1285 kernels
 # to about 21 MiB on sm_90 and 28 on sm_100. A new variant must fit.
-MAX_KERNELS_PER_ARCH = 1290
+MAX_KERNELS_PER_ARCH = 1430
 
 
 def _run(*args):
@@ -39,14 +39,16 @@ def test_default_archs_match_cmake():
 
 
 def test_every_default_arch_has_the_same_kernel_list_within_budget():
-    """The same list for every arch, but that sm_80 has no float8 (configs.quant_built_for)."""
+    """The same list for every arch, but that sm_80 has no float8 and no block-scaled format
+    (configs.quant_built_for): its quantized kernels are the int8 ones, fewer than half of sm_90's."""
     out = _run("--list", "--archs", ",".join(map(str, DEFAULT_ARCHS)))
     counts = {int(m.group(1)): (int(m.group(2)), int(m.group(3)) + int(m.group(4)))
               for m in re.finditer(r"sm_(\d+): (\d+) kernels .*?(\d+) quantized forward.*?(\d+) plain quantized", out)}
     assert sorted(counts) == list(DEFAULT_ARCHS), out
     assert counts[90] == counts[100], out
     total, quant = counts[90]
-    assert counts[80] == (total - quant // 2, quant // 2), out  # the int8 half of the quantized kernels
+    total_80, quant_80 = counts[80]
+    assert total_80 == total - (quant - quant_80) and 0 < 2 * quant_80 < quant, out
     assert 0 < total <= MAX_KERNELS_PER_ARCH, out
 
 

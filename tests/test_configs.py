@@ -104,7 +104,7 @@ def test_odd_h_rows_take_the_re_read_path():
     assert not select_forward_config(11111, 4, 4).reread
 
 
-STATIC, PER_TOKEN, PER_GROUP = configs.QUANT_MODES
+STATIC, PER_TOKEN, PER_GROUP = configs.QUANT_STATIC, configs.QUANT_PER_TOKEN, configs.QUANT_PER_GROUP
 
 
 def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
@@ -135,7 +135,7 @@ def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
 
 def test_the_quant_argument_is_a_mode_not_a_flag():
     """select_forward_config's quant is 0 or a QUANT mode: True would pass as mode 1 (static)."""
-    for bad in (True, False, 4, -1):
+    for bad in (True, False, 7, -1):
         with pytest.raises(ValueError, match="quant"):
             select_forward_config(4096, 2, 2, quant=bad)
 

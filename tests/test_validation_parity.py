@@ -233,10 +233,10 @@ def test_both_backends_raise_the_same_errors():
 
 # ----- the quantized forward ------------------------------------------------------------------------
 
-def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
+def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False):
     try:
         validation.check_scalar("eps", eps, positive=True)
-        validation.check_quant(x, r, w, q.dtype, scale, gs, ub, q, rout, scales, y, ue8m0=ue8m0)
+        validation.check_quant(x, r, w, q.dtype, scale, gs, ub, q, rout, scales, y, ue8m0=ue8m0, swizzled=swizzled)
         return "ok"
     except TypeError:
         return "type"
@@ -244,11 +244,12 @@ def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
         return "value"
 
 
-def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps):
+def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False):
     import ctypes
 
     N, H = x.shape
-    qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0)
+    qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0,
+                              swizzled=swizzled)
     if rout is None:  # the plain norm's (residual is x)
         st = lib.addrmsnorm_rmsnorm_quant_check(
             x.data_ptr(), w.data_ptr(), q.data_ptr(), y.data_ptr() if y is not None else None, N, H, x.stride(0),
@@ -295,13 +296,38 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
         if plain:
             r, rout = x, None
         y = None if rng.random() < 0.6 else (x if rng.random() < 0.3 and rout is not x else view(xd, N, H))
-        mode = rng.choice(["static", "token", "group"])
-        gs = rng.choice([64, 64, 128, 32]) if mode == "group" else 0
+        mode = rng.choice(["static", "token", "group", "block", "block"])
+        # 32 with int8 only: with fp8 it is MXFP8, whose scales are bytes (the block branch below)
+        gs = rng.choice([64, 64, 128, 32 if qdt == torch.int8 else 64]) if mode == "group" else 0
         scale = f32(1) if mode == "static" else None
         ub = f32(1) if mode != "static" and rng.random() < 0.3 else None
         ue8m0 = rng.random() < 0.2
         scales = None
-        if mode != "static":
+        swizzled = False
+        if mode == "block":  # NVFP4, MXFP8, MXFP4: q of fp4 (H / 2 bytes a row) or fp8, scale bytes
+            fmt = rng.choice(["nvfp4", "mxfp8", "mxfp4"])
+            qdt = torch.float8_e4m3fn if fmt == "mxfp8" else torch.float4_e2m1fn_x2
+            # a wrong block for fp4 only: fp8 with another group size is the per-group mode, whose fp32 scales
+            # the C ABI cannot tell from these bytes
+            gs = {"nvfp4": 16, "mxfp8": 32, "mxfp4": 32}[fmt]
+            if fmt != "mxfp8" and rng.random() < 0.1:
+                gs = rng.choice([16, 64])
+            q = view(qdt, N, H // 2 if qdt == torch.float4_e2m1fn_x2 else H)
+            scale = f32(1) if (fmt == "nvfp4") != (rng.random() < 0.1) else None
+            ub = f32(1) if rng.random() < 0.05 else None
+            ue8m0 = rng.random() < 0.05
+            swizzled = rng.random() < 0.4
+            sdt = torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu
+            G = H // gs if H % gs == 0 else 1
+            if swizzled:
+                n = validation.swizzled_scales_numel(N, H, gs) if H % gs == 0 else 4
+                off = rng.randrange(0, len(buf) - n - 8)
+                scales = buf[off:off + n].view(sdt)
+            else:
+                off = rng.randrange(0, len(buf) - max(N, 1) * max(G, 1) * 2 - 8)
+                flat = buf[off:off + max(N, 1) * max(G, 1) * 2].view(sdt)
+                scales = torch.as_strided(flat, (N, G), (G, 1) if rng.random() < 0.7 else (1, rng.choice([N, 1])))
+        elif mode != "static":
             G = H // gs if gs and H % gs == 0 else 1
             n = max(N, 1) * max(G, 1)
             flat = f32(n + 8)
@@ -313,10 +339,11 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
             else:
                 scales = torch.as_strided(flat, (N, G), (1, rng.choice([N, N + 3, 1])))
         eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.8 else _scalar(rng)
-        py = _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps)
-        c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps)
+        py = _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled)
+        c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled)
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} x={xd} q={qdt} "
                          f"mode={mode} gs={gs} ue8m0={ue8m0} eps={eps} y={y is not None} ub={ub is not None} "
+                         f"swizzled={swizzled} scale={scale is not None} "
                          f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0) if rout is not None else '-'} "
                          f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
         seen[py] += 1

@@ -201,6 +201,8 @@ def run(args) -> int:
     from addrmsnorm.bench.timing import measure_roofline
 
     command = "python -m addrmsnorm.bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.block_quant_only:  # no other section
+        args.plain_only = args.no_plain = args.no_quant = True
     impls = all_impls()
     if args.impls:
         wanted = [s.strip().lower() for s in args.impls.split(",")]
@@ -256,11 +258,18 @@ def run(args) -> int:
         _log("plain-norm rows done")
         if args.plain_only:
             shapes = []
+    if args.block_quant_only:  # the block-scaled formats' rows alone
+        shapes = []
     if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
 
         rows += quant.run(roof.gbs, log=_log)
         _log("quantized-output rows done")
+    if args.block_quant_only or not args.no_quant and not args.plain_only:
+        from addrmsnorm.bench import block_quant
+
+        rows += block_quant.run(roof.gbs, log=_log)
+        _log("block-scaled rows done")
     if not args.no_overhead and not args.plain_only:
         for impl in live:
             base = dict(section="cpu_overhead", impl=impl.name, N=1, H=4096, x_dtype="bf16", residual_dtype="bf16")
@@ -396,6 +405,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-overhead", action="store_true", help="skip the CPU cost per eager call")
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-norm rows (RMSNorm, QK norm, fp8)")
     ap.add_argument("--plain-only", action="store_true", help="only the plain-norm rows")
+    ap.add_argument("--block-quant-only", action="store_true",
+                    help="only the block-scaled rows (NVFP4, MXFP8, MXFP4; --no-quant skips them)")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",

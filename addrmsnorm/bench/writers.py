@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .backward import __doc__ as backward_doc, table as backward_table
 from .cells import cell as _cell
+from .block_quant import __doc__ as block_quant_doc, table as block_quant_table
 from .plain import __doc__ as plain_doc, table as plain_table
 from .quant import __doc__ as quant_doc, table as quant_table
 
@@ -158,6 +159,11 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = quant_doc.split("Byte model")[1].split("Timing:")[0].strip()
         lines += ["#### Quantized outputs (GB/s · % of roofline · µs per call; ✗: q differs from quant(the contract's y) in more than 0.1% of elements)", "",
                   "Byte model " + model, "", qt, ""]
+    bt = block_quant_table(rows)
+    if bt:
+        model = block_quant_doc.split("Byte model")[1].split("Timing:")[0].strip()
+        lines += ["#### Block-scaled outputs: NVFP4, MXFP8, MXFP4 (GB/s · % of roofline · µs per call; ✗: q differs "
+                  "from ours in more than 0.1% of bytes)", "", "Byte model " + model, "", bt, ""]
     pt = plain_table(rows)
     if pt:
         model = plain_doc.split("Byte model")[1].split("Shapes.")[0].strip()

@@ -492,12 +492,20 @@ TEST(BackwardValidation, BadCalls) {
 
 // ----- quantized outputs ------------------------------------------------------------------------
 
+// The (quant dtype, mode) pairs a call may make (configs.quant_dtypes_of): int8 and fp8 in modes 1-3,
+// fp4 in NVFP4 and MXFP4, fp8 in MXFP8.
+bool quant_pair(int q, int mode) {
+    if (mode <= ADDRMSNORM_QUANT_PER_GROUP) return q != ADDRMSNORM_QUANT_FLOAT4_E2M1;
+    return q == (mode == ADDRMSNORM_QUANT_MXFP8 ? ADDRMSNORM_QUANT_FLOAT8_E4M3 : ADDRMSNORM_QUANT_FLOAT4_E2M1);
+}
+
 TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
     for (long long H : {16LL, 64LL, 128LL, 4096LL, 16384LL, 16400LL, 32768LL, 32784LL, 65536LL, 65552LL, 262144LL})
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
+                    if (!quant_pair(q, mode)) continue;
                     const int cfg = select_forward_config(H, 2, 2, mode, false);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
@@ -508,7 +516,7 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
                     EXPECT_EQ(kVariants[v].quant_dtype, q);
                     for (int a = 0; a < kNumArchs; ++a) {
                         const CubinImage& img = kImages[v * kNumArchs + a];
-                        if (q == ADDRMSNORM_QUANT_FLOAT8_E4M3 && kArchs[a] < 89) {  // no float8 before sm_89
+                        if (q != ADDRMSNORM_QUANT_INT8 && kArchs[a] < 89) {  // no e4m3 before sm_89
                             EXPECT_EQ(img.size, 0u);
                             continue;
                         }
@@ -560,6 +568,47 @@ TEST(QuantValidation, GoodCallsPass) {
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.y = c.x;  // y may be x exactly
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+TEST(QuantValidation, BlockScaledFormats) {
+    QuantCallArgs c;  // MXFP8: fp8 q, blocks of 32, e8m0 bytes, no scale
+    c.quant = addrmsnorm_quant{ADDRMSNORM_QUANT_MXFP8, ADDRMSNORM_QUANT_FLOAT8_E4M3, 32, 0, nullptr, nullptr, nullptr, 4, 1};
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.quant.flags = ADDRMSNORM_QUANT_SWIZZLED;  // strides unused: one buffer of 128 rows x 4 blocks
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.quant.dtype = ADDRMSNORM_QUANT_FLOAT4_E2M1;
+    expect_quant_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "MXFP8 writes q as ADDRMSNORM_QUANT_FLOAT8_E4M3");
+    c = QuantCallArgs();  // NVFP4: fp4 q of 64-byte rows, blocks of 16, the global scale
+    const float* g = reinterpret_cast<const float*>(QuantCallArgs::at(28672));
+    c.quant = addrmsnorm_quant{ADDRMSNORM_QUANT_NVFP4, ADDRMSNORM_QUANT_FLOAT4_E2M1, 16, 0, g, nullptr, nullptr, 8, 1};
+    c.sq = 64;
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.sq = 72;  // 144 elements: a multiple of 16 (8 bytes)
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.sq = 60;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out: row stride 60 < H=64");
+    c.sq = 68;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out must start on a 16-byte boundary");
+    c.sq = 64;
+    c.quant.scale = nullptr;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "NVFP4 reads its global scale there");
+    c.quant.scale = g;
+    c.quant.group_size = 32;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "NVFP4 takes group_size 16 (its block), got 32");
+    c.quant.group_size = 16;
+    c.quant.flags = ADDRMSNORM_QUANT_UE8M0;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales does not apply to NVFP4");
+    c = QuantCallArgs();  // MXFP4 takes no scale; fp4 needs a block mode; swizzling needs one
+    c.quant = addrmsnorm_quant{ADDRMSNORM_QUANT_MXFP4, ADDRMSNORM_QUANT_FLOAT4_E2M1, 32, 0, g, nullptr, nullptr, 4, 1};
+    c.sq = 64;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "MXFP4 takes no scale");
+    c.quant.mode = ADDRMSNORM_QUANT_PER_TOKEN;
+    c.quant.scale = nullptr;
+    c.quant.group_size = 0;
+    expect_quant_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "needs a block-scaled mode");
+    c = QuantCallArgs();
+    c.quant.flags = ADDRMSNORM_QUANT_SWIZZLED;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "swizzled_scales lays out the scales of a block-scaled");
 }
 
 TEST(QuantValidation, BadCalls) {
@@ -636,6 +685,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
+                    if (!quant_pair(q, mode)) continue;
                     const int cfg = select_forward_config(H, 2, 2, mode, false);
                     const int v = quant_variant_index(cfg, x, q, mode, true);
                     ASSERT_GE(v, 0) << "H=" << H;
