@@ -53,8 +53,8 @@ def test_quantized_into_an_out_of_the_wrong_dtype_names_out():
     w = torch.ones(H, device=DEVICE, dtype=torch.float16)
     out = torch.zeros(4, H, device=DEVICE, dtype=torch.float16)
     scale = torch.ones(1, device=DEVICE)
-    assert_refused(TypeError, r"^out has dtype torch.float16; the quantized output must be torch.float8_e4m3fn or "
-             r"torch.int8$", lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, out=out, scale=scale), x, r, out)
+    assert_refused(TypeError, r"^out has dtype torch.float16; the quantized output must be torch.float8_e4m3fn, "
+             r"torch.int8 or torch.float4_e2m1fn_x2$", lambda: addrmsnorm.fused_add_rmsnorm_quant_(x, r, w, out=out, scale=scale), x, r, out)
 
 
 @needs_kernels

@@ -222,7 +222,7 @@ def _fresh():
 
 @pytest.mark.parametrize("case, exc, words", [
     (lambda x, r, w: dict(quant_dtype=torch.float16), TypeError, "quant_dtype must be"),
-    (lambda x, r, w: dict(quant_dtype=torch.float8_e5m2), TypeError, "quant_dtype must be torch.float8_e4m3fn or"),
+    (lambda x, r, w: dict(quant_dtype=torch.float8_e5m2), TypeError, "quant_dtype must be torch.float8_e4m3fn, torch.int8 or"),
     (lambda x, r, w: dict(quant_dtype=torch.int8, scale=torch.tensor([1.0], dtype=torch.float64, device=x.device)),
      TypeError, "scale must be a 1-element float32 tensor"),
     (lambda x, r, w: dict(quant_dtype=torch.int8, scale=torch.ones(2, device=x.device)), TypeError,
