@@ -24,7 +24,7 @@ import torch
 import addrmsnorm
 from addrmsnorm import validation
 
-from .cells import cell as _cell
+from .cells import mode_rows
 from .timing import sets_for_cold_l2, time_graph
 
 EPS = 1e-6
@@ -205,14 +205,7 @@ def table(rows: list[dict]) -> str:
     sel = [r for r in rows if r["section"] == "block_quant"]
     if not sel:
         return ""
-    names = list(dict.fromkeys(r["impl"] for r in sel))
-    keys = list(dict.fromkeys((r["mode"], r["N"], r["H"]) for r in sel))
-    by = {(r["mode"], r["N"], r["H"], r["impl"]): r for r in sel}
-    out = ["| mode | N × H (bf16) | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for k in keys:
-        cells = [_cell(by.get((*k, n))) + (" ✗" if by.get((*k, n), {}).get("note") and
-                                          not by[(*k, n)]["note"].startswith("failed") else "") for n in names]
-        out.append(f"| {k[0]} | {k[1]} × {k[2]} | " + " | ".join(cells) + " |")
+    out = mode_rows(sel)
     dec = [r for r in rows if r["section"] == "block_quant_decode"]
     if dec:
         out += ["", f"Decode chain, {DECODE_SHAPE[0]} × {DECODE_SHAPE[1]} bf16, in place with PDL, µs per call "

@@ -26,7 +26,7 @@ import torch
 import addrmsnorm
 from addrmsnorm.reference import QUANT_QMAX, fused_add_rmsnorm_ref, quantize_ref
 
-from .cells import cell as _cell
+from .cells import mode_rows
 from .grid import MAX_ELEMENTS, STANDARD_H
 from .timing import sets_for_cold_l2, time_eager_cpu_rounds, time_graph
 
@@ -349,16 +349,7 @@ def table(rows: list[dict]) -> str:
     sel = [r for r in rows if r["section"] == "quant"]
     if not sel:
         return ""
-    names = list(dict.fromkeys(r["impl"] for r in sel))
-    keys = list(dict.fromkeys((r["mode"], r["N"], r["H"]) for r in sel))
-    by = {(r["mode"], r["N"], r["H"], r["impl"]): r for r in sel}
-    out = ["| mode | N × H (bf16) | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for k in keys:
-        cells = []
-        for n in names:
-            r = by.get((*k, n))
-            cells.append(_cell(r) + (" ✗" if r and r.get("note") and not r["note"].startswith("failed") else ""))
-        out.append(f"| {k[0]} | {k[1]} × {k[2]} | " + " | ".join(cells) + " |")
+    out = mode_rows(sel)
     dec = [r for r in rows if r["section"] == "quant_decode"]
     if dec:
         dnames = list(dict.fromkeys(r["impl"] for r in dec))
