@@ -2,7 +2,8 @@
 //
 //     h = float32(x) + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
 //
-// and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace.
+// and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace; and the quantized
+// outputs of both (fused_add_rmsnorm_quant, rmsnorm_quant), with a descriptor per mode (quant_static ... quant_mxfp4).
 //
 // Errors stay values: calls return an addrmsnorm::Status, which carries the code and the message.
 #ifndef ADDRMSNORM_ADDRMSNORM_HPP
@@ -151,6 +152,87 @@ inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_
                                                    head_dim, stride, static_cast<addrmsnorm_dtype>(dtype),
                                                    static_cast<addrmsnorm_dtype>(weight_dtype), eps, weight_offset,
                                                    flags, stream));
+}
+
+// ----- quantized outputs (addrmsnorm_fused_add_rmsnorm_quant, addrmsnorm_rmsnorm_quant) ---------------
+// The descriptor of each mode. Scales: fp32 for the dynamic modes; bytes (e4m3 or e8m0) for the block-scaled
+// formats, [rows, hidden / block] row-major unless `swizzled` (the 128 x 4 tiles: one buffer of rows rounded
+// up to 128 times blocks rounded up to 4, see addrmsnorm.h).
+inline addrmsnorm_quant quant_static(addrmsnorm_quant_dtype dtype, const float* scale) {
+    return addrmsnorm_quant{ADDRMSNORM_QUANT_STATIC, dtype, 0, 0u, scale, nullptr, nullptr, 0, 0};
+}
+inline addrmsnorm_quant quant_per_token(addrmsnorm_quant_dtype dtype, float* scales, bool ue8m0 = false) {
+    return addrmsnorm_quant{ADDRMSNORM_QUANT_PER_TOKEN, dtype, 0, ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u, nullptr,
+                            nullptr, scales, 1, 0};
+}
+inline addrmsnorm_quant quant_per_group(addrmsnorm_quant_dtype dtype, int32_t group_size, float* scales,
+                                        int64_t hidden, bool ue8m0 = false) {
+    return addrmsnorm_quant{ADDRMSNORM_QUANT_PER_GROUP, dtype, group_size, ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u,
+                            nullptr, nullptr, scales, hidden / group_size, 1};
+}
+namespace detail {
+inline addrmsnorm_quant block(addrmsnorm_quant_mode mode, addrmsnorm_quant_dtype dtype, int32_t block_size,
+                              const float* global_scale, void* scales, int64_t hidden, bool swizzled) {
+    return addrmsnorm_quant{mode, dtype, block_size, swizzled ? ADDRMSNORM_QUANT_SWIZZLED : 0u, global_scale,
+                            nullptr, scales, swizzled ? 0 : hidden / block_size, swizzled ? 0 : 1};
+}
+}  // namespace detail
+inline addrmsnorm_quant quant_nvfp4(const float* global_scale, void* scales, int64_t hidden, bool swizzled = false) {
+    return detail::block(ADDRMSNORM_QUANT_NVFP4, ADDRMSNORM_QUANT_FLOAT4_E2M1, 16, global_scale, scales, hidden,
+                         swizzled);
+}
+inline addrmsnorm_quant quant_mxfp8(void* scales, int64_t hidden, bool swizzled = false) {
+    return detail::block(ADDRMSNORM_QUANT_MXFP8, ADDRMSNORM_QUANT_FLOAT8_E4M3, 32, nullptr, scales, hidden,
+                         swizzled);
+}
+inline addrmsnorm_quant quant_mxfp4(void* scales, int64_t hidden, bool swizzled = false) {
+    return detail::block(ADDRMSNORM_QUANT_MXFP4, ADDRMSNORM_QUANT_FLOAT4_E2M1, 32, nullptr, scales, hidden,
+                         swizzled);
+}
+
+// Arguments of one quantized call: residual nullptr is the plain norm's (addrmsnorm_rmsnorm_quant; no
+// residual_out). A stride of -1 means contiguous rows: hidden elements, or for fp4 q hidden / 2 bytes.
+struct QuantArgs {
+    const void* x = nullptr;
+    const void* residual = nullptr;
+    const void* weight = nullptr;
+    void* q = nullptr;
+    void* residual_out = nullptr;
+    void* y = nullptr;  // optional: y in x's dtype
+    int64_t rows = 0;
+    int64_t hidden = 0;
+    int64_t stride_x = -1;
+    int64_t stride_residual = -1;
+    int64_t stride_q = -1;
+    int64_t stride_residual_out = -1;
+    int64_t stride_y = -1;
+    Dtype x_dtype = Dtype::bfloat16;
+    float eps = 1e-6f;
+    float weight_offset = 0.0f;
+    addrmsnorm_quant quant{};
+    uint32_t flags = 0;
+};
+
+inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream = nullptr);
+
+// The fused forward writing q = quant(y) (and y if asked), or the plain norm's where residual is nullptr.
+inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream = nullptr) {
+    if (a.residual == nullptr) return rmsnorm_quant(a, stream);
+    const int64_t q_row = a.quant.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1 ? a.hidden / 2 : a.hidden;
+    return detail::to_status(addrmsnorm_fused_add_rmsnorm_quant(
+        a.x, a.residual, a.weight, a.q, a.residual_out, a.y, a.rows, a.hidden,
+        detail::stride_or_hidden(a.stride_x, a.hidden), detail::stride_or_hidden(a.stride_residual, a.hidden),
+        detail::stride_or_hidden(a.stride_q, q_row), detail::stride_or_hidden(a.stride_residual_out, a.hidden),
+        detail::stride_or_hidden(a.stride_y, a.hidden), static_cast<addrmsnorm_dtype>(a.x_dtype), a.eps,
+        a.weight_offset, &a.quant, a.flags, stream));
+}
+
+inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream) {
+    const int64_t q_row = a.quant.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1 ? a.hidden / 2 : a.hidden;
+    return detail::to_status(addrmsnorm_rmsnorm_quant(
+        a.x, a.weight, a.q, a.y, a.rows, a.hidden, detail::stride_or_hidden(a.stride_x, a.hidden),
+        detail::stride_or_hidden(a.stride_q, q_row), detail::stride_or_hidden(a.stride_y, a.hidden),
+        static_cast<addrmsnorm_dtype>(a.x_dtype), a.eps, a.weight_offset, &a.quant, a.flags, stream));
 }
 
 inline Status preload() { return detail::to_status(addrmsnorm_preload()); }

@@ -611,6 +611,48 @@ TEST(QuantValidation, BlockScaledFormats) {
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "swizzled_scales lays out the scales of a block-scaled");
 }
 
+// The C++ layer's descriptors are calls the C ABI's checks accept, and its quantized calls reach those checks
+// with the strides it fills in (fp4 q: hidden / 2 bytes a row). Checks only: no pointer is dereferenced.
+TEST(QuantValidation, CppLayerDescriptorsAndCalls) {
+    QuantCallArgs c;
+    const float* g = reinterpret_cast<const float*>(QuantCallArgs::at(28672));
+    void* s = const_cast<char*>(QuantCallArgs::at(24576));
+    const struct { addrmsnorm_quant q; int64_t stride_q; } ok[] = {
+        {addrmsnorm::quant_static(ADDRMSNORM_QUANT_FLOAT8_E4M3, g), 128},
+        {addrmsnorm::quant_per_token(ADDRMSNORM_QUANT_INT8, c.scales, true), 128},
+        {addrmsnorm::quant_per_group(ADDRMSNORM_QUANT_FLOAT8_E4M3, 64, c.scales, 128), 128},
+        {addrmsnorm::quant_nvfp4(g, s, 128), 64},
+        {addrmsnorm::quant_nvfp4(g, s, 128, true), 64},
+        {addrmsnorm::quant_mxfp8(s, 128), 128},
+        {addrmsnorm::quant_mxfp4(s, 128, true), 64},
+    };
+    for (const auto& k : ok) {
+        EXPECT_EQ(addrmsnorm_fused_add_rmsnorm_quant_check(c.x, c.r, c.w, c.q, c.ro, nullptr, c.rows, c.hidden, 128, 128,
+                                                           k.stride_q, 128, 128, ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, &k.q, 0),
+                  ADDRMSNORM_SUCCESS) << "mode " << k.q.mode << ": " << addrmsnorm_last_error();
+        EXPECT_EQ(addrmsnorm_rmsnorm_quant_check(c.x, c.w, c.q, nullptr, c.rows, c.hidden, 128, k.stride_q, 128,
+                                                 ADDRMSNORM_BFLOAT16, 1e-6f, 0.0f, &k.q, 0),
+                  ADDRMSNORM_SUCCESS) << "mode " << k.q.mode << ": " << addrmsnorm_last_error();
+    }
+    addrmsnorm::QuantArgs a;  // NVFP4 without its global scale: refused before any device work
+    a.x = c.x;
+    a.residual = c.r;
+    a.weight = c.w;
+    a.q = const_cast<char*>(c.q);
+    a.residual_out = const_cast<char*>(c.ro);
+    a.rows = c.rows;
+    a.hidden = c.hidden;
+    a.quant = addrmsnorm::quant_nvfp4(nullptr, s, c.hidden);
+    addrmsnorm::Status st = addrmsnorm::fused_add_rmsnorm_quant(a);
+    EXPECT_EQ(st.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(st.message.find("NVFP4 reads its global scale there"), std::string::npos) << st.message;
+    a.residual = nullptr;  // the plain norm's
+    a.quant = addrmsnorm::quant_mxfp4(s, c.hidden);
+    a.quant.group_size = 16;
+    st = addrmsnorm::fused_add_rmsnorm_quant(a);
+    EXPECT_NE(st.message.find("MXFP4 takes group_size 32"), std::string::npos) << st.message;
+}
+
 TEST(QuantValidation, BadCalls) {
     QuantCallArgs c;
     c.quant.dtype = static_cast<addrmsnorm_quant_dtype>(7);
