@@ -11,6 +11,11 @@ gradients, bit for bit, and to the same messages.
       dx = dresidual = d(rmsnorm)/dh . dy  +  dresidual_out        (one tensor when the dtypes agree)
       dweight        = sum over rows of dy * h * rstd, in fp32
 
+* ``fused_add_rmsnorm_backward``: first order only. Where its result would take part in a graph
+  (grad mode on, as under ``create_graph=True``, and an input that requires grad), its outputs get
+  a node that raises ``no_double_backward_message()`` if a backward ever reaches it: a second-order
+  gradient is refused, never a silent zero (torch's fallback for an operator with no Autograd
+  kernel warns and returns no gradient). A first-order ``create_graph=True`` call still works.
 * ``fused_add_rmsnorm_`` and ``fused_add_rmsnorm_into`` (mutating): no backward. With grad mode on
   they refuse any argument that requires grad, naming it; in every mode they bump the version
   counters of what they wrote, so that autograd raises for a saved tensor they overwrote, as it does
@@ -40,6 +45,15 @@ def no_backward_message(op: str, arg: str) -> str:
     return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
             f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
             f"residual_out=")
+
+
+def no_double_backward_message() -> str:
+    """The refusal of a second-order gradient; torch_ext/autograd.cpp words it the same."""
+    return ("addrmsnorm::fused_add_rmsnorm_backward has no backward: the gradients of fused_add_rmsnorm, "
+            "rmsnorm, FusedAddRMSNorm and RMSNorm are first order only, so a gradient of a gradient "
+            "(torch.autograd.grad(..., create_graph=True), then a backward through its result) cannot be taken; "
+            "for higher-order gradients use the reference, addrmsnorm.fused_add_rmsnorm_ref or "
+            "addrmsnorm.rmsnorm_ref, which autograd differentiates to any order")
 
 
 def _refuse_grad(op: str, names, tensors) -> None:
@@ -85,6 +99,19 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             dx = dres  # one tensor, handed back for both x and residual
         return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
                 None, None, None, None, None)
+
+
+def _fused_add_rmsnorm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
+    with _C._AutoDispatchBelowAutograd():
+        grads = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default.redispatch(
+            keyset & _C._after_autograd_keyset, dy, dresidual_out, h, rstd, weight, weight_offset, weight_grad)
+    if not (_C.is_grad_enabled() and any(t is not None and t.requires_grad
+                                         for t in (dy, dresidual_out, h, rstd, weight))):
+        return grads
+    # As torch.autograd.function.once_differentiable: the outputs hang off a node that raises when
+    # reached, so only an actual second-order backward fails.
+    err = torch._C._functions.DelayedError(no_double_backward_message().encode(), len(grads))
+    return err(*(g.detach().requires_grad_() for g in grads))
 
 
 def _fused_add_rmsnorm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False,
@@ -229,6 +256,7 @@ _KERNELS = {
     "fused_add_rmsnorm": _fused_add_rmsnorm,
     "fused_add_rmsnorm_": _fused_add_rmsnorm_,
     "fused_add_rmsnorm_into": _fused_add_rmsnorm_into,
+    "fused_add_rmsnorm_backward": _fused_add_rmsnorm_backward,
     "fused_add_rmsnorm_quant": _fused_add_rmsnorm_quant,
     "fused_add_rmsnorm_quant_into": _fused_add_rmsnorm_quant_into,
     "rmsnorm": _rmsnorm,

@@ -9,6 +9,7 @@ process) on the CPU, on smaller shapes.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -29,10 +30,15 @@ def _name(dt):
     return str(dt).replace("torch.", "")
 
 
+def _pair(xd, rd) -> str:
+    return f"{_name(xd)} / {_name(rd)}"
+
+
 def run(device: str) -> bool:
     cases = _CPU_CASES if device == "cpu" else _GPU_CASES
     gen = torch.Generator().manual_seed(0)
-    print(f"{'N x H':>14}  {'x / residual':<18} {'path':<26} {'max |dy| / tol':>14}  "
+    dw = max(len(_pair(xd, rd)) for xd, rd in _DTYPES)  # "bfloat16 / bfloat16" is the widest
+    print(f"{'N x H':>14}  {'x / residual':<{dw}} {'path':<26} {'max |dy| / tol':>14}  "
           f"{'residual_out':<12} {'rstd rel err':>12}")
     ok = True
     for N, H in cases:
@@ -53,13 +59,25 @@ def run(device: str) -> bool:
             passed = device == "cpu" and xd == torch.bfloat16 or (worst <= 1.0 and exact)
             passed = passed and rstd_err <= RSTD_TOLERANCE.rtol
             ok &= passed
-            print(f"{N:>6} x {H:<6}  {_name(xd) + ' / ' + _name(rd):<18} {path:<26} {worst:>14.3f}  "
+            print(f"{N:>6} x {H:<6}  {_pair(xd, rd):<{dw}} {path:<26} {worst:>14.3f}  "
                   f"{'bit-exact' if exact else 'differs':<12} {rstd_err:>12.2e}"
                   f"{'' if passed else '   <-- FAIL'}")
     return ok
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """``addrmsnorm-demo [--help]``: no options but help; anything else is refused."""
+    parser = argparse.ArgumentParser(
+        prog="addrmsnorm-demo",
+        description="The correctness demo: the max error of y, residual_out and rstd against the float64 reference "
+                    "for a few shapes and dtypes, with the kernel path each shape takes. On a GPU the kernels run "
+                    "compiled; without one they run on the CPU under the Triton interpreter, on smaller shapes.",
+        epilog="The benchmark report is python -m addrmsnorm.bench; what the installation is, python -m addrmsnorm.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    parse_args(argv)
     if not INTERPRETED and not torch.cuda.is_available():
         print("No CUDA GPU here: running the correctness demo on the CPU under the Triton "
               "interpreter instead.", flush=True)

@@ -469,7 +469,9 @@ def qk_rmsnorm_(
 
     qkv is ``(T, width)`` with a contiguous last dimension and any row stride; its first
     ``num_q_heads * head_dim`` columns are q's heads and the next ``num_kv_heads * head_dim`` k's
-    (v, after them, is not touched). Each head's row is normalized as ``rmsnorm`` does it, q's with
+    (v, after them, is not touched). Columns past the q and k heads are allowed and never read or
+    written: the buffer may hold v or not (a q and k buffer alone is fine), and the C ABI, which
+    takes a row stride rather than a width, cannot tell the two apart either. Each head's row is normalized as ``rmsnorm`` does it, q's with
     ``q_weight`` and k's with ``k_weight`` (both ``(head_dim,)``, of one dtype): the same bits as
     ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. No autograd
     (in place). Returns qkv.
@@ -480,6 +482,7 @@ def qk_rmsnorm_(
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
+    v.check_head_counts(num_q_heads, num_kv_heads, head_dim)
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl)
     return qkv
 

@@ -9,6 +9,7 @@ addrmsnorm.bench``.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import subprocess
@@ -67,7 +68,20 @@ def self_check(device: str) -> tuple[bool, str]:
     return True, f"{n} cases, worst error {worst:.2f}x the tolerance, residual_out bit-exact"
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """``python -m addrmsnorm [--help]``: no options but help; anything else is refused."""
+    parser = argparse.ArgumentParser(
+        prog="python -m addrmsnorm",
+        description="What this addrmsnorm installation is: the version, the backend serving CUDA tensors and why, "
+                    "whether the torch extension is built for this torch, the archs the C++ runtime was built for, "
+                    "whether this GPU has a cubin, and a short self-check of the kernels against the float64 "
+                    "reference (on the GPU; without one, on the CPU under the Triton interpreter).",
+        epilog="The benchmark report is python -m addrmsnorm.bench; the correctness demo is addrmsnorm-demo.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    parse_args(argv)
     from . import __version__, ops
     from .launcher import INTERPRETED
 

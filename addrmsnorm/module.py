@@ -39,6 +39,7 @@ class FusedAddRMSNorm(torch.nn.Module):
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
             raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
         self.hidden_size = hidden_size
+        v.check_weight_dtype(torch.get_default_dtype() if dtype is None else dtype)
         self.eps = v.check_scalar("eps", eps, positive=True)
         self._weight_offset, self._numerics, self._pdl = 0.0, "contract", False
         self.weight_offset = weight_offset

@@ -255,7 +255,11 @@ def _usable_extension() -> tuple[Path | None, str | None]:
     this torch (torch_ext_build.py, cached: once per torch version)."""
     path = extension_path()
     problem = None
-    if path is None:
+    named = os.environ.get(EXTENSION_ENV)
+    if named and path is None:
+        problem = (f"${EXTENSION_ENV} names {named}, which does not exist (point it at a built {EXTENSION_NAME}, "
+                   f"or unset it to use the installed one)")
+    elif path is None:
         problem = (f"the C++ extension is not built ({EXTENSION_NAME} is in neither the installed package, "
                    f"build/ nor ${EXTENSION_ENV})")
     else:
@@ -264,8 +268,10 @@ def _usable_extension() -> tuple[Path | None, str | None]:
             problem = f"{path} was built against torch {built_with}, and this is torch {torch.__version__}"
     if problem is None:
         return path, None
-    if os.environ.get(EXTENSION_ENV) or not torch_ext_build.enabled():
-        why = f"${EXTENSION_ENV} names it" if os.environ.get(EXTENSION_ENV) else f"{torch_ext_build.BUILD_ENV}=0"
+    if named and path is None:
+        return None, problem
+    if named or not torch_ext_build.enabled():
+        why = f"${EXTENSION_ENV} names it" if named else f"{torch_ext_build.BUILD_ENV}=0"
         return None, f"{problem}; rebuild it: {_REBUILD} (not built at import: {why})"
     try:
         return torch_ext_build.build(locate.find("libaddrmsnorm.so", "ADDRMSNORM_LIB")), None

@@ -70,7 +70,8 @@ def _torch_facts() -> dict:
     # What torch.utils.cpp_extension.include_paths() and library_paths() give for a CPU extension,
     # without importing that module (it looks for a CUDA toolkit, and warns where there is none).
     root = Path(torch.__file__).resolve().parent
-    libstdcxx = next((line.split()[-1] for line in open("/proc/self/maps") if "libstdc++" in line), None)
+    with open("/proc/self/maps") as maps:
+        libstdcxx = next((line.split()[-1] for line in maps if "libstdc++" in line), None)
     return {"torch": torch.__version__, "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
             "includes": [str(root / "include"), str(root / "include" / "torch" / "csrc" / "api" / "include")],
             "libdirs": [str(root / "lib")], "libstdcxx": libstdcxx}

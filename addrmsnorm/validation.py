@@ -69,6 +69,20 @@ def check_tensor(name: str, t) -> torch.Tensor:
     return t
 
 
+def check_weight_dtype(dtype) -> None:
+    """A module's weight dtype (its dtype= argument, or torch's default dtype where it is None)."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype={dtype}: the weight's dtype must be one of {_DTYPE_NAMES}")
+
+
+def check_head_counts(num_q_heads, num_kv_heads, head_dim) -> None:
+    """The Python types of qk_rmsnorm_'s head counts: checked before the operator, whose schema would
+    refuse a float with its own RuntimeError rather than a TypeError naming the argument."""
+    for name, n in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+
+
 def check_shape(name: str, t: torch.Tensor, shape) -> None:
     """t has ``shape``: the one statement of the rule and its message (as_rows, and the fake
     implementations, which have no memory to view as rows)."""
@@ -771,10 +785,9 @@ class QkCall:
 
 
 def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False):
-    """The rules of qk_rmsnorm_ that need no memory. Returns qkv's device."""
-    for name, n in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    """The rules of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
+    and k's heads: the columns after them (v, or nothing) are never read or written."""
+    check_head_counts(num_q_heads, num_kv_heads, head_dim)
     qkv = check_tensor("qkv", qkv)
     q_weight = check_tensor("q_weight", q_weight)
     k_weight = check_tensor("k_weight", k_weight)

@@ -33,10 +33,38 @@ int main() {
     }
     for (int64_t j = 0; j < hidden; ++j) w[j] = to_bf16(1.0f + 0.001f * static_cast<float>(j % 13));
 
+    // The call, in place: x <- y, residual <- h.
+    addrmsnorm::ForwardArgs call;
+    call.rows = rows;
+    call.hidden = hidden;
+    call.x_dtype = addrmsnorm::Dtype::bfloat16;
+    call.residual_dtype = addrmsnorm::Dtype::float32;
+    call.weight_dtype = addrmsnorm::Dtype::bfloat16;
+    call.eps = 1e-6f;
+
+    // 1. The library's verdict on the call's arguments, before any GPU work: the check reads no
+    //    memory, so the host buffers' addresses stand in for the device ones.
+    call.x = call.out = x.data();
+    call.residual = call.residual_out = residual.data();
+    call.weight = w.data();
+    addrmsnorm::Status st = addrmsnorm::fused_add_rmsnorm_check(call);
+    if (!st) {
+        std::printf("addrmsnorm refused the call: %s: %s\n", st.name(), st.message.c_str());
+        return 1;
+    }
+    std::printf("addrmsnorm: the call's arguments are valid (checked on the host, cubins for %s)\n",
+                addrmsnorm_built_archs());
+    // 2. The library's view of the GPU: without a driver or a device it says so, here.
+    st = addrmsnorm::use_primary_context(0);
+    if (!st) {
+        std::printf("addrmsnorm cannot run here: %s: %s\n", st.name(), st.message.c_str());
+        return 1;
+    }
+
     void *dx, *dr, *dw;
     if (cudaMalloc(&dx, x.size() * 2) != cudaSuccess || cudaMalloc(&dr, residual.size() * 4) != cudaSuccess ||
         cudaMalloc(&dw, w.size() * 2) != cudaSuccess) {
-        std::printf("cudaMalloc failed: no usable GPU here\n");
+        std::printf("cudaMalloc failed: %s\n", cudaGetErrorString(cudaGetLastError()));
         return 1;
     }
     cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
@@ -45,9 +73,10 @@ int main() {
 
     cudaStream_t stream;
     cudaStreamCreate(&stream);
-    const addrmsnorm::Status st = addrmsnorm::fused_add_rmsnorm_inplace(
-        dx, dr, dw, rows, hidden, addrmsnorm::Dtype::bfloat16, addrmsnorm::Dtype::float32,
-        addrmsnorm::Dtype::bfloat16, 1e-6f, stream);
+    call.x = call.out = dx;
+    call.residual = call.residual_out = dr;
+    call.weight = dw;
+    st = addrmsnorm::fused_add_rmsnorm(call, stream);
     if (!st) {
         std::printf("addrmsnorm failed: %s: %s\n", st.name(), st.message.c_str());
         return 1;

@@ -7,7 +7,8 @@
 #      GPU (tests/test_aot.py checks the other default archs' kernel lists and compiles a sample of
 #      each, without compiling them all), so that the Python suites also check the C++ runtime;
 #   3. the Python suite with the kernels on the CPU under the Triton interpreter;
-#   4. ctest: host tests everywhere, GPU cases skip, saying why, without a GPU;
+#   4. ctest: host tests everywhere, GPU cases skip without a GPU (ctest lists them; their reason,
+#      from GoogleTest's log, is printed after it);
 #   5. the Python suite on the GPU, where there is one.
 # Arguments go to both pytest runs (e.g. -n 8 with pytest-xdist).
 set -euo pipefail
@@ -26,10 +27,16 @@ ADDRMSNORM_BUILD_TESTS=ON ADDRMSNORM_BUILD_BENCH=ON bash scripts/build.sh
 
 echo "== Python, CPU: kernels under the Triton interpreter (TRITON_INTERPRET=1) =="
 export ADDRMSNORM_EXPECT_INSTALLED=1  # tests/test_packaging.py
-TRITON_INTERPRET=1 "$PY" -m pytest -q tests "$@"
+TRITON_INTERPRET=1 "$PY" -m pytest -q -rs tests "$@"
 
 echo "== C++ runtime: ctest =="
 ctest --test-dir build --output-on-failure
+# ctest names the skipped tests but not why: GoogleTest's GTEST_SKIP message is in ctest's log.
+skips=$(grep -h "test skipped: " build/Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c || true)
+if [ -n "$skips" ]; then
+  echo "== ctest: why the skipped tests skipped (count, GoogleTest's message):"
+  echo "$skips"
+fi
 
 if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "== Python, GPU: compiled kernels, and the C++ library through ctypes =="

@@ -205,6 +205,91 @@ def test_compiled_training_step_has_one_graph_and_eager_gradients():
         torch.testing.assert_close(got, w_, rtol=1e-5, atol=1e-5)
 
 
+# ----- second-order gradients: refused, never a silent zero -----------------------------------------
+
+def _second_order_cases():
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    H = 64
+    x = torch.randn(4, H, generator=g, device=DEVICE, requires_grad=True)
+    r = torch.randn(4, H, generator=g, device=DEVICE, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(H, generator=g, device=DEVICE)).requires_grad_()
+    fused_module = addrmsnorm.FusedAddRMSNorm(H, device=DEVICE, dtype=torch.float32)
+    plain_module = addrmsnorm.RMSNorm(H, device=DEVICE, dtype=torch.float32)
+    return {
+        "fused_add_rmsnorm": (lambda: addrmsnorm.fused_add_rmsnorm(x, r, w)[0], (x, r, w)),
+        "fused_add_rmsnorm_h": (lambda: addrmsnorm.fused_add_rmsnorm(x, r, w)[1] * x, (x, r, w)),
+        "rmsnorm": (lambda: addrmsnorm.rmsnorm(x, w), (x, w)),
+        "FusedAddRMSNorm": (lambda: fused_module(x, r)[0], (x, r, fused_module.weight)),
+        "RMSNorm": (lambda: plain_module(x), (x, plain_module.weight)),
+        "op": (lambda: OPS.fused_add_rmsnorm(x, r, w, 1e-6)[0], (x, r, w)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_second_order_cases()))
+def test_second_order_gradient_raises_naming_the_limit(case):
+    fn, inputs = _second_order_cases()[case]
+    y = fn()
+    grads = torch.autograd.grad((y * y).sum(), inputs, create_graph=True)
+    # First order under create_graph=True: the same gradients as without it.
+    plain = torch.autograd.grad((fn() ** 2).sum(), inputs)
+    for a, b in zip(grads, plain):
+        assert torch.equal(a, b)
+    loss = sum((g_ * g_).sum() for g_ in grads)
+    with pytest.raises(RuntimeError, match="first order only") as e:
+        loss.backward()
+    assert "addrmsnorm.fused_add_rmsnorm_ref" in str(e.value)
+    for t in inputs:
+        assert t.grad is None  # nothing was accumulated before the refusal
+
+
+def test_second_order_message_is_the_same_in_cpp():
+    # torch_ext/autograd.cpp states the message word for word.
+    from addrmsnorm.autograd import no_double_backward_message
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "torch_ext", "autograd.cpp")) as f:
+        src = f.read()
+    start = src.index("kNoDoubleBackward[] =")
+    literal = "".join(part for part in src[start:src.index('";', start) + 1].split('"')[1::2])
+    assert literal == no_double_backward_message()
+
+
+def test_the_reference_gives_the_second_order_gradient():
+    # What the message points to does give it: a nonzero second-order gradient, in float64.
+    g = torch.Generator(device=DEVICE).manual_seed(6)
+    x = torch.randn(3, 32, generator=g, device=DEVICE, requires_grad=True)
+    r = torch.randn(3, 32, generator=g, device=DEVICE)
+    w = torch.ones(32, device=DEVICE)
+    y = addrmsnorm.fused_add_rmsnorm_ref(x, r, w, 1e-6).y
+    (gx,) = torch.autograd.grad((y * y * y).sum(), x, create_graph=True)
+    (gx * gx).sum().backward()
+    assert x.grad.abs().sum() > 0
+
+
+def test_backward_operator_called_directly_refuses_its_own_gradient():
+    h = torch.randn(4, 64, device=DEVICE, requires_grad=True)
+    rstd = torch.rand(4, device=DEVICE) + 0.5
+    w = torch.ones(64, device=DEVICE, requires_grad=True)
+    dy = torch.randn(4, 64, device=DEVICE)
+    dres, _, dw = OPS.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+    assert dres.requires_grad and dw.requires_grad
+    with pytest.raises(RuntimeError, match="first order only"):
+        dres.sum().backward()
+    with torch.no_grad():  # outside a graph it is the plain operator
+        dres2, _, _ = OPS.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+    assert not dres2.requires_grad and torch.equal(dres2, dres.detach())
+
+
+@pytest.mark.parametrize("op", ["fused_add_rmsnorm_quant", "rmsnorm_quant"])
+def test_quantized_outputs_refuse_grad_naming_the_argument(op):
+    x = torch.randn(2, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(64, device=DEVICE, dtype=torch.bfloat16)
+    call = ((lambda: addrmsnorm.fused_add_rmsnorm_quant(x, torch.zeros_like(x), w, quant_dtype=torch.float8_e4m3fn))
+            if op == "fused_add_rmsnorm_quant" else
+            (lambda: addrmsnorm.rmsnorm_quant(x, w, quant_dtype=torch.float8_e4m3fn)))
+    with pytest.raises(RuntimeError, match=f"addrmsnorm::{op} has no backward, but x requires grad"):
+        call()
+
+
 # ----- the other backend ----------------------------------------------------------------------------
 
 @pytest.mark.skipif(os.environ.get("ADDRMSNORM_GUARDS_RERUN") == "1", reason="this is the rerun")

@@ -79,6 +79,20 @@ def test_qk_norm_rows_alone_and_no_rows():
     addrmsnorm.qk_rmsnorm_(qkv[:0], wq, wk, num_q_heads=4, num_kv_heads=2, head_dim=128)
 
 
+def test_qk_norm_leaves_the_columns_after_k_alone_whatever_the_width():
+    # qkv may be wider than q + k (v after them) or exactly q + k: only q's and k's columns change.
+    D, nq, nk = 64, 2, 1
+    full = _qkv(3, nq, nk, D, torch.bfloat16)
+    wq, wk = _weights(D, torch.bfloat16)
+    qk_only = full[:, :(nq + nk) * D].clone()
+    kw = dict(num_q_heads=nq, num_kv_heads=nk, head_dim=D)
+    before = full.clone()
+    addrmsnorm.qk_rmsnorm_(full, wq, wk, **kw)
+    addrmsnorm.qk_rmsnorm_(qk_only, wq, wk, **kw)
+    assert torch.equal(full[:, (nq + nk) * D:], before[:, (nq + nk) * D:])  # v untouched
+    assert torch.equal(full[:, :(nq + nk) * D], qk_only)
+
+
 def test_qk_norm_refusals_name_the_argument_and_write_nothing():
     qkv = _qkv(4, 2, 1, 64, torch.bfloat16)
     wq, wk = _weights(64, torch.bfloat16)
@@ -99,6 +113,10 @@ def test_qk_norm_refusals_name_the_argument_and_write_nothing():
     assert_refused(TypeError, "numerics='hf' needs weight of x's dtype",
                    lambda: call(a=wq.float(), b=wk.float(), numerics="hf"), qkv)
     assert_refused(ValueError, "eps must be > 0", lambda: addrmsnorm.qk_rmsnorm_(qkv, wq, wk, -1.0, **kw), qkv)
+    # The Python types first, as TypeErrors naming the argument (not the operator schema's RuntimeError).
+    for name, bad in (("num_q_heads", 2.5), ("num_kv_heads", "1"), ("head_dim", True)):
+        assert_refused(TypeError, f"{name} must be an int, got {type(bad).__name__}",
+                       lambda: call(**{name: bad}), qkv)
     g = qkv.clone().requires_grad_()
     with pytest.raises(RuntimeError, match="qk_rmsnorm_ has no backward"):
         addrmsnorm.qk_rmsnorm_(g, wq, wk, **kw)

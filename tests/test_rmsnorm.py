@@ -248,3 +248,17 @@ def test_permuted_views_are_normalized_in_their_memory_order():
     assert torch.equal(bits(y), bits(want))
     inplace = x4.clone()
     assert addrmsnorm.rmsnorm_(inplace, w) is inplace and torch.equal(bits(inplace), bits(want))
+
+
+@pytest.mark.parametrize("cls", [addrmsnorm.RMSNorm, addrmsnorm.FusedAddRMSNorm])
+def test_module_refuses_a_weight_dtype_the_kernels_do_not_take(cls):
+    for dtype in (torch.int32, torch.float64):
+        with pytest.raises(TypeError, match=f"dtype={dtype}: the weight's dtype must be one of float16, bfloat16"):
+            cls(64, dtype=dtype)
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # dtype=None takes torch's default: checked too
+    try:
+        with pytest.raises(TypeError, match="dtype=torch.float64"):
+            cls(64)
+    finally:
+        torch.set_default_dtype(prev)

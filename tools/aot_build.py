@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
@@ -506,7 +507,11 @@ def _rule_cases() -> str:
     for hf in (False, True):
         for offset in (0.0, 1.0, -1.0, 0.5, 1e-30, 1e-45, 7e-46, -0.0):
             for xs in (2, 4):
-                out.append(f"{{{str(hf).lower()}, {offset!r}f, {xs}, {configs.numerics_mode(hf, offset, xs)}}},")
+                # The offset as the C ABI receives it, rounded to fp32 and written exactly (a hex
+                # literal): 7e-46f would be a literal that GCC truncates to zero with a warning.
+                as_fp32 = struct.unpack("<f", struct.pack("<f", offset))[0]
+                out.append(f"{{{str(hf).lower()}, {as_fp32.hex()}f /* {offset!r} */, {xs}, "
+                           f"{configs.numerics_mode(hf, offset, xs)}}},")
     out += ["#endif", "#ifdef ADDRMSNORM_VECTOR_TYPED_CASES",
             "// {align class, x_itemsize, residual_itemsize, weight_is_x_dtype, numerics, vector_typed}: "
             "configs.is_vector_typed, which kernel_table.h restates"]

@@ -6,6 +6,9 @@
 // * fused_add_rmsnorm (functional): with grad mode on and an input that requires grad, the forward
 //   always computes rstd and saves (h, rstd, weight), never x or residual; the caller still gets a
 //   0-element rstd unless it asked for one. The backward calls fused_add_rmsnorm_backward.
+// * fused_add_rmsnorm_backward: first order only. With grad mode on (create_graph=True) and an input
+//   that requires grad, its outputs hang off an Error node that raises no_double_backward_message if a
+//   backward reaches it: a second-order gradient is refused, never a silent zero.
 // * fused_add_rmsnorm_ and fused_add_rmsnorm_into (mutating): no backward. With grad mode on they
 //   refuse any argument that requires grad, naming it; in every mode they bump the version counters
 //   of what they wrote, as ADInplaceOrView does for torch's in-place ops.
@@ -16,6 +19,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
@@ -78,6 +82,14 @@ std::string no_backward_message(const char* name, const char* arg) {
            "addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or residual_out=";
 }
 
+// addrmsnorm/autograd.py no_double_backward_message, word for word.
+constexpr char kNoDoubleBackward[] =
+    "addrmsnorm::fused_add_rmsnorm_backward has no backward: the gradients of fused_add_rmsnorm, rmsnorm, "
+    "FusedAddRMSNorm and RMSNorm are first order only, so a gradient of a gradient "
+    "(torch.autograd.grad(..., create_graph=True), then a backward through its result) cannot be taken; for "
+    "higher-order gradients use the reference, addrmsnorm.fused_add_rmsnorm_ref or addrmsnorm.rmsnorm_ref, which "
+    "autograd differentiates to any order";
+
 void refuse_grad(const char* name, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
     if (!c10::GradMode::is_enabled()) return;
     for (const auto& [arg, t] : args)
@@ -96,12 +108,12 @@ namespace ag = torch::autograd;
 // The node pointer type: std::shared_ptr<Node> in older torch, c10::intrusive_ptr<Node> in newer.
 using NodePtr = decltype(std::declval<ag::Edge&>().function);
 
-template <typename T>
-auto make_node() {
+template <typename T, typename... Args>
+auto make_node(Args&&... args) {
     if constexpr (std::is_same_v<NodePtr, std::shared_ptr<ag::Node>>) {
-        return std::shared_ptr<T>(new T());
+        return std::shared_ptr<T>(new T(std::forward<Args>(args)...));
     } else {
-        return c10::make_intrusive<T>();
+        return c10::make_intrusive<T>(std::forward<Args>(args)...);
     }
 }
 
@@ -136,6 +148,28 @@ struct FusedAddRMSNormBackward final : public ag::Node {
         return {need_x ? dx : Tensor(), need_res ? dres : Tensor(), need_w ? dweight : Tensor()};
     }
 };
+
+// The backward operator: its gradients are computed as usual; where they would take part in a graph,
+// they get an Error node, as torch.autograd.function.once_differentiable does.
+std::tuple<Tensor, Tensor, Tensor> fused_add_rmsnorm_backward_autograd(
+    c10::DispatchKeySet ks, const Tensor& dy, const std::optional<Tensor>& dresidual_out, const Tensor& h,
+    const Tensor& rstd, const Tensor& weight, double weight_offset, bool weight_grad) {
+    Tensor dres, dx, dweight;
+    {
+        at::AutoDispatchBelowADInplaceOrView below;
+        std::tie(dres, dx, dweight) = backward_op().redispatch(ks & c10::after_autograd_keyset, dy, dresidual_out,
+                                                               h, rstd, weight, weight_offset, weight_grad);
+    }
+    const bool graph = c10::GradMode::is_enabled() &&
+                       (dy.requires_grad() || (dresidual_out.has_value() && dresidual_out->requires_grad()) ||
+                        h.requires_grad() || rstd.requires_grad() || weight.requires_grad());
+    if (graph) {
+        const NodePtr fn(make_node<ag::Error>(std::string(kNoDoubleBackward)));
+        for (Tensor* t : {&dres, &dx, &dweight})
+            if (t->defined()) ag::set_history(*t, fn);
+    }
+    return {dres, dx, dweight};
+}
 
 std::tuple<Tensor, Tensor, Tensor> fused_add_rmsnorm_autograd(c10::DispatchKeySet ks, const Tensor& x,
                                                               const Tensor& residual, const Tensor& weight, double eps,
@@ -243,6 +277,7 @@ TORCH_LIBRARY_IMPL(addrmsnorm, Autograd, m) {
     m.impl("fused_add_rmsnorm_quant", &fused_add_rmsnorm_quant_autograd);
     m.impl("fused_add_rmsnorm_quant_into", &fused_add_rmsnorm_quant_into_autograd);
     m.impl("fused_add_rmsnorm", &fused_add_rmsnorm_autograd);
+    m.impl("fused_add_rmsnorm_backward", &fused_add_rmsnorm_backward_autograd);
     m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm__autograd);
     m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into_autograd);
 }

@@ -74,6 +74,18 @@ inline Status fused_add_rmsnorm(const ForwardArgs& a, addrmsnorm_stream stream =
         static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags, stream));
 }
 
+// The checks of fused_add_rmsnorm, exactly as it makes them, without the driver or the GPU: it reads
+// no memory, so a caller can validate a call before any device memory exists.
+inline Status fused_add_rmsnorm_check(const ForwardArgs& a) {
+    return detail::to_status(addrmsnorm_fused_add_rmsnorm_check(
+        a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
+        detail::stride_or_hidden(a.stride_x, a.hidden), detail::stride_or_hidden(a.stride_residual, a.hidden),
+        detail::stride_or_hidden(a.stride_out, a.hidden),
+        detail::stride_or_hidden(a.stride_residual_out, a.hidden),
+        static_cast<addrmsnorm_dtype>(a.x_dtype), static_cast<addrmsnorm_dtype>(a.residual_dtype),
+        static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags));
+}
+
 // In place, vLLM/FlashInfer convention: residual <- x + residual, then x <- y.
 inline Status fused_add_rmsnorm_inplace(void* x, void* residual, const void* weight, int64_t rows,
                                         int64_t hidden, Dtype x_dtype, Dtype residual_dtype,
@@ -236,6 +248,10 @@ inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream) {
 }
 
 inline Status preload() { return detail::to_status(addrmsnorm_preload()); }
+
+// Make CUDA device `device`'s primary context (the CUDA runtime's) current on this thread. Without a
+// driver or a GPU it says so, as every launching call does.
+inline Status use_primary_context(int device = 0) { return detail::to_status(addrmsnorm_use_primary_context(device)); }
 
 }  // namespace addrmsnorm
 
