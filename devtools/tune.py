@@ -160,7 +160,8 @@ def _plain_candidates(H: int) -> list[ForwardConfig]:
                     if c not in out:
                         out.append(c)
     if H >= 8192:
-        for chunk, w in ((2048, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
+        for chunk, w in ((2048, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 8), (16384, 16),
+                         (8192, 32), (16384, 32)):
             for keep in (False, True):
                 c = ForwardConfig(chunk, 1, w, True, keep_h=keep)
                 if chunk < H and c not in out:
@@ -168,13 +169,14 @@ def _plain_candidates(H: int) -> list[ForwardConfig]:
     return out
 
 
-def plain(hs, dtypes, roof, out):
-    """The plain norm's sweep (see the module docstring), then the QK norm's."""
+def plain(hs, dtypes, roof, out, rows=None, qk=True):
+    """The plain norm's sweep (see the module docstring), then the QK norm's; rows: N (default
+    2**26 // H, the bulk regime; a prefill chunk is a few hundred to a few thousand)."""
     print("| shape | dtype | config | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
     for dname in dtypes:
         xd = DT[dname]
         for H in hs:
-            N = max(1, (1 << 26) // H)
+            N = rows or max(1, (1 << 26) // H)
             nbytes = 2 * xd.itemsize * N * H
             gen = torch.Generator(device="cuda").manual_seed(H)
             n_sets = sets_for_cold_l2(nbytes)
@@ -199,6 +201,8 @@ def plain(hs, dtypes, roof, out):
                   file=out, flush=True)
             del xs, ys
             torch.cuda.empty_cache()
+    if not qk:
+        return
     T, nq, nk, D = 8192, 32, 8, 128
     qkvs = [torch.randn(T, (nq + 2 * nk) * D, device="cuda").to(torch.bfloat16) for _ in range(4)]
     wq, wk = torch.ones(D, device="cuda", dtype=torch.bfloat16), torch.ones(D, device="cuda", dtype=torch.bfloat16)
@@ -534,7 +538,8 @@ def main():
     ap.add_argument("--h", default=",".join(map(str, BULK_H)))
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H)")
+    ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H); plain: N (default 2**26 // H)")
+    ap.add_argument("--no-qk", action="store_true", help="plain: skip the QK norm's sweep")
     ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
@@ -563,7 +568,8 @@ def main():
           file=out)
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "plain":
-        return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out)
+        return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out, args.rows,
+                     qk=not args.no_qk)
     if args.what == "weight":
         return weight_variants([int(h) for h in args.h.split(",")], dts, roof.gbs, out)
     if args.what == "bwd":
