@@ -338,9 +338,9 @@ HF_GEMMA_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 
 
 def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int, round_once: bool = False) -> int:
-    """HF_NUMERICS for a call (CONTRACT, HF_LLAMA or HF_GEMMA); the C++ runtime's kernel_table.h has
-    the same rule. round_once (the plain norm's "hf_round_once") asks for HF_GEMMA's single rounding
-    with any offset."""
+    """HF_NUMERICS for a call (CONTRACT, HF_LLAMA or HF_GEMMA); tools/aot_build.py generates the C++
+    runtime's table of it (indexed by whether the offset is nonzero as fp32). round_once (the plain
+    norm's "hf_round_once") asks for HF_GEMMA's single rounding with any offset."""
     if not hf:
         return CONTRACT
     # abs(w) > 2**-150: the offset is nonzero as fp32, the type the kernel and the C ABI take it in.
@@ -571,15 +571,10 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> F
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
-def backward_programs_per_sm(cfg: ForwardConfig) -> int:
-    """Programs per SM of the persistent backward grid for a backward config."""
-    return cfg.programs_per_sm
-
-
 def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int) -> int:
     """Programs of the persistent backward grid (also the number of dweight partials)."""
     blocks = -(-n_rows // cfg.rows_per_program)
-    return max(1, min(blocks, n_sms * backward_programs_per_sm(cfg)))
+    return max(1, min(blocks, n_sms * cfg.programs_per_sm))
 
 
 def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: int) -> int:
@@ -613,7 +608,12 @@ PLAIN_TABLE = tuple(ForwardRule(2, *row) for row in (
     (8192, _single(8192, 1, 4)),
     (16384, _single(16384, 1, 8)),
     (32768, _single(32768, 1, 16), False, (), True),  # vector-typed calls only: others would spill
-    (None, _looped(16384, 8, keep_h=True)),
+    (32768, _looped(16384, 8, keep_h=True)),
+    # Above 32768: 8192-wide chunks with 32 warps a row. tune.py plain, bf16 into fresh outputs, % of the
+    # same-run roofline (H200, 2026-12-03): 1024 x 65536: chunk 8192 w32 h kept 74.1%, 16384 w32 h kept
+    # 62.7%, 16384 w8 h kept (the row above) 66.6%; 512 x 131072: 8192 w32 h kept 61.9%, 16384 w32 h
+    # kept 65.7%, 16384 w8 h kept 55.6%. One row for both (a row is 24 kernels per arch).
+    (None, _looped(8192, 32, keep_h=True)),
 ))
 
 
@@ -625,12 +625,14 @@ PLAIN_TABLE = tuple(ForwardRule(2, *row) for row in (
 QK_MAX_HEAD_DIM = 512
 
 
+# The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32
+# stream for fp32 x. tools/aot_build.py generates the C++ select_plain_config from this.
+PLAIN_TABLES = {2: "PLAIN_TABLE", 4: "FORWARD_TABLE"}
+
+
 def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> ForwardConfig:
-    """The plain norm's config: PLAIN_TABLE for 16-bit x, the fused rows of an fp32 stream for fp32.
-    The C++ runtime's generated select_plain_config has the same rule."""
-    if x_itemsize == 2:
-        return _select(PLAIN_TABLE, H, 2, 2, 0, vector_typed)
-    return select_forward_config(H, x_itemsize, x_itemsize, 0, vector_typed)
+    """The plain norm's config: the row of PLAIN_TABLES[x_itemsize] for (x, x) that admits H."""
+    return _select(globals()[PLAIN_TABLES[x_itemsize]], H, x_itemsize, x_itemsize, 0, vector_typed)
 
 
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
@@ -650,8 +652,8 @@ def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant
 def is_vector_typed(align: int, x_itemsize: int, residual_itemsize: int, weight_is_x_dtype: bool,
                     numerics: int) -> bool:
     """select_forward_config's ``vector_typed`` for a plain call: ALIGN (align_elems) is the full
-    vector, the weight has x's dtype, and the numerics are the contract's. The C++ runtime's
-    forward.cpp has the same rule."""
+    vector, the weight has x's dtype, and the numerics are the contract's. tools/aot_build.py generates
+    the C++ runtime's table of it."""
     return align == vector_elems(x_itemsize, residual_itemsize) and weight_is_x_dtype and numerics == CONTRACT
 
 

@@ -2,8 +2,9 @@
 launcher. It serves CPU tensors under the Triton interpreter, and CUDA tensors wherever the C++
 extension is not built or not chosen (``ops.backend()``).
 
-The C++ backend (``torch_ext/ops.cpp``) implements the same three functions with the same checks;
-the tests hold the two to the same bits and the same verdicts.
+The C++ backend (``torch_ext/ops.cpp``) implements every operator of ``ops.SCHEMAS`` here too, the
+forward and the backward, with the same checks; the tests hold the two to the same bits and the same
+verdicts.
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ def quant(hs, extra, cap_values, roof, out, rounds=3, modes=()):
 def parse_bwd(spec: str):
     """A backward candidate: s<block>r<rows>w<warps> or l<chunk>w<warps>, then optionally t<pipeline
     stages of the row loop>, p<programs
-    per SM> (the persistent grid's; default configs.backward_programs_per_sm), c<register cap> and
+    per SM> (the persistent grid's; default the config's programs_per_sm), c<register cap> and
     @<H> (tried at that H only; default: wherever it fits, as _fits says)."""
     m = re.fullmatch(r"([sl])(\d+)(?:r(\d+))?w(\d+)(?:t(\d+))?(?:p(\d+))?(?:c(\d+))?(?:@(\d+))?", spec)
     if not m:
@@ -367,13 +367,16 @@ def bwd(hs, extra, roof, out, rounds=3):
     from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close, fused_add_rmsnorm_grads_ref
 
     print("| shape | config | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|", file=out, flush=True)
-    saved = (configs.select_backward_config, configs.backward_programs_per_sm, configs.max_registers)
-    table_rule, table_pps, table_caps = saved
+    saved = (configs.select_backward_config, configs.max_registers)
+    table_rule, table_caps = saved
 
     def patch(cfg, pps, cap):
-        configs.select_backward_config = lambda *_: cfg
-        configs.backward_programs_per_sm = lambda c: pps if pps else table_pps(c)
-        configs.max_registers = lambda kind, c, arch: cap if kind == "bwd" and cap else table_caps(kind, c, arch)
+        # The programs per SM ride on the config (configs.backward_programs reads them there); the cap
+        # rule still sees the table's config.
+        patched = replace(cfg, programs_per_sm=pps) if pps else cfg
+        configs.select_backward_config = lambda *_: patched
+        configs.max_registers = lambda kind, c, arch: (cap if kind == "bwd" and cap else
+                                                       table_caps(kind, cfg if c == patched else c, arch))
 
     try:
         for H in hs:
@@ -408,7 +411,7 @@ def bwd(hs, extra, roof, out, rounds=3):
                     patch(cfg, pps, cap)
                     return jit_backend.fused_add_rmsnorm_backward(*sets[i], w)
                 name = (f"{'**table** ' if cfg == chosen and pps is None and cap is None else ''}{_tag(cfg)}"
-                        f" programs/SM {pps or table_pps(cfg)} cap {cap or 'none'}")
+                        f" programs/SM {pps or cfg.programs_per_sm} cap {cap or 'none'}")
                 variants.append((name, call))
             for rnd in range(rounds):
                 for name, call in variants:
@@ -420,7 +423,7 @@ def bwd(hs, extra, roof, out, rounds=3):
             del sets
             torch.cuda.empty_cache()
     finally:
-        configs.select_backward_config, configs.backward_programs_per_sm, configs.max_registers = saved
+        configs.select_backward_config, configs.max_registers = saved
 
 
 def _name(xd, rd):

@@ -7,6 +7,7 @@
 #include "addrmsnorm/addrmsnorm.h"
 #include "driver.h"
 #include "errors.h"
+#include "kernel_params.h"
 #include "kernel_table.h"
 #include "modules.h"
 #include "validate.h"
@@ -97,18 +98,29 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         LoadedKernel k;
         st = get_built_kernel(*d, variant, "backward kernel", &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
-        CUdeviceptr p_dy = reinterpret_cast<CUdeviceptr>(dy), p_dro = reinterpret_cast<CUdeviceptr>(dro),
-                    p_h = reinterpret_cast<CUdeviceptr>(h), p_rstd = reinterpret_cast<CUdeviceptr>(rstd),
-                    p_w = reinterpret_cast<CUdeviceptr>(weight), p_dres = reinterpret_cast<CUdeviceptr>(dresidual),
-                    p_dx = reinterpret_cast<CUdeviceptr>(dxp), p_partial = reinterpret_cast<CUdeviceptr>(workspace),
-                    p_mean = p_partial + (kBackwardRowMeans[config] ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
-        int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
-        int32_t has_dres_out = has_dro ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
-        CUdeviceptr scratch0 = 0, scratch1 = 0;
-        void* params[] = {&p_dy, &p_dro, &p_h, &p_rstd, &p_w, &p_dres, &p_dx, &p_partial, &p_mean, &n_rows, &H,
-                          &stride_dy, &stride_dresidual_out, &stride_h, &stride_dresidual, &stride_dx,
-                          &weight_offset, &has_dres_out, &weight_code, &scratch0, &scratch1};
-        st = launch(*d, k, static_cast<unsigned>(programs), params, stream, false);
+        BackwardParams p;
+        p.dy_ptr = devptr(dy);
+        p.dres_out_ptr = devptr(dro);
+        p.h_ptr = devptr(h);
+        p.rstd_ptr = devptr(rstd);
+        p.weight_ptr = devptr(weight);
+        p.dres_ptr = devptr(dresidual);
+        p.dx_ptr = devptr(dxp);
+        p.partial_ptr = devptr(workspace);
+        // The looped path's row means follow the dweight partials in the workspace.
+        p.mean_ptr = devptr(workspace) +
+                     (kBackwardRowMeans[config] ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
+        p.n_rows = static_cast<int32_t>(rows);
+        p.H = static_cast<int32_t>(hidden);
+        p.stride_dy_row = stride_dy;
+        p.stride_dres_out_row = stride_dresidual_out;
+        p.stride_h_row = stride_h;
+        p.stride_dres_row = stride_dresidual;
+        p.stride_dx_row = stride_dx;
+        p.weight_offset = weight_offset;
+        p.has_dres_out = has_dro ? 1 : 0;
+        p.weight_dtype = static_cast<int32_t>(weight_dtype);
+        st = launch_with(*d, k, static_cast<unsigned>(programs), p, stream, false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     if (dweight != nullptr) {  // column sums of the partials (zeros when rows == 0)
@@ -116,11 +128,13 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         LoadedKernel k;
         st = get_kernel(*d, variant, &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
-        CUdeviceptr p_partial = reinterpret_cast<CUdeviceptr>(workspace), p_dw = reinterpret_cast<CUdeviceptr>(dweight);
-        int32_t n_partials = programs, H = static_cast<int32_t>(hidden);
-        CUdeviceptr scratch0 = 0, scratch1 = 0;
-        void* params[] = {&p_partial, &p_dw, &n_partials, &H, &scratch0, &scratch1};
-        st = launch(*d, k, static_cast<unsigned>((hidden + kDweightBlockC - 1) / kDweightBlockC), params, stream, false);
+        DweightParams p;
+        p.partial_ptr = devptr(workspace);
+        p.dweight_ptr = devptr(dweight);
+        p.n_partials = programs;
+        p.H = static_cast<int32_t>(hidden);
+        st = launch_with(*d, k, static_cast<unsigned>((hidden + kDweightBlockC - 1) / kDweightBlockC), p, stream,
+                         false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     return ADDRMSNORM_SUCCESS;

@@ -6,6 +6,7 @@
 #include "addrmsnorm/addrmsnorm.h"
 #include "driver.h"
 #include "errors.h"
+#include "kernel_params.h"
 #include "kernel_table.h"
 #include "modules.h"
 #include "validate.h"
@@ -74,24 +75,30 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const ForwardConfig& cfg = kConfigs[config];
-    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pr = reinterpret_cast<CUdeviceptr>(residual),
-                pw = reinterpret_cast<CUdeviceptr>(weight), po = reinterpret_cast<CUdeviceptr>(out),
-                pro = reinterpret_cast<CUdeviceptr>(residual_out), prstd = reinterpret_cast<CUdeviceptr>(rstd);
-    int32_t n_rows = static_cast<int32_t>(rows), H = static_cast<int32_t>(hidden);
-    int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
-    int32_t group_rows = 1;  // rows of one stride: the grouped addressing is compiled out (GROUPED)
-    int64_t stride_x_group = 0, stride_out_group = 0;
-    int32_t group_split = 1;  // one weight (SPLIT is compiled out)
-    CUdeviceptr global_scratch = 0, profile_scratch = 0;  // Triton's hidden arguments; sizes are 0
-    // Parameter order of fused_add_rmsnorm_fwd without its constexprs; eps and weight_offset are
-    // fp32 parameters, passed as 4-byte floats. rstd_ptr may be null: the store is predicated on write_rstd.
-    void* params[] = {&px, &pr, &pw, &po, &pro, &prstd, &n_rows, &H,
-                      &stride_x, &stride_residual, &stride_out, &stride_residual_out,
-                      &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_group,
-                      &stride_out_group, &pw, &group_split, &global_scratch, &profile_scratch};
-
+    ForwardParams p;
+    p.x_ptr = devptr(x);
+    p.residual_ptr = devptr(residual);
+    p.weight_ptr = devptr(weight);
+    p.out_ptr = devptr(out);
+    p.residual_out_ptr = devptr(residual_out);
+    p.rstd_ptr = devptr(rstd);  // may be null: the store is predicated on write_rstd
+    p.n_rows = static_cast<int32_t>(rows);
+    p.H = static_cast<int32_t>(hidden);
+    p.stride_x_row = stride_x;
+    p.stride_residual_row = stride_residual;
+    p.stride_out_row = stride_out;
+    p.stride_residual_out_row = stride_residual_out;
+    p.eps = eps;
+    p.weight_offset = weight_offset;
+    p.write_rstd = rstd != nullptr ? 1 : 0;
+    p.weight_dtype = static_cast<int32_t>(weight_dtype);
+    p.group_rows = 1;  // rows of one stride: the grouped addressing is compiled out (GROUPED)
+    p.stride_x_group = 0;
+    p.stride_out_group = 0;
+    p.weight2_ptr = devptr(weight);  // one weight (SPLIT is compiled out)
+    p.group_split = 1;
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
+    return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void) {
@@ -155,29 +162,41 @@ addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t str
     const void* residual = c.plain ? c.x : c.residual;
     const void* residual_out = c.plain ? c.x : c.residual_out;
     // Absent pointers are passed as present ones the kernel does not touch (it branches on the flags).
-    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(c.x), pr = reinterpret_cast<CUdeviceptr>(residual),
-                pw = reinterpret_cast<CUdeviceptr>(c.weight), pq = reinterpret_cast<CUdeviceptr>(c.q),
-                pro = reinterpret_cast<CUdeviceptr>(residual_out),
-                py = reinterpret_cast<CUdeviceptr>(c.y != nullptr ? c.y : c.x),
-                pscale = reinterpret_cast<CUdeviceptr>(qd.scale != nullptr ? qd.scale : qd.scales),
-                pscales = reinterpret_cast<CUdeviceptr>(qd.scales != nullptr ? qd.scales : qd.scale),
-                pub = reinterpret_cast<CUdeviceptr>(qd.scale_ub != nullptr ? qd.scale_ub : (qd.scales ? qd.scales : qd.scale));
-    int32_t n_rows = static_cast<int32_t>(c.rows), H = static_cast<int32_t>(c.hidden);
-    int64_t s_row = qd.scales_stride_row, s_group = qd.scales_stride_group;
-    int32_t group_size = qd.mode >= ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
-    int32_t write_y = c.y != nullptr ? 1 : 0, has_ub = qd.scale_ub != nullptr ? 1 : 0;
-    int32_t ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0, weight_code = static_cast<int32_t>(c.x_dtype);
+    QuantForwardParams p;
+    p.x_ptr = devptr(c.x);
+    p.residual_ptr = devptr(residual);
+    p.weight_ptr = devptr(c.weight);
+    p.q_ptr = devptr(c.q);
+    p.residual_out_ptr = devptr(residual_out);
+    p.y_ptr = devptr(c.y != nullptr ? c.y : c.x);
+    p.scale_ptr = devptr(qd.scale != nullptr ? static_cast<const void*>(qd.scale) : qd.scales);
+    p.scales_ptr = devptr(qd.scales != nullptr ? qd.scales : static_cast<const void*>(qd.scale));
+    p.scale_ub_ptr = devptr(qd.scale_ub != nullptr ? static_cast<const void*>(qd.scale_ub)
+                                                   : (qd.scales ? qd.scales : static_cast<const void*>(qd.scale)));
+    const int32_t n_rows = static_cast<int32_t>(c.rows);
+    p.n_rows = n_rows;
+    p.H = static_cast<int32_t>(c.hidden);
+    p.stride_x_row = stride_x;
+    p.stride_residual_row = stride_residual;
+    p.stride_q_row = stride_q;
+    p.stride_residual_out_row = stride_residual_out;
+    p.stride_y_row = stride_y;
+    p.stride_s_row = qd.scales_stride_row;
+    p.stride_s_group = qd.scales_stride_group;
+    p.eps = eps;
+    p.weight_offset = weight_offset;
+    p.group_size = qd.mode >= ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
+    p.write_y = c.y != nullptr ? 1 : 0;
+    p.has_ub = qd.scale_ub != nullptr ? 1 : 0;
+    p.ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0;
+    p.weight_dtype = static_cast<int32_t>(c.x_dtype);
     // Block-scaled, swizzled: the grid covers the rows rounded up to 128, whose scales are the padding.
-    int32_t swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) ? 1 : 0;
-    int32_t scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
-    CUdeviceptr global_scratch = 0, profile_scratch = 0;
-    // Parameter order of fused_add_rmsnorm_quant_fwd without its constexprs.
-    void* params[] = {&px, &pr, &pw, &pq, &pro, &py, &pscale, &pscales, &pub, &n_rows, &H,
-                      &stride_x, &stride_residual, &stride_q, &stride_residual_out, &stride_y, &s_row, &s_group,
-                      &eps, &weight_offset, &group_size, &write_y, &has_ub, &ue8m0, &weight_code, &scale_rows,
-                      &swizzled, &global_scratch, &profile_scratch};
+    const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
+    const int32_t scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
+    p.scale_rows = scale_rows;
+    p.swizzled = swizzled ? 1 : 0;
     const unsigned grid = static_cast<unsigned>((scale_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    return launch(*d, k, grid, params, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
+    return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 }  // namespace
@@ -233,21 +252,32 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const ForwardConfig& cfg = kConfigs[config];
-    CUdeviceptr px = reinterpret_cast<CUdeviceptr>(x), pw = reinterpret_cast<CUdeviceptr>(weight),
-                pw2 = reinterpret_cast<CUdeviceptr>(w2), po = reinterpret_cast<CUdeviceptr>(out),
-                prstd = reinterpret_cast<CUdeviceptr>(rstd);
-    int32_t n_rows = static_cast<int32_t>(rows * heads), H = static_cast<int32_t>(hidden);
-    int64_t stride_none = 0;
-    int32_t write_rstd = rstd != nullptr ? 1 : 0, weight_code = static_cast<int32_t>(weight_dtype);
-    int32_t group_rows = static_cast<int32_t>(heads), group_split = qk ? split : group_rows;
-    CUdeviceptr global_scratch = 0, profile_scratch = 0;
-    // fused_add_rmsnorm_fwd's parameters: x stands in for residual and out for residual_out (RESIDUAL off).
-    void* params[] = {&px, &px, &pw, &po, &po, &prstd, &n_rows, &H,
-                      &stride_x, &stride_none, &stride_out, &stride_none,
-                      &eps, &weight_offset, &write_rstd, &weight_code, &group_rows, &stride_x_head,
-                      &stride_out_head, &pw2, &group_split, &global_scratch, &profile_scratch};
+    // fused_add_rmsnorm_fwd with RESIDUAL off: x stands in for residual, and out for residual_out.
+    ForwardParams p;
+    p.x_ptr = devptr(x);
+    p.residual_ptr = devptr(x);
+    p.weight_ptr = devptr(weight);
+    p.out_ptr = devptr(out);
+    p.residual_out_ptr = devptr(out);
+    p.rstd_ptr = devptr(rstd);
+    const int32_t n_rows = static_cast<int32_t>(rows * heads);
+    p.n_rows = n_rows;
+    p.H = static_cast<int32_t>(hidden);
+    p.stride_x_row = stride_x;
+    p.stride_residual_row = 0;
+    p.stride_out_row = stride_out;
+    p.stride_residual_out_row = 0;
+    p.eps = eps;
+    p.weight_offset = weight_offset;
+    p.write_rstd = rstd != nullptr ? 1 : 0;
+    p.weight_dtype = static_cast<int32_t>(weight_dtype);
+    p.group_rows = static_cast<int32_t>(heads);
+    p.stride_x_group = stride_x_head;
+    p.stride_out_group = stride_out_head;
+    p.weight2_ptr = devptr(w2);
+    p.group_split = qk ? split : static_cast<int32_t>(heads);
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
-    return launch(*d, k, grid, params, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
+    return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ struct ForwardConfig {
     bool looped;
 };
 
+// What a variant is (kind, config, dtypes, weight slot, alignment class, numerics, quantization): the
+// host tests hold the dispatch indices to it (the generated variants.inc); the runtime never reads it.
 struct KernelVariant {
     int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward, and the
                            // plain norm's: 4 forward (RESIDUAL off, GROUPED), 5 quantized forward, 6 the QK
@@ -27,7 +29,8 @@ struct KernelVariant {
                            // pointers, and H and strides multiples of ALIGN
     int numerics;          // HF_NUMERICS: 0 the contract, 1 HF LlamaRMSNorm's roundings, 2 HF's
                            // offset-weight (Gemma) norm's; see numerics_mode below
-    int quant;             // quantized forward: QUANT, 1 (static), 2 (per token) or 3 (per group); else 0
+    int quant;             // quantized forward: QUANT (configs.QUANT_MODES: 1 static, 2 per token, 3 per group,
+                           // 4 NVFP4, 5 MXFP8, 6 MXFP4); else 0
     int quant_dtype;       // quantized forward: addrmsnorm_quant_dtype of q; else -1
 };
 
@@ -49,7 +52,6 @@ extern const char kArchList[];
 extern const int kNumConfigs;
 extern const ForwardConfig kConfigs[];
 extern const int kNumVariants;
-extern const KernelVariant kVariants[];
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
 extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << class, class < kNumAlignClasses
@@ -64,8 +66,7 @@ extern const ForwardConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
 extern const short kDweightIndex[];
 extern const int kNumQuantDtypes;
-extern const int kNumQuantModes;    // the QUANT constexpr: 1 static, 2 per token, 3 per group (addrmsnorm_quant_mode)
-extern const int kQuantAlignElems;  // the one ALIGN the quantized forward is built for
+extern const int kNumQuantModes;    // the QUANT constexpr: addrmsnorm_quant_mode's six modes, 1 to 6
 extern const short kQuantIndex[];   // [config][x][quant dtype][QUANT - 1] -> variant | -1
 // The plain norm (the forward with RESIDUAL off, always GROUPED): [config][x][weight slot][align_class]
 // [numerics] -> variant | -1, and its quantized forward, indexed as kQuantIndex.
@@ -79,9 +80,14 @@ inline int backward_variant_index(int config, int x, int residual, bool aligned)
     return kBackwardIndex[((config * n + x) * n + residual) * 2 + (aligned ? 1 : 0)];
 }
 
+// The rules that pick a call's kernel, generated from configs.py as tables of its answers
+// (tools/aot_build.py, _call_rules): nothing here restates them.
 // configs.forward_weight_arg: the forward is typed for a weight of x's dtype (slot 0) and for an
 // fp32 weight (slot 1); any other weight runs the "w16" variant on its int16 bits (slot 2).
-inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == ADDRMSNORM_FLOAT32 ? 1 : 2; }
+extern const signed char kWeightSlot[];     // [x][weight], addrmsnorm_dtype values
+extern const signed char kNumericsMode[];   // [hf][weight_offset != 0][round_once][x_itemsize == 4]
+extern const bool kVectorTyped[];           // [align class][x_itemsize == 4][residual_itemsize == 4][typed][numerics]
+inline int weight_slot(int x, int weight) { return kWeightSlot[x * 3 + weight]; }
 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant`: 0 for the
 // plain forward, else the quantized forward's QUANT mode, which alone takes configs.FORWARD_TABLE's
@@ -89,12 +95,10 @@ inline int weight_slot(int x, int weight) { return weight == x ? 0 : weight == A
 // (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows. Batch
 // invariance rests on it never seeing the row count.
 int select_forward_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
-// configs.PLAIN_TABLE's rule (16-bit x), generated; select_plain_config below is configs.select_plain_config.
-int select_plain_config_16(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
-inline int select_plain_config(long long H, int x_itemsize, bool vector_typed) {
-    return x_itemsize == 2 ? select_plain_config_16(H, 2, 2, 0, vector_typed)
-                           : select_forward_config(H, x_itemsize, x_itemsize, 0, vector_typed);
-}
+// configs.PLAIN_TABLE's rule, and configs.select_plain_config (the table of configs.PLAIN_TABLES for x's
+// element size), both generated.
+int select_plain_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+int select_plain_config(long long H, int x_itemsize, bool vector_typed);
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether
@@ -114,21 +118,17 @@ unsigned long long backward_workspace_bytes(long long rows, long long hidden, in
 // path that walks its rows chunk by chunk).
 extern const bool kBackwardRowMeans[];
 
-// configs.numerics_mode: the HF_NUMERICS of a call. HF's norms of an offset weight (Gemma's 1 + w)
-// round once (2), LlamaRMSNorm twice (1); on fp32 the two are one (1). weight_offset is the fp32
-// value the kernel adds.
+// configs.numerics_mode: the HF_NUMERICS of a call. weight_offset is the fp32 value the kernel adds
+// (configs asks whether it is nonzero as fp32: |w| > 2^-150).
 inline int numerics_mode(bool hf, float weight_offset, int x_itemsize, bool round_once = false) {
-    if (!hf) return 0;
-    return ((round_once || weight_offset != 0.0f) && x_itemsize == 2) ? 2 : 1;
+    return kNumericsMode[((hf * 2 + (weight_offset != 0.0f)) * 2 + round_once) * 2 + (x_itemsize == 4)];
 }
 
-// configs.is_vector_typed: select_forward_config's vector_typed for a plain call. ALIGN (1 << the
-// forward's align class) is the full 16-byte vector, the weight has x's dtype, and the numerics are
-// the contract's (numerics_mode 0).
+// configs.is_vector_typed: select_forward_config's vector_typed for a plain call.
 inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsize, bool weight_is_x_dtype,
                             int numerics) {
-    const int narrow = x_itemsize < residual_itemsize ? x_itemsize : residual_itemsize;
-    return (1 << align_class) * narrow == kAlignmentBytes && weight_is_x_dtype && numerics == 0;
+    return kVectorTyped[(((align_class * 2 + (x_itemsize == 4)) * 2 + (residual_itemsize == 4)) * 2 +
+                         weight_is_x_dtype) * kNumNumerics + numerics];
 }
 
 inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {

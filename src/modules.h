@@ -6,6 +6,7 @@
 
 #include "addrmsnorm/addrmsnorm.h"
 #include "driver.h"
+#include "errors.h"
 #include "kernel_table.h"
 
 namespace addrmsnorm {
@@ -35,6 +36,19 @@ addrmsnorm_status preload_all(const Driver& d);
 // grid_y > 1: the programs of each grid row y (the plain norm's second part of rows).
 addrmsnorm_status launch(const Driver& d, const LoadedKernel& k, unsigned grid, void** params, addrmsnorm_stream stream,
                          bool pdl, unsigned grid_y = 1);
+
+// launch() with a kernel's generated parameter struct (kernel_params.h), packed in the kernel's order;
+// a parameter the caller did not set is refused by name, before anything is launched.
+template <typename Params>
+addrmsnorm_status launch_with(const Driver& d, const LoadedKernel& k, unsigned grid, Params& p, addrmsnorm_stream stream,
+                              bool pdl) {
+    void* params[Params::kCount];
+    const char* missing = "";
+    if (!p.pack(params, &missing))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "internal error: the launch of %s does not set its parameter %s",
+                    k.image->name, missing);
+    return launch(d, k, grid, params, stream, pdl);
+}
 
 }  // namespace detail
 }  // namespace addrmsnorm
