@@ -482,7 +482,8 @@ def qk_rmsnorm_(
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
-    v.check_head_counts(num_q_heads, num_kv_heads, head_dim)
+    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
+        v.check_head_counts(num_q_heads, num_kv_heads, head_dim)  # the slow path: raise naming the argument
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl)
     return qkv
 
