@@ -23,67 +23,154 @@ def library_path() -> Path | None:
     return p if p is not None and p.exists() else None
 
 
+class NormArgs(ctypes.Structure):
+    """addrmsnorm_norm_args, field for field (tests/test_c_runtime.py holds the two layouts equal)."""
+    _fields_ = [("struct_size", ctypes.c_uint64), ("x", ctypes.c_void_p), ("rows", ctypes.c_int64),
+                ("groups", ctypes.c_int64), ("hidden", ctypes.c_int64), ("stride_x", ctypes.c_int64),
+                ("stride_x_group", ctypes.c_int64), ("x_dtype", ctypes.c_int), ("residual_dtype", ctypes.c_int),
+                ("residual", ctypes.c_void_p), ("stride_residual", ctypes.c_int64),
+                ("residual_out", ctypes.c_void_p), ("stride_residual_out", ctypes.c_int64),
+                ("weight", ctypes.c_void_p), ("weight2", ctypes.c_void_p), ("weight2_from_group", ctypes.c_int64),
+                ("weight_dtype", ctypes.c_int), ("numerics", ctypes.c_int), ("out", ctypes.c_void_p),
+                ("stride_out", ctypes.c_int64), ("stride_out_group", ctypes.c_int64), ("rstd", ctypes.c_void_p),
+                ("eps", ctypes.c_double), ("weight_offset", ctypes.c_double), ("flags", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32), ("quant", ctypes.c_void_p), ("y", ctypes.c_void_p),
+                ("stride_y", ctypes.c_int64)]
+
+
+class NormBackwardArgs(ctypes.Structure):
+    """addrmsnorm_norm_backward_args."""
+    _fields_ = [("struct_size", ctypes.c_uint64), ("rows", ctypes.c_int64), ("hidden", ctypes.c_int64),
+                ("dy", ctypes.c_void_p), ("stride_dy", ctypes.c_int64), ("dresidual_out", ctypes.c_void_p),
+                ("stride_dresidual_out", ctypes.c_int64), ("h", ctypes.c_void_p), ("stride_h", ctypes.c_int64),
+                ("rstd", ctypes.c_void_p), ("weight", ctypes.c_void_p), ("dresidual", ctypes.c_void_p),
+                ("stride_dresidual", ctypes.c_int64), ("dx", ctypes.c_void_p), ("stride_dx", ctypes.c_int64),
+                ("dweight", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
+                ("x_dtype", ctypes.c_int), ("residual_dtype", ctypes.c_int), ("weight_dtype", ctypes.c_int),
+                ("flags", ctypes.c_uint32), ("weight_offset", ctypes.c_double)]
+
+
 def load(path: Path | str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
-    f = lib.addrmsnorm_fused_add_rmsnorm
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 + [ctypes.c_int] * 3 +
-                  [ctypes.c_float, ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
+    for name, args in (("addrmsnorm_norm", [ctypes.POINTER(NormArgs), ctypes.c_void_p]),
+                       ("addrmsnorm_norm_check", [ctypes.POINTER(NormArgs)]),
+                       ("addrmsnorm_norm_backward", [ctypes.POINTER(NormBackwardArgs), ctypes.c_void_p]),
+                       ("addrmsnorm_norm_backward_check", [ctypes.POINTER(NormBackwardArgs)]),
+                       ("addrmsnorm_norm_backward_workspace_size",
+                        [ctypes.POINTER(NormBackwardArgs), ctypes.POINTER(ctypes.c_uint64)])):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = ctypes.c_int, args
     lib.addrmsnorm_last_error.restype = ctypes.c_char_p
     lib.addrmsnorm_preload.restype = ctypes.c_int
     return lib
 
 
-FLAG_HF_NUMERICS = 0x1  # ADDRMSNORM_FLAG_HF_NUMERICS
-FLAG_PDL = 0x2          # ADDRMSNORM_FLAG_PDL
+FLAG_PDL = 0x2  # ADDRMSNORM_FLAG_PDL
+NUMERICS = {"contract": 0, "hf": 1, "hf_round_once": 2}  # addrmsnorm_numerics
 
 
-def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0):
-    """One call on 2-D row-strided tensors, on torch's current stream; raises with the library's
-    message on failure."""
-    N, H = x.shape
-    st = lib.addrmsnorm_fused_add_rmsnorm(
-        x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
-        rstd.data_ptr() if rstd is not None else None, N, H,
-        x.stride(0), residual.stride(0), out.stride(0), residual_out.stride(0),
-        DTYPE_ENUM[x.dtype], DTYPE_ENUM[residual.dtype], DTYPE_ENUM[weight.dtype], eps, weight_offset, flags,
-        torch.cuda.current_stream().cuda_stream)
+# A given tensor with no elements still passes a pointer (torch gives it none): NULL would say "absent",
+# and residual NULL is the plain norm. Nothing is read or written there: such a call is a no-op or refused.
+EMPTY_ADDRESS = 1 << 12
+
+
+def _ptr(t):
+    return (t.data_ptr() or EMPTY_ADDRESS) if t is not None else None
+
+
+def _stride(t, dim=0, default=0):
+    return t.stride(dim) if t is not None and t.dim() > dim else default
+
+
+def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, eps=1e-6, weight_offset=0.0,
+              numerics=0, flags=0, weight2=None, weight2_from_group=0, quant=None, y=None) -> NormArgs:
+    """addrmsnorm_norm_args for tensors: x and out (rows, H) or (rows, groups, H) with their strides; residual,
+    residual_out and y (rows, H); quant a Quant (kept alive by the caller)."""
+    a = NormArgs()
+    a.struct_size = ctypes.sizeof(NormArgs)
+    grouped = x.dim() == 3
+    a.x, a.rows, a.hidden = _ptr(x), x.shape[0], x.shape[-1]
+    a.groups = x.shape[1] if grouped else 1
+    a.stride_x, a.stride_x_group = x.stride(0), (x.stride(1) if grouped else 0)
+    a.x_dtype = DTYPE_ENUM.get(x.dtype, 99)
+    a.residual, a.stride_residual = _ptr(residual), _stride(residual)
+    a.residual_dtype = DTYPE_ENUM.get(residual.dtype, 99) if residual is not None else a.x_dtype
+    a.residual_out, a.stride_residual_out = _ptr(residual_out), _stride(residual_out)
+    a.weight, a.weight_dtype = _ptr(weight), DTYPE_ENUM.get(weight.dtype, 99)
+    a.weight2, a.weight2_from_group = _ptr(weight2), weight2_from_group
+    a.out, a.stride_out = _ptr(out), out.stride(0)
+    a.stride_out_group = out.stride(1) if out.dim() == 3 else 0
+    a.rstd = _ptr(rstd)
+    a.eps, a.weight_offset, a.numerics, a.flags = eps, weight_offset, numerics, flags
+    a.quant = ctypes.cast(ctypes.pointer(quant), ctypes.c_void_p) if quant is not None else None
+    a.y, a.stride_y = _ptr(y), _stride(y)
+    return a
+
+
+def backward_args(dy, h, rstd, weight, *, dresidual_out=None, dresidual=None, dx=None, dweight=None, workspace=None,
+                  workspace_bytes=0, weight_offset=0.0, flags=0, residual_dtype=None) -> NormBackwardArgs:
+    a = NormBackwardArgs()
+    a.struct_size = ctypes.sizeof(NormBackwardArgs)
+    a.rows, a.hidden = dy.shape
+    a.dy, a.stride_dy = _ptr(dy), dy.stride(0)
+    a.dresidual_out, a.stride_dresidual_out = _ptr(dresidual_out), _stride(dresidual_out)
+    a.h, a.stride_h = _ptr(h), h.stride(0)
+    a.rstd, a.weight = _ptr(rstd), _ptr(weight)
+    a.dresidual, a.stride_dresidual = _ptr(dresidual), _stride(dresidual)
+    a.dx, a.stride_dx = _ptr(dx), _stride(dx)
+    a.dweight, a.workspace, a.workspace_bytes = _ptr(dweight), _ptr(workspace), workspace_bytes
+    a.x_dtype = DTYPE_ENUM.get(dy.dtype, 99)
+    a.residual_dtype = DTYPE_ENUM.get(residual_dtype or h.dtype, 99)
+    a.weight_dtype = DTYPE_ENUM.get(weight.dtype, 99)
+    a.flags, a.weight_offset = flags, weight_offset
+    return a
+
+
+def check(lib, args) -> int:
+    """addrmsnorm_norm_check or addrmsnorm_norm_backward_check: the status (the message in last_error)."""
+    f = lib.addrmsnorm_norm_check if isinstance(args, NormArgs) else lib.addrmsnorm_norm_backward_check
+    return f(ctypes.byref(args))
+
+
+def _raise(lib, st) -> None:
     if st != 0:
         raise RuntimeError(lib.addrmsnorm_last_error().decode())
 
 
-def declare_backward(lib) -> None:
-    f = lib.addrmsnorm_fused_add_rmsnorm_backward
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 9 + [ctypes.c_uint64] + [ctypes.c_int64] * 7 + [ctypes.c_int] * 3 +
-                  [ctypes.c_float, ctypes.c_uint32, ctypes.c_void_p])
-    g = lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size
-    g.restype = ctypes.c_int
-    g.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+def launch(lib, args) -> None:
+    """The call on torch's current stream; raises with the library's message on failure."""
+    stream = torch.cuda.current_stream().cuda_stream
+    f = lib.addrmsnorm_norm if isinstance(args, NormArgs) else lib.addrmsnorm_norm_backward
+    _raise(lib, f(ctypes.byref(args), stream))
+
+
+def forward(lib, x, residual, weight, out, residual_out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0,
+            numerics=0):
+    """One fused call on 2-D row-strided tensors."""
+    launch(lib, norm_args(x, weight, out, residual=residual, residual_out=residual_out, rstd=rstd, eps=eps,
+                          weight_offset=weight_offset, numerics=numerics, flags=flags))
+
+
+def workspace(lib, dy, residual_dtype):
+    """The backward's workspace for dy's rows: (tensor, bytes)."""
+    size = ctypes.c_uint64()
+    a = NormBackwardArgs()
+    a.struct_size = ctypes.sizeof(NormBackwardArgs)
+    a.rows, a.hidden = dy.shape
+    a.x_dtype, a.residual_dtype = DTYPE_ENUM[dy.dtype], DTYPE_ENUM[residual_dtype]
+    _raise(lib, lib.addrmsnorm_norm_backward_workspace_size(ctypes.byref(a), ctypes.byref(size)))
+    return torch.empty(max(1, (size.value + 3) // 4), dtype=torch.float32, device=dy.device), size.value
 
 
 def backward(lib, dy, dresidual_out, h, rstd, weight, weight_offset=0.0):
-    """The C ABI backward on 2-D row-strided tensors, on torch's current stream:
-    returns (dresidual, dx or None, dweight); raises with the library's message on failure."""
-    declare_backward(lib)
+    """The fused backward on 2-D row-strided tensors: (dresidual, dx or None, dweight)."""
     N, H = dy.shape
     dres = torch.empty(N, H, dtype=h.dtype, device=dy.device)
     dx = torch.empty(N, H, dtype=dy.dtype, device=dy.device) if dy.dtype != h.dtype else None
     dweight = torch.empty_like(weight)
-    size = ctypes.c_uint64()
-    if lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size(N, H, DTYPE_ENUM[dy.dtype], DTYPE_ENUM[h.dtype],
-                                                                 ctypes.byref(size)) != 0:
-        raise RuntimeError(lib.addrmsnorm_last_error().decode())
-    ws = torch.empty(max(1, (size.value + 3) // 4), dtype=torch.float32, device=dy.device)
-    st = lib.addrmsnorm_fused_add_rmsnorm_backward(
-        dy.data_ptr(), dresidual_out.data_ptr() if dresidual_out is not None else None, h.data_ptr(),
-        rstd.data_ptr(), weight.data_ptr(), dres.data_ptr(), dx.data_ptr() if dx is not None else None,
-        dweight.data_ptr(), ws.data_ptr(), size.value, N, H,
-        dy.stride(0), dresidual_out.stride(0) if dresidual_out is not None else H, h.stride(0), H, H,
-        DTYPE_ENUM[dy.dtype], DTYPE_ENUM[h.dtype], DTYPE_ENUM[weight.dtype], weight_offset, 0,
-        torch.cuda.current_stream().cuda_stream)
-    if st != 0:
-        raise RuntimeError(lib.addrmsnorm_last_error().decode())
+    ws, size = workspace(lib, dy, h.dtype)
+    launch(lib, backward_args(dy, h, rstd, weight, dresidual_out=dresidual_out, dresidual=dres, dx=dx,
+                              dweight=dweight, workspace=ws, workspace_bytes=size, weight_offset=weight_offset))
     return dres, dx, dweight
 
 
@@ -103,15 +190,6 @@ class Quant(ctypes.Structure):
                 ("scales_stride_group", ctypes.c_int64)]
 
 
-def declare_quant(lib) -> None:
-    args = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
-                                                           ctypes.POINTER(Quant), ctypes.c_uint32]
-    f = lib.addrmsnorm_fused_add_rmsnorm_quant
-    f.restype, f.argtypes = ctypes.c_int, args + [ctypes.c_void_p]
-    g = lib.addrmsnorm_fused_add_rmsnorm_quant_check
-    g.restype, g.argtypes = ctypes.c_int, args
-
-
 def quant_desc(q: torch.Tensor, *, scale=None, group_size=0, scale_ub=None, scales=None, ue8m0=False,
                swizzled=False) -> Quant:
     """The descriptor of a quantized call, from tensors (scales 1-D per token, 2-D per group or block, or 1-D
@@ -127,94 +205,45 @@ def quant_desc(q: torch.Tensor, *, scale=None, group_size=0, scale_ub=None, scal
 
 
 def forward_quant(lib, x, residual, weight, q, residual_out, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant):
-    """One quantized call on 2-D row-strided tensors, on torch's current stream; raises on failure."""
-    declare_quant(lib)
-    N, H = x.shape
+    """One quantized call on 2-D row-strided tensors (residual None: the plain norm's)."""
     desc = quant_desc(q, **quant)
-    st = lib.addrmsnorm_fused_add_rmsnorm_quant(
-        x.data_ptr(), residual.data_ptr(), weight.data_ptr(), q.data_ptr(), residual_out.data_ptr(),
-        y.data_ptr() if y is not None else None, N, H, x.stride(0), residual.stride(0), q.stride(0),
-        residual_out.stride(0), y.stride(0) if y is not None else H, DTYPE_ENUM[x.dtype], eps, weight_offset,
-        ctypes.byref(desc), flags, torch.cuda.current_stream().cuda_stream)
-    if st != 0:
-        raise RuntimeError(lib.addrmsnorm_last_error().decode())
+    launch(lib, norm_args(x, weight, q, residual=residual, residual_out=residual_out, eps=eps,
+                          weight_offset=weight_offset, flags=flags, quant=desc, y=y))
 
 
 # ----- the plain norm ------------------------------------------------------------------------------
 
-_NORM_ARGS = ([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 7 + [ctypes.c_int] * 2 +
-              [ctypes.c_float, ctypes.c_float, ctypes.c_uint32])
-_QK_ARGS = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_int] * 2 + [ctypes.c_float, ctypes.c_float,
-                                                                                 ctypes.c_uint32]
-_PLAIN_QUANT_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 5 + [ctypes.c_int, ctypes.c_float, ctypes.c_float,
-                                                                    ctypes.POINTER(Quant), ctypes.c_uint32]
-_PLAIN_BACKWARD_ARGS = [ctypes.c_void_p] * 7 + [ctypes.c_uint64] + [ctypes.c_int64] * 5 + [ctypes.c_int] * 2 + [
-    ctypes.c_float, ctypes.c_uint32]
+def rmsnorm(lib, x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, numerics=0, flags=0) -> None:
+    """The plain norm of x and out of shape (rows, H) or (rows, groups, H)."""
+    launch(lib, norm_args(x, weight, out, rstd=rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
+                          flags=flags))
 
 
-def declare_plain(lib) -> None:
-    """The plain norm's functions, with their _check twins (which take no stream)."""
-    for name, args in (("addrmsnorm_rmsnorm", _NORM_ARGS), ("addrmsnorm_qk_rmsnorm", _QK_ARGS),
-                       ("addrmsnorm_rmsnorm_quant", _PLAIN_QUANT_ARGS),
-                       ("addrmsnorm_rmsnorm_backward", _PLAIN_BACKWARD_ARGS)):
-        f, g = getattr(lib, name), getattr(lib, name + "_check")
-        f.restype, f.argtypes = ctypes.c_int, args + [ctypes.c_void_p]
-        g.restype, g.argtypes = ctypes.c_int, args
-
-
-def _raise(lib, st) -> None:
-    if st != 0:
-        raise RuntimeError(lib.addrmsnorm_last_error().decode())
-
-
-def rmsnorm_args(x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0) -> tuple:
-    """addrmsnorm_rmsnorm's arguments (no stream) for x and out of shape (rows, H) or (rows, heads, H)."""
-    def strides(t):
-        return (t.stride(0), t.stride(1)) if t.dim() == 3 else (t.stride(0), t.shape[-1])
-    heads = x.shape[1] if x.dim() == 3 else 1
-    (sx, sxh), (so, soh) = strides(x), strides(out)
-    return (x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd.data_ptr() if rstd is not None else None,
-            x.shape[0], heads, x.shape[-1], sx, sxh, so, soh, DTYPE_ENUM[x.dtype], DTYPE_ENUM[weight.dtype], eps,
-            weight_offset, flags)
-
-
-def rmsnorm(lib, x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, flags=0) -> None:
-    declare_plain(lib)
-    _raise(lib, lib.addrmsnorm_rmsnorm(*rmsnorm_args(x, weight, out, rstd, eps, weight_offset, flags),
-                                       torch.cuda.current_stream().cuda_stream))
+def qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0, numerics=0,
+            flags=0) -> NormArgs:
+    """The QK norm of a (tokens, width) buffer, in place: its q and k heads as groups of head_dim."""
+    T = qkv.shape[0]
+    heads = num_q_heads + num_kv_heads
+    view = torch.as_strided(qkv, (T, heads, head_dim), (qkv.stride(0) if T > 1 else qkv.shape[1], head_dim, 1))
+    return norm_args(view, q_weight, view, eps=eps, weight_offset=weight_offset, numerics=numerics, flags=flags,
+                     weight2=k_weight, weight2_from_group=num_q_heads)
 
 
 def qk_rmsnorm(lib, qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0,
-               flags=0) -> None:
-    declare_plain(lib)
-    _raise(lib, lib.addrmsnorm_qk_rmsnorm(
-        qkv.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(), qkv.shape[0], num_q_heads, num_kv_heads, head_dim,
-        qkv.stride(0), DTYPE_ENUM[qkv.dtype], DTYPE_ENUM[q_weight.dtype], eps, weight_offset, flags,
-        torch.cuda.current_stream().cuda_stream))
+               numerics=0, flags=0) -> None:
+    launch(lib, qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps, weight_offset, numerics,
+                        flags))
 
 
 def rmsnorm_quant(lib, x, weight, q, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant) -> None:
-    declare_plain(lib)
-    N, H = x.shape
-    desc = quant_desc(q, **quant)
-    _raise(lib, lib.addrmsnorm_rmsnorm_quant(
-        x.data_ptr(), weight.data_ptr(), q.data_ptr(), y.data_ptr() if y is not None else None, N, H, x.stride(0),
-        q.stride(0), y.stride(0) if y is not None else H, DTYPE_ENUM[x.dtype], eps, weight_offset,
-        ctypes.byref(desc), flags, torch.cuda.current_stream().cuda_stream))
+    forward_quant(lib, x, None, weight, q, None, y, eps, weight_offset, flags, **quant)
 
 
 def rmsnorm_backward(lib, dy, x, rstd, weight, weight_offset=0.0):
-    """(dx, dweight) of the plain norm through the C ABI, on torch's current stream."""
-    declare_plain(lib)
-    declare_backward(lib)
+    """(dx, dweight) of the plain norm: h is x, the gradient of x in dx."""
     N, H = dy.shape
     dx, dweight = torch.empty(N, H, dtype=x.dtype, device=x.device), torch.empty_like(weight)
-    size = ctypes.c_uint64()
-    _raise(lib, lib.addrmsnorm_fused_add_rmsnorm_backward_workspace_size(N, H, DTYPE_ENUM[x.dtype],
-                                                                         DTYPE_ENUM[x.dtype], ctypes.byref(size)))
-    ws = torch.empty(max(1, (size.value + 3) // 4), dtype=torch.float32, device=x.device)
-    _raise(lib, lib.addrmsnorm_rmsnorm_backward(
-        dy.data_ptr(), x.data_ptr(), rstd.data_ptr(), weight.data_ptr(), dx.data_ptr(), dweight.data_ptr(),
-        ws.data_ptr(), size.value, N, H, dy.stride(0), x.stride(0), H, DTYPE_ENUM[x.dtype], DTYPE_ENUM[weight.dtype],
-        weight_offset, 0, torch.cuda.current_stream().cuda_stream))
+    ws, size = workspace(lib, dy, x.dtype)
+    launch(lib, backward_args(dy, x, rstd, weight, dx=dx, dweight=dweight, workspace=ws, workspace_bytes=size,
+                              weight_offset=weight_offset))
     return dx, dweight

@@ -35,7 +35,7 @@ Points the contract insists on, and how this source honours them:
 * Alignment reaches the kernel as the ALIGN constexpr (H and every row stride are multiples of it),
   chosen by configs.align_elems for the JIT and the AOT build alike; H and the strides are not
   specialized by value, so the two paths compile the same code for the same call.
-* HF numerics (the HF_NUMERICS constexpr, `numerics="hf"` in Python, ADDRMSNORM_FLAG_HF_NUMERICS in
+* HF numerics (the HF_NUMERICS constexpr, `numerics="hf"` in Python, ADDRMSNORM_NUMERICS_HF in
   C) reproduces HF's RMSNorm applied after a residual add in the model dtype: it normalizes h
   rounded to the residual dtype and computes rstd as torch does (mean as sum * fp32(1/H), rsqrtf).
   Then HF_NUMERICS 1, LlamaRMSNorm's form (Llama, Mistral, Qwen), rounds h * rstd to the

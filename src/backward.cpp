@@ -20,47 +20,47 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignme
 
 }  // namespace
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace_size(
-    int64_t rows, int64_t hidden, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, uint64_t* bytes) {
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_size(
+    const addrmsnorm_norm_backward_args* args, uint64_t* bytes) {
     if (bytes == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "bytes is NULL");
-    const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
+    addrmsnorm_norm_backward_args a;
+    addrmsnorm_status st = read_norm_backward(args, &a);
+    if (st != ADDRMSNORM_SUCCESS) return st;
+    const int xs = dtype_size(a.x_dtype), rs = dtype_size(a.residual_dtype);
     if (xs == 0 || rs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype and residual_dtype must be addrmsnorm_dtype values");
-    if (rows < 0 || rows > INT32_MAX || hidden <= 0 || hidden > INT32_MAX)
+    if (a.rows < 0 || a.rows > INT32_MAX || a.hidden <= 0 || a.hidden > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31) and hidden in [1, 2^31)");
-    addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
     int sms = 0;
     st = current_sm_count(*d, &sms);
     if (st != ADDRMSNORM_SUCCESS) return st;
-    const int config = select_backward_config(hidden, xs, rs);
-    *bytes = rows == 0 ? 0 : backward_workspace_bytes(rows, hidden, config, sms);
+    const int config = select_backward_config(a.hidden, xs, rs);
+    *bytes = a.rows == 0 ? 0 : backward_workspace_bytes(a.rows, a.hidden, config, sms);
     return ADDRMSNORM_SUCCESS;
 }
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_check(
-    const void* dy, const void* dresidual_out, const void* h, const float* rstd, const void* weight,
-    const void* dresidual, const void* dx, const void* dweight, const void* workspace, uint64_t workspace_bytes,
-    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h,
-    int64_t stride_dresidual, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-    addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags) {
-    return validate_backward(BackwardCall{dy, dresidual_out, h, rstd, weight, dresidual, dx, dweight, workspace,
-                                          workspace_bytes, rows, hidden, stride_dy, stride_dresidual_out, stride_h,
-                                          stride_dresidual, stride_dx, x_dtype, residual_dtype, weight_dtype,
-                                          weight_offset, flags});
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_check(const addrmsnorm_norm_backward_args* args) {
+    BackwardCall c;
+    return validate_norm_backward(args, &c);
 }
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward(
-    const void* dy, const void* dresidual_out, const void* h, const float* rstd, const void* weight,
-    void* dresidual, void* dx, void* dweight, void* workspace, uint64_t workspace_size,
-    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h,
-    int64_t stride_dresidual, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-    addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
-    addrmsnorm_status st = validate_backward(BackwardCall{
-        dy, dresidual_out, h, rstd, weight, dresidual, dx, dweight, workspace, workspace_size, rows, hidden,
-        stride_dy, stride_dresidual_out, stride_h, stride_dresidual, stride_dx, x_dtype, residual_dtype,
-        weight_dtype, weight_offset, flags});
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrmsnorm_norm_backward_args* args,
+                                                                    addrmsnorm_stream stream) {
+    BackwardCall c;
+    addrmsnorm_status st = validate_norm_backward(args, &c);
     if (st != ADDRMSNORM_SUCCESS) return st;
+    // The internal form: the plain norm's dx is dresidual (x_dtype == residual_dtype), dx NULL.
+    const void *dy = c.dy, *dresidual_out = c.dresidual_out, *h = c.h, *weight = c.weight;
+    const float* rstd = c.rstd;
+    void *dresidual = const_cast<void*>(c.dresidual), *dx = const_cast<void*>(c.dx),
+         *dweight = const_cast<void*>(c.dweight), *workspace = const_cast<void*>(c.workspace);
+    const uint64_t workspace_size = c.workspace_bytes;
+    const int64_t rows = c.rows, hidden = c.hidden;
+    int64_t stride_dy = c.stride_dy, stride_dresidual_out = c.stride_dresidual_out, stride_h = c.stride_h,
+            stride_dresidual = c.stride_dresidual, stride_dx = c.stride_dx;
+    const addrmsnorm_dtype x_dtype = c.x_dtype, residual_dtype = c.residual_dtype, weight_dtype = c.weight_dtype;
+    const float weight_offset = c.weight_offset;
     if (rows == 0 && dweight == nullptr) return ADDRMSNORM_SUCCESS;
 
     const Driver* d = driver(&st);
@@ -76,7 +76,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         if (workspace_size < need)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "workspace has %llu bytes; this call needs %llu "
-                        "(addrmsnorm_fused_add_rmsnorm_backward_workspace_size)",
+                        "(addrmsnorm_norm_backward_workspace_size)",
                         (unsigned long long)workspace_size, (unsigned long long)need);
         programs = static_cast<int32_t>(backward_programs(rows, config, sms));
         if (rows == 1) stride_dy = stride_dresidual_out = stride_h = stride_dresidual = stride_dx = 0;
@@ -138,32 +138,4 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backwar
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     return ADDRMSNORM_SUCCESS;
-}
-
-// ----- the plain norm's backward: the fused backward with h = x and no residual gradient ----------
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward_check(
-    const void* dy, const void* x, const float* rstd, const void* weight, const void* dx, const void* dweight,
-    const void* workspace, uint64_t workspace_bytes, int64_t rows, int64_t hidden, int64_t stride_dy,
-    int64_t stride_x, int64_t stride_dx, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset,
-    uint32_t flags) {
-    return validate_backward(BackwardCall{dy, nullptr, x, rstd, weight, dx, nullptr, dweight, workspace,
-                                          workspace_bytes, rows, hidden, stride_dy, 0, stride_x, stride_dx, 0, x_dtype,
-                                          x_dtype, weight_dtype, weight_offset, flags, true});
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward(
-    const void* dy, const void* x, const float* rstd, const void* weight, void* dx, void* dweight, void* workspace,
-    uint64_t workspace_bytes, int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags,
-    addrmsnorm_stream stream) {
-    const addrmsnorm_status st = addrmsnorm_rmsnorm_backward_check(dy, x, rstd, weight, dx, dweight, workspace,
-                                                                  workspace_bytes, rows, hidden, stride_dy, stride_x,
-                                                                  stride_dx, x_dtype, weight_dtype, weight_offset,
-                                                                  flags);
-    if (st != ADDRMSNORM_SUCCESS) return st;
-    // dresidual is dx (x_dtype == residual_dtype); the validation above named them as this function does.
-    return addrmsnorm_fused_add_rmsnorm_backward(dy, nullptr, x, rstd, weight, dx, nullptr, dweight, workspace,
-                                                 workspace_bytes, rows, hidden, stride_dy, 0, stride_x, stride_dx, 0,
-                                                 x_dtype, x_dtype, weight_dtype, weight_offset, flags, stream);
 }

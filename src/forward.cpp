@@ -15,41 +15,19 @@ using namespace addrmsnorm::detail;
 
 namespace {
 
-ForwardCall make_call(const void* x, const void* residual, const void* weight, const void* out,
-                      const void* residual_out, const float* rstd, int64_t rows, int64_t hidden,
-                      int64_t stride_x, int64_t stride_residual, int64_t stride_out,
-                      int64_t stride_residual_out, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-                      addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags) {
-    return ForwardCall{x, residual, weight, out, residual_out, rstd, rows, hidden,
-                       stride_x, stride_residual, stride_out, stride_residual_out,
-                       x_dtype, residual_dtype, weight_dtype, eps, weight_offset, flags};
-}
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-}  // namespace
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
-    const void* x, const void* residual, const void* weight, const void* out, const void* residual_out,
-    const float* rstd, int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_residual,
-    int64_t stride_out, int64_t stride_residual_out, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-    addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags) {
-    return validate_forward(make_call(x, residual, weight, out, residual_out, rstd, rows, hidden, stride_x,
-                                      stride_residual, stride_out, stride_residual_out, x_dtype, residual_dtype,
-                                      weight_dtype, eps, weight_offset, flags));
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
-    const void* x, const void* residual, const void* weight, void* out, void* residual_out, float* rstd,
-    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_out,
-    int64_t stride_residual_out, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-    addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
-    addrmsnorm_status st = validate_forward(make_call(x, residual, weight, out, residual_out, rstd, rows, hidden,
-                                                      stride_x, stride_residual, stride_out, stride_residual_out,
-                                                      x_dtype, residual_dtype, weight_dtype, eps, weight_offset,
-                                                      flags));
-    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
-
+// The fused forward's launch (validated).
+addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
+    const void *x = c.x, *residual = c.residual, *weight = c.weight, *out = c.out, *residual_out = c.residual_out;
+    const float* rstd = c.rstd;
+    const int64_t rows = c.rows, hidden = c.hidden;
+    int64_t stride_x = c.stride_x, stride_residual = c.stride_residual, stride_out = c.stride_out,
+            stride_residual_out = c.stride_residual_out;
+    const addrmsnorm_dtype x_dtype = c.x_dtype, residual_dtype = c.residual_dtype, weight_dtype = c.weight_dtype;
+    const float eps = c.eps, weight_offset = c.weight_offset;
+    const uint32_t flags = c.flags;
+    addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
 
@@ -58,7 +36,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     }
     // configs.align_elems, generated (as on the JIT path, so that both run the same specialization):
     // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
-    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
+    const bool hf = (flags & kFlagHf) != 0;
     const bool pointers_aligned =
         aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
     const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
@@ -101,6 +79,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
+}  // namespace
+
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_preload(void) {
     addrmsnorm_status st;
     const Driver* d = driver(&st);
@@ -132,19 +112,11 @@ extern "C" ADDRMSNORM_API const char* addrmsnorm_built_archs(void) { return kArc
 
 namespace {
 
-QuantCall make_quant_call(const void* x, const void* residual, const void* weight, const void* q,
-                          const void* residual_out, const void* y, int64_t rows, int64_t hidden, int64_t stride_x,
-                          int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
-                          addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
-                          uint32_t flags, bool plain = false) {
-    return QuantCall{x, residual, weight, q, residual_out, y, rows, hidden, stride_x, stride_residual, stride_q,
-                     stride_residual_out, stride_y, x_dtype, eps, weight_offset, quant, flags, plain};
-}
-
 // The quantized forward's launch, fused or plain (residual and residual_out then unused: x stands in).
-addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t stride_residual, int64_t stride_q,
-                               int64_t stride_residual_out, int64_t stride_y, float eps, float weight_offset,
-                               addrmsnorm_stream stream) {
+addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
+    int64_t stride_x = c.stride_x, stride_residual = c.plain ? 0 : c.stride_residual, stride_q = c.stride_q,
+            stride_residual_out = c.plain ? 0 : c.stride_residual_out, stride_y = c.stride_y;
+    const float eps = c.eps, weight_offset = c.weight_offset;
     addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
@@ -201,30 +173,6 @@ addrmsnorm_status launch_quant(const QuantCall& c, int64_t stride_x, int64_t str
 
 }  // namespace
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant_check(
-    const void* x, const void* residual, const void* weight, const void* q, const void* residual_out, const void* y,
-    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_q,
-    int64_t stride_residual_out, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
-    const addrmsnorm_quant* quant, uint32_t flags) {
-    return validate_quant(make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden, stride_x,
-                                          stride_residual, stride_q, stride_residual_out, stride_y, x_dtype, eps,
-                                          weight_offset, quant, flags));
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
-    const void* x, const void* residual, const void* weight, void* q, void* residual_out, void* y, int64_t rows,
-    int64_t hidden, int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out,
-    int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant* quant,
-    uint32_t flags, addrmsnorm_stream stream) {
-    const QuantCall c = make_quant_call(x, residual, weight, q, residual_out, y, rows, hidden, stride_x,
-                                        stride_residual, stride_q, stride_residual_out, stride_y, x_dtype, eps,
-                                        weight_offset, quant, flags);
-    addrmsnorm_status st = validate_quant(c);
-    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
-    return launch_quant(c, stride_x, stride_residual, stride_q, stride_residual_out, stride_y, eps, weight_offset,
-                        stream);
-}
-
 // ----- the plain norm ------------------------------------------------------------------------------
 
 namespace {
@@ -246,7 +194,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     const void* w2 = qk ? weight2 : weight;
     int config = -1;
     const int variant = plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
-                                           stride_out_head, x_dtype, weight_dtype, weight_offset, flags, qk, &config);
+                                           stride_out_head, x_dtype, weight_dtype, weight_offset,
+                                           (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     LoadedKernel k;
     st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
@@ -282,62 +231,35 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
 
 }  // namespace
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_check(
-    const void* x, const void* weight, const void* out, const float* rstd, int64_t rows, int64_t heads,
-    int64_t hidden, int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags) {
-    return validate_rmsnorm(NormCall{x, weight, out, rstd, rows, heads, hidden, stride_x, stride_x_head, stride_out,
-                                     stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags});
+// ----- the one call -------------------------------------------------------------------------------
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_args* args) {
+    NormCallArgs n;
+    return validate_norm(args, &n);
 }
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm(
-    const void* x, const void* weight, void* out, float* rstd, int64_t rows, int64_t heads, int64_t hidden,
-    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head, addrmsnorm_dtype x_dtype,
-    addrmsnorm_dtype weight_dtype, float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
-    addrmsnorm_status st = validate_rmsnorm(NormCall{x, weight, out, rstd, rows, heads, hidden, stride_x, stride_x_head,
-                                                     stride_out, stride_out_head, x_dtype, weight_dtype, eps,
-                                                     weight_offset, flags});
-    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
-    return launch_plain(x, weight, nullptr, 0, out, rstd, rows, heads, hidden, stride_x, stride_x_head, stride_out,
-                        stride_out_head, x_dtype, weight_dtype, eps, weight_offset, flags, stream);
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm_check(
-    const void* qkv, const void* q_weight, const void* k_weight, int64_t tokens, int64_t num_q_heads,
-    int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv, addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags) {
-    return validate_qk(QkCall{qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim, stride_qkv, dtype,
-                              weight_dtype, eps, weight_offset, flags});
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
-    void* qkv, const void* q_weight, const void* k_weight, int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads,
-    int64_t head_dim, int64_t stride_qkv, addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype, float eps,
-    float weight_offset, uint32_t flags, addrmsnorm_stream stream) {
-    addrmsnorm_status st = validate_qk(QkCall{qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim,
-                                              stride_qkv, dtype, weight_dtype, eps, weight_offset, flags});
-    if (st != ADDRMSNORM_SUCCESS || tokens == 0) return st;
-    // A token's q heads, then its k heads: one group of rows, k's weight from the q heads' count on; in place.
-    return launch_plain(qkv, q_weight, k_weight, static_cast<int32_t>(num_q_heads), qkv, nullptr, tokens,
-                        num_q_heads + num_kv_heads, head_dim, stride_qkv, head_dim, stride_qkv, head_dim, dtype,
-                        weight_dtype, eps, weight_offset, flags, stream);
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant_check(
-    const void* x, const void* weight, const void* q, const void* y, int64_t rows, int64_t hidden, int64_t stride_x,
-    int64_t stride_q, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
-    const addrmsnorm_quant* quant, uint32_t flags) {
-    return validate_quant(make_quant_call(x, x, weight, q, nullptr, y, rows, hidden, stride_x, stride_x, stride_q, 0,
-                                          stride_y, x_dtype, eps, weight_offset, quant, flags, true));
-}
-
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant(
-    const void* x, const void* weight, void* q, void* y, int64_t rows, int64_t hidden, int64_t stride_x,
-    int64_t stride_q, int64_t stride_y, addrmsnorm_dtype x_dtype, float eps, float weight_offset,
-    const addrmsnorm_quant* quant, uint32_t flags, addrmsnorm_stream stream) {
-    const QuantCall c = make_quant_call(x, x, weight, q, nullptr, y, rows, hidden, stride_x, stride_x, stride_q, 0,
-                                        stride_y, x_dtype, eps, weight_offset, quant, flags, true);
-    addrmsnorm_status st = validate_quant(c);
-    if (st != ADDRMSNORM_SUCCESS || rows == 0) return st;
-    return launch_quant(c, stride_x, 0, stride_q, 0, stride_y, eps, weight_offset, stream);
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_norm_args* args,
+                                                           addrmsnorm_stream stream) {
+    NormCallArgs n;
+    const addrmsnorm_status st = validate_norm(args, &n);
+    if (st != ADDRMSNORM_SUCCESS || n.a.rows == 0) return st;
+    switch (n.kind) {
+        case NormCallArgs::kFused: return launch_fused(n.fused, stream);
+        case NormCallArgs::kQuant: return launch_quant(n.quant, stream);
+        case NormCallArgs::kPlain: {
+            const NormCall& c = n.plain;
+            return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), const_cast<float*>(c.rstd),
+                                c.rows, c.heads, c.hidden, c.stride_x, c.stride_x_head, c.stride_out,
+                                c.stride_out_head, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset, c.flags, stream);
+        }
+        case NormCallArgs::kQk: {
+            // A token's q heads, then its k heads: one group of rows, k's weight from the q heads' count on.
+            const QkCall& c = n.qk;
+            return launch_plain(c.qkv, c.q_weight, c.k_weight, static_cast<int32_t>(c.num_q_heads),
+                                const_cast<void*>(c.qkv), nullptr, c.tokens, c.num_q_heads + c.num_kv_heads,
+                                c.head_dim, c.stride_qkv, c.head_dim, c.stride_qkv, c.head_dim, c.dtype,
+                                c.weight_dtype, c.eps, c.weight_offset, c.flags, stream);
+        }
+    }
+    return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "unknown call kind");
 }

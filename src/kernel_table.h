@@ -158,14 +158,13 @@ inline int plain_variant_index(int config, int x, int weight, int align_class, i
 // "w16" weight, is built for ALIGN 1 and the vector alone.
 inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
                               long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-                              float weight_offset, uint32_t flags, bool qk, int* config) {
+                              float weight_offset, bool hf, bool round_once, bool qk, int* config) {
     auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
-    const bool hf = (flags & ADDRMSNORM_FLAG_HF_NUMERICS) != 0;
     const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out);
     const bool ends_only = hf || qk || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2;
     const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, ends_only);
-    const int numerics = numerics_mode(hf, weight_offset, xs, (flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) != 0);
+    const int numerics = numerics_mode(hf, weight_offset, xs, round_once);
     const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
     *config = select_plain_config(hidden, xs, vector_typed);
     if (*config < 0) return -1;

@@ -1,6 +1,8 @@
 #include "validate.h"
 
 #include <cmath>
+#include <charconv>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <cstdint>
@@ -121,15 +123,6 @@ addrmsnorm_status check_outputs_apart(const Rows& a, const Rows& b, const Rows& 
 }  // namespace
 
 addrmsnorm_status validate_forward(const ForwardCall& c) {
-    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
-    if (c.flags & ~kKnownFlags)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL)",
-                    c.flags & ~kKnownFlags);
-    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
-    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
-    if (!std::isfinite(c.weight_offset))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
     const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
     if (xs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype %d is not an addrmsnorm_dtype", (int)c.x_dtype);
     if (rs == 0)
@@ -142,13 +135,13 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "residual_dtype is %s; it must be x_dtype (%s) or float32", dtype_name(c.residual_dtype),
                     dtype_name(c.x_dtype));
-    if ((c.flags & ADDRMSNORM_FLAG_HF_NUMERICS) && c.residual_dtype != c.x_dtype)
+    if ((c.flags & kFlagHf) && c.residual_dtype != c.x_dtype)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype equal to x_dtype (%s), got %s",
+                    "ADDRMSNORM_NUMERICS_HF needs residual_dtype equal to x_dtype (%s), got %s",
                     dtype_name(c.x_dtype), dtype_name(c.residual_dtype));
-    if ((c.flags & ADDRMSNORM_FLAG_HF_NUMERICS) && c.weight_dtype != c.x_dtype)
+    if ((c.flags & kFlagHf) && c.weight_dtype != c.x_dtype)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype equal to x_dtype (%s), got %s",
+                    "ADDRMSNORM_NUMERICS_HF needs weight_dtype equal to x_dtype (%s), got %s",
                     dtype_name(c.x_dtype), dtype_name(c.weight_dtype));
     if (c.hidden <= 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
@@ -214,11 +207,6 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
 }
 
 addrmsnorm_status validate_backward(const BackwardCall& c) {
-    if (c.flags != 0)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags must be 0 (no backward flags are defined), got %u",
-                    c.flags);
-    if (!std::isfinite(c.weight_offset))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
     const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
     if (xs == 0 || rs == 0 || ws == 0)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype, residual_dtype and weight_dtype must be addrmsnorm_dtype values");
@@ -306,10 +294,6 @@ namespace detail {
 // `out`). Alignment: kQuantAlign elements of every row stride and H, 16-byte pointers.
 addrmsnorm_status validate_quant(const QuantCall& c) {
     constexpr int64_t kQuantAlign = 16;
-    if (c.flags & ~ADDRMSNORM_FLAG_PDL)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "flags has unknown bits 0x%x (defined for the quantized forward: ADDRMSNORM_FLAG_PDL)",
-                    c.flags & ~ADDRMSNORM_FLAG_PDL);
     if (c.quant == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant is NULL");
     const addrmsnorm_quant& qd = *c.quant;
     if (qd.dtype != ADDRMSNORM_QUANT_INT8 && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3 &&
@@ -323,10 +307,6 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     const bool fp4 = qd.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1;
     const int block_size = nvfp4 ? 16 : 32;
     const char* block_name = nvfp4 ? "NVFP4" : qd.mode == ADDRMSNORM_QUANT_MXFP8 ? "MXFP8" : "MXFP4";
-    if (!std::isfinite(c.eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", c.eps);
-    if (!(c.eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", c.eps);
-    if (!std::isfinite(c.weight_offset))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", c.weight_offset);
     if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "x_dtype is %s; quantized outputs take x of float16 or bfloat16", dtype_name(c.x_dtype));
@@ -536,27 +516,15 @@ addrmsnorm_status check_grouped_self_overlap(const Grouped& o, int64_t hidden) {
     return ADDRMSNORM_SUCCESS;
 }
 
-addrmsnorm_status check_norm_scalars(uint32_t flags, float eps, float weight_offset, addrmsnorm_dtype x_dtype,
-                                     addrmsnorm_dtype weight_dtype, const char* x_name) {
-    constexpr uint32_t kKnownFlags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL | ADDRMSNORM_FLAG_HF_ROUND_ONCE;
-    if (flags & ~kKnownFlags)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_HF_NUMERICS, ADDRMSNORM_FLAG_PDL, "
-                    "ADDRMSNORM_FLAG_HF_ROUND_ONCE)", flags & ~kKnownFlags);
-    if ((flags & ADDRMSNORM_FLAG_HF_ROUND_ONCE) && !(flags & ADDRMSNORM_FLAG_HF_NUMERICS))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "ADDRMSNORM_FLAG_HF_ROUND_ONCE selects one of HF's roundings: it needs ADDRMSNORM_FLAG_HF_NUMERICS");
-    if (!std::isfinite(eps)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be finite, got %g", eps);
-    if (!(eps > 0.0f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps must be > 0, got %g", eps);
-    if (!std::isfinite(weight_offset))
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite, got %g", weight_offset);
+addrmsnorm_status check_norm_dtypes(uint32_t flags, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                                    const char* x_name) {
     if (dtype_size(x_dtype) == 0)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "%s %d is not an addrmsnorm_dtype", x_name, (int)x_dtype);
     if (dtype_size(weight_dtype) == 0)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype %d is not an addrmsnorm_dtype", (int)weight_dtype);
-    if ((flags & ADDRMSNORM_FLAG_HF_NUMERICS) && weight_dtype != x_dtype)
+    if ((flags & kFlagHf) && weight_dtype != x_dtype)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype equal to %s (%s), got %s", x_name,
+                    "ADDRMSNORM_NUMERICS_HF needs weight_dtype equal to %s (%s), got %s", x_name,
                     dtype_name(x_dtype), dtype_name(weight_dtype));
     return ADDRMSNORM_SUCCESS;
 }
@@ -572,7 +540,7 @@ addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
 
 // The checks of validation.check_rmsnorm, in its order where the two meet.
 addrmsnorm_status validate_rmsnorm(const NormCall& c) {
-    if (addrmsnorm_status st = check_norm_scalars(c.flags, c.eps, c.weight_offset, c.x_dtype, c.weight_dtype, "x_dtype");
+    if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.x_dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
     if (c.hidden <= 0)
@@ -625,14 +593,14 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
 
 // The checks of validation.check_qk_rmsnorm: qkv's q and k heads are written in place.
 addrmsnorm_status validate_qk(const QkCall& c) {
-    if (addrmsnorm_status st = check_norm_scalars(c.flags, c.eps, c.weight_offset, c.dtype, c.weight_dtype, "dtype");
+    if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
     if (c.dtype != ADDRMSNORM_FLOAT16 && c.dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "dtype is %s; the QK norm takes float16 or bfloat16",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the QK norm takes float16 or bfloat16",
                     dtype_name(c.dtype));
     if (c.weight_dtype != c.dtype && c.weight_dtype != ADDRMSNORM_FLOAT32)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; it must be dtype (%s) or float32",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; it must be x_dtype (%s) or float32",
                     dtype_name(c.weight_dtype), dtype_name(c.dtype));
     if (c.head_dim <= 0 || c.head_dim > kQkMaxHeadDim)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
@@ -669,6 +637,165 @@ addrmsnorm_status validate_qk(const QkCall& c) {
                         "share memory with %s", names[i], names[i]);
     }
     return ADDRMSNORM_SUCCESS;
+}
+
+}  // namespace detail
+}  // namespace addrmsnorm
+
+// ----- the one call's struct: read it, check the fields that pick the kind, then the kind's rules ---
+
+namespace addrmsnorm {
+namespace detail {
+namespace {
+
+// The caller's struct, of struct_size bytes: at least this library's (every field it knows), and
+// where larger (a caller built against a newer header), zero in every byte this library does not know.
+template <typename T>
+addrmsnorm_status read_struct(const T* in, T* out, const char* type) {
+    if (in == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "args is NULL");
+    constexpr uint64_t kMaxSize = 4096;
+    const uint64_t size = in->struct_size;
+    if (size < sizeof(T) || size > kMaxSize)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                    "args->struct_size is %llu, not the size of a %s (%zu bytes in this library): start from "
+                    "%s_init()", (unsigned long long)size, type, sizeof(T), type);
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+    for (uint64_t i = sizeof(T); i < size; ++i)
+        if (bytes[i] != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "args sets a field past the %zu bytes of this library's %s: the caller was built against a "
+                        "newer addrmsnorm.h", sizeof(T), type);
+    std::memcpy(out, in, sizeof(T));
+    return ADDRMSNORM_SUCCESS;
+}
+
+// The shortest digits that give v back (1e-06, 1e+39).
+std::string shortest(double v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+}
+
+// eps and weight_offset reach the kernels as fp32: finite there, and eps > 0 there.
+addrmsnorm_status check_scalar(const char* name, double v, bool positive) {
+    const std::string s = shortest(v);
+    if (!std::isfinite(v)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s must be finite, got %s", name, s.c_str());
+    if (positive && !(v > 0.0))
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s must be > 0, got %s", name, s.c_str());
+    const float f = static_cast<float>(v);
+    if (std::isinf(f)) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s=%s overflows float32", name, s.c_str());
+    if (positive && f == 0.0f)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s=%s rounds to 0 in float32; it must be > 0 there", name,
+                    s.c_str());
+    return ADDRMSNORM_SUCCESS;
+}
+
+#define ADDRMSNORM_REFUSE_IF(cond, ...) \
+    do {                                 \
+        if (cond) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, __VA_ARGS__); \
+    } while (0)
+
+}  // namespace
+
+addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* n) {
+    if (addrmsnorm_status st = read_struct(args, &n->a, "addrmsnorm_norm_args"); st != ADDRMSNORM_SUCCESS) return st;
+    const addrmsnorm_norm_args& a = n->a;
+    if (addrmsnorm_status st = check_scalar("eps", a.eps, true); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_scalar("weight_offset", a.weight_offset, false); st != ADDRMSNORM_SUCCESS)
+        return st;
+    ADDRMSNORM_REFUSE_IF(a.flags & ~ADDRMSNORM_FLAG_PDL, "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_PDL)",
+                         a.flags & ~ADDRMSNORM_FLAG_PDL);
+    ADDRMSNORM_REFUSE_IF(a.reserved != 0, "reserved must be 0, got %u", a.reserved);
+    ADDRMSNORM_REFUSE_IF(a.numerics < ADDRMSNORM_NUMERICS_CONTRACT || a.numerics > ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
+                         "numerics %d is not an addrmsnorm_numerics (ADDRMSNORM_NUMERICS_CONTRACT, _HF or "
+                         "_HF_ROUND_ONCE)", (int)a.numerics);
+    ADDRMSNORM_REFUSE_IF(a.groups < 0, "groups must be >= 0, got %lld", (long long)a.groups);
+    const uint32_t flags = (a.flags & ADDRMSNORM_FLAG_PDL) |
+                           (a.numerics != ADDRMSNORM_NUMERICS_CONTRACT ? kFlagHf : 0u) |
+                           (a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE ? kFlagRoundOnce : 0u);
+    const float eps = static_cast<float>(a.eps), offset = static_cast<float>(a.weight_offset);
+    const int64_t groups = a.groups > 1 ? a.groups : 1;
+    ADDRMSNORM_REFUSE_IF(a.y != nullptr && a.quant == nullptr,
+                         "y is the quantized calls' second output; with quant NULL it must be NULL");
+    ADDRMSNORM_REFUSE_IF(a.residual == nullptr && a.residual_out != nullptr,
+                         "residual_out is given but residual is NULL (the plain norm writes no residual)");
+    ADDRMSNORM_REFUSE_IF(a.weight2 == nullptr && a.weight2_from_group != 0,
+                         "weight2_from_group is %lld but weight2 is NULL", (long long)a.weight2_from_group);
+    if (a.quant != nullptr) {
+        n->kind = NormCallArgs::kQuant;
+        ADDRMSNORM_REFUSE_IF(a.weight2 != nullptr, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
+        ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
+                             (long long)a.groups);
+        ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
+                             "quantized outputs take the contract's numerics (ADDRMSNORM_NUMERICS_CONTRACT), got %d",
+                             (int)a.numerics);
+        ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with quant: the quantized calls write no rstd");
+        if (a.residual != nullptr && a.residual_dtype != a.x_dtype)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype must be x_dtype with quant, got %d and %d",
+                        (int)a.residual_dtype, (int)a.x_dtype);
+        if (a.weight_dtype != a.x_dtype)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype must be x_dtype with quant, got %d and %d",
+                        (int)a.weight_dtype, (int)a.x_dtype);
+        n->quant_desc = *a.quant;
+        const bool plain = a.residual == nullptr;
+        n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,
+                             a.stride_x, plain ? a.stride_x : a.stride_residual, a.stride_out,
+                             a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain};
+        return validate_quant(n->quant);
+    }
+    if (a.weight2 != nullptr) {
+        n->kind = NormCallArgs::kQk;
+        ADDRMSNORM_REFUSE_IF(a.residual != nullptr, "weight2 is the QK norm's k weight; the QK norm takes no residual");
+        ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with weight2: the QK norm writes no rstd");
+        ADDRMSNORM_REFUSE_IF(a.rows > 0 && (a.out != a.x || a.stride_out != a.stride_x ||
+                                            (groups > 1 && a.stride_out_group != a.stride_x_group)),
+                             "out must be x with x's strides: the QK norm (weight2) runs in place on qkv");
+        ADDRMSNORM_REFUSE_IF(groups > 1 && a.stride_x_group != a.hidden,
+                             "stride_x_group is %lld: the QK norm's heads are contiguous in qkv (hidden = head_dim = "
+                             "%lld)", (long long)a.stride_x_group, (long long)a.hidden);
+        n->qk = QkCall{a.x, a.weight, a.weight2, a.rows, a.weight2_from_group, groups - a.weight2_from_group, a.hidden,
+                       a.stride_x, a.x_dtype, a.weight_dtype, eps, offset, flags};
+        return validate_qk(n->qk);
+    }
+    if (a.residual != nullptr) {
+        n->kind = NormCallArgs::kFused;
+        ADDRMSNORM_REFUSE_IF(groups > 1, "a residual needs [rows, hidden] views: groups must be 0 or 1, got %lld",
+                             (long long)a.groups);
+        ADDRMSNORM_REFUSE_IF(a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
+                             "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is the plain and QK norms' (residual NULL); with a "
+                             "residual, ADDRMSNORM_NUMERICS_HF");
+        n->fused = ForwardCall{a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
+                               a.stride_x, a.stride_residual, a.stride_out, a.stride_residual_out, a.x_dtype,
+                               a.residual_dtype, a.weight_dtype, eps, offset, flags};
+        return validate_forward(n->fused);
+    }
+    n->kind = NormCallArgs::kPlain;
+    n->plain = NormCall{a.x, a.weight, a.out, a.rstd, a.rows, groups, a.hidden, a.stride_x, a.stride_x_group,
+                        a.stride_out, a.stride_out_group, a.x_dtype, a.weight_dtype, eps, offset, flags};
+    return validate_rmsnorm(n->plain);
+}
+
+addrmsnorm_status read_norm_backward(const addrmsnorm_norm_backward_args* args, addrmsnorm_norm_backward_args* out) {
+    if (addrmsnorm_status st = read_struct(args, out, "addrmsnorm_norm_backward_args"); st != ADDRMSNORM_SUCCESS)
+        return st;
+    ADDRMSNORM_REFUSE_IF(out->flags != 0, "flags must be 0 (no backward flags are defined), got %u", out->flags);
+    return check_scalar("weight_offset", out->weight_offset, false);
+}
+
+addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* args, BackwardCall* c) {
+    addrmsnorm_norm_backward_args a;
+    if (addrmsnorm_status st = read_norm_backward(args, &a); st != ADDRMSNORM_SUCCESS) return st;
+    // The plain norm's: no dresidual, the gradient of x in dx (h is x).
+    const bool plain = a.dresidual == nullptr && a.dx != nullptr && a.x_dtype == a.residual_dtype;
+    ADDRMSNORM_REFUSE_IF(plain && a.dresidual_out != nullptr,
+                         "dresidual_out is given but dresidual is NULL: the plain norm's backward (dx alone) has no "
+                         "residual gradient");
+    *c = BackwardCall{a.dy, a.dresidual_out, a.h, a.rstd, a.weight, plain ? a.dx : a.dresidual,
+                      plain ? nullptr : a.dx, a.dweight, a.workspace, a.workspace_bytes, a.rows, a.hidden,
+                      a.stride_dy, a.stride_dresidual_out, a.stride_h, plain ? a.stride_dx : a.stride_dresidual,
+                      plain ? 0 : a.stride_dx, a.x_dtype, a.residual_dtype, a.weight_dtype,
+                      static_cast<float>(a.weight_offset), 0u, plain};
+    return validate_backward(*c);
 }
 
 }  // namespace detail

@@ -9,6 +9,11 @@
 namespace addrmsnorm {
 namespace detail {
 
+// The internal flags of a checked call: the numerics as the kernels choose them, and PDL.
+constexpr uint32_t kFlagHf = 0x1u;          // ADDRMSNORM_NUMERICS_HF or _HF_ROUND_ONCE
+constexpr uint32_t kFlagRoundOnce = 0x4u;   // ADDRMSNORM_NUMERICS_HF_ROUND_ONCE
+static_assert((ADDRMSNORM_FLAG_PDL & (kFlagHf | kFlagRoundOnce)) == 0, "the internal flags are distinct");
+
 struct ForwardCall {
     const void* x;
     const void* residual;
@@ -97,6 +102,28 @@ addrmsnorm_status validate_backward(const BackwardCall& c);
 
 // ADDRMSNORM_SUCCESS, or an error status with the last error naming the argument.
 addrmsnorm_status validate_forward(const ForwardCall& c);
+
+// One norm call, as addrmsnorm_norm reads it: the caller's struct (of any size this library knows)
+// copied, and the kind of call it describes, with that kind's own description.
+struct NormCallArgs {
+    enum Kind { kFused, kPlain, kQk, kQuant } kind;
+    addrmsnorm_norm_args a;  // the caller's fields; those it did not have are zero
+    ForwardCall fused;
+    NormCall plain;
+    QkCall qk;
+    QuantCall quant;
+    addrmsnorm_quant quant_desc;
+};
+
+// Reads and checks `args` (every rule of its kind), filling *out. Nothing touches the driver.
+addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* out);
+
+// Reads a backward call's struct and checks its flags and weight_offset.
+addrmsnorm_status read_norm_backward(const addrmsnorm_norm_backward_args* args, addrmsnorm_norm_backward_args* out);
+
+// Reads and checks a backward call; *out is the internal form (plain: the plain norm's backward,
+// dresidual NULL and the gradient of x in dx).
+addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* args, BackwardCall* out);
 
 }  // namespace detail
 }  // namespace addrmsnorm

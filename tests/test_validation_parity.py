@@ -73,21 +73,13 @@ def _python_verdict(x, r, w, out, rout, eps, weight_offset):
 
 def _c_verdict(lib, x, r, w, out, rout, eps, weight_offset):
     N, H = x.shape
-    st = lib.addrmsnorm_fused_add_rmsnorm_check(
-        x.data_ptr(), r.data_ptr(), w.data_ptr(), out.data_ptr(), rout.data_ptr(), None, N, H,
-        x.stride(0), r.stride(0), out.stride(0), rout.stride(0),
-        c_library.DTYPE_ENUM[x.dtype], c_library.DTYPE_ENUM[r.dtype], c_library.DTYPE_ENUM[w.dtype],
-        eps, weight_offset, 0)  # ctypes rounds both to fp32 as a C cast does
+    st = c_library.check(lib, c_library.norm_args(x, w, out, residual=r, residual_out=rout, eps=eps,
+                                                  weight_offset=weight_offset))
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
 def test_random_calls_get_the_same_verdict():
-    import ctypes
-
     lib = c_library.load(LIB_PATH)
-    lib.addrmsnorm_fused_add_rmsnorm_check.restype = ctypes.c_int
-    lib.addrmsnorm_fused_add_rmsnorm_check.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 6 +
-                                                       [ctypes.c_int] * 3 + [ctypes.c_float] * 2 + [ctypes.c_uint32])
     rng = random.Random(0)
     view = _view_drawer(rng, clustered=True)
     seen = {"ok": 0, "value": 0, "type": 0}
@@ -142,23 +134,14 @@ def _c_backward_verdict(lib, dy, dro, h, rstd, w, weight_offset):
     dx = torch.empty(N, H, dtype=dy.dtype, device=dev) if separate else None
     dweight = torch.empty(H, dtype=w.dtype, device=dev)
     ws = torch.empty(64, dtype=torch.float32, device=dev)
-    st = lib.addrmsnorm_fused_add_rmsnorm_backward_check(
-        dy.data_ptr(), dro.data_ptr() if dro is not None else None, h.data_ptr(), rstd.data_ptr(), w.data_ptr(),
-        dres.data_ptr(), dx.data_ptr() if dx is not None else None, dweight.data_ptr(), ws.data_ptr(), 256, N, H,
-        dy.stride(0), dro.stride(0) if dro is not None else H, h.stride(0), H, H,
-        c_library.DTYPE_ENUM[dy.dtype], c_library.DTYPE_ENUM[h.dtype], c_library.DTYPE_ENUM[w.dtype],
-        weight_offset, 0)
+    st = c_library.check(lib, c_library.backward_args(dy, h, rstd, w, dresidual_out=dro, dresidual=dres, dx=dx,
+                                                      dweight=dweight, workspace=ws, workspace_bytes=256,
+                                                      weight_offset=weight_offset))
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
 def test_random_backward_calls_get_the_same_verdict():
-    import ctypes
-
     lib = c_library.load(LIB_PATH)
-    f = lib.addrmsnorm_fused_add_rmsnorm_backward_check
-    f.restype = ctypes.c_int
-    f.argtypes = ([ctypes.c_void_p] * 9 + [ctypes.c_uint64] + [ctypes.c_int64] * 7 + [ctypes.c_int] * 3 +
-                  [ctypes.c_float, ctypes.c_uint32])
     rng = random.Random(1)
     view = _view_drawer(rng)
     seen = {"ok": 0, "value": 0, "type": 0}
@@ -245,21 +228,11 @@ def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
 
 
 def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False):
-    import ctypes
-
-    N, H = x.shape
     qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0,
                               swizzled=swizzled)
-    if rout is None:  # the plain norm's (residual is x)
-        st = lib.addrmsnorm_rmsnorm_quant_check(
-            x.data_ptr(), w.data_ptr(), q.data_ptr(), y.data_ptr() if y is not None else None, N, H, x.stride(0),
-            q.stride(0), y.stride(0) if y is not None else H, c_library.DTYPE_ENUM[x.dtype], eps, 0.0,
-            ctypes.byref(qd), 0)
-        return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
-    st = lib.addrmsnorm_fused_add_rmsnorm_quant_check(
-        x.data_ptr(), r.data_ptr(), w.data_ptr(), q.data_ptr(), rout.data_ptr(), y.data_ptr() if y is not None else None,
-        N, H, x.stride(0), r.stride(0), q.stride(0), rout.stride(0), y.stride(0) if y is not None else H,
-        c_library.DTYPE_ENUM[x.dtype], eps, 0.0, ctypes.byref(qd), 0)
+    plain = rout is None  # the plain norm's: no residual
+    st = c_library.check(lib, c_library.norm_args(x, w, q, residual=None if plain else r, residual_out=rout, eps=eps,
+                                                  quant=qd, y=y))
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
@@ -267,8 +240,6 @@ def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
 def test_random_quantized_calls_get_the_same_verdict(plain):
     """The fused quantized forward, and the plain norm's (rmsnorm_quant: residual is x, no residual_out)."""
     lib = c_library.load(LIB_PATH)
-    c_library.declare_quant(lib)
-    c_library.declare_plain(lib)
     rng = random.Random(3 + plain)
     buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
 
@@ -415,7 +386,6 @@ def _head_view_drawer(rng):
 
 def test_random_plain_norm_calls_get_the_same_verdict():
     lib = c_library.load(LIB_PATH)
-    c_library.declare_plain(lib)
     rng = random.Random(1)
     view = _head_view_drawer(rng)
     flat = _view_drawer(rng, clustered=True)
@@ -441,8 +411,8 @@ def test_random_plain_norm_calls_get_the_same_verdict():
             py = "type"
         except ValueError:
             py = "value"
-        st = lib.addrmsnorm_rmsnorm_check(*c_library.rmsnorm_args(x, w, out, rstd, eps, weight_offset,
-                                                                   c_library.FLAG_HF_NUMERICS if hf else 0))
+        st = c_library.check(lib, c_library.norm_args(x, w, out, rstd=rstd, eps=eps, weight_offset=weight_offset,
+                                                      numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} heads={heads} D={D} "
                          f"x={xd} {x.stride()} out={out.stride()} same={out is x} w={wd} hf={hf} eps={eps} "
@@ -453,7 +423,6 @@ def test_random_plain_norm_calls_get_the_same_verdict():
 
 def test_random_qk_norm_calls_get_the_same_verdict():
     lib = c_library.load(LIB_PATH)
-    c_library.declare_plain(lib)
     rng = random.Random(5)
     buf = torch.zeros(1 << 16, dtype=torch.uint8, device=DEVICE)
     seen = {"ok": 0, "value": 0, "type": 0}
@@ -479,10 +448,7 @@ def test_random_qk_norm_calls_get_the_same_verdict():
             py = "type"
         except ValueError:
             py = "value"
-        st = lib.addrmsnorm_qk_rmsnorm_check(qkv.data_ptr(), wq.data_ptr(), wk.data_ptr(), T, nq, nk, D,
-                                             qkv.stride(0) if T > 1 else width, c_library.DTYPE_ENUM[xd],
-                                             c_library.DTYPE_ENUM[wd], eps, 0.0,
-                                             c_library.FLAG_HF_NUMERICS if hf else 0)
+        st = c_library.check(lib, c_library.qk_args(qkv, wq, wk, nq, nk, D, eps, numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} nq={nq} nk={nk} D={D} "
                          f"stride={stride} x={xd} w={wd} hf={hf} eps={eps}")

@@ -23,6 +23,7 @@
 #define ADDRMSNORM_ADDRMSNORM_H
 
 #include <stdint.h>
+#include <string.h>
 
 #if defined(_WIN32)
 #define ADDRMSNORM_API
@@ -58,27 +59,38 @@ typedef enum addrmsnorm_dtype {
 } addrmsnorm_dtype;
 
 /*
- * Flags of addrmsnorm_fused_add_rmsnorm.
+ * Numerics of a call.
  *
- * ADDRMSNORM_FLAG_HF_NUMERICS: reproduce HF's RMSNorm after a residual add in the model dtype,
- * instead of the contract above: normalize h rounded to residual_dtype and compute rstd as torch
- * does (mean = sum * fp32(1/hidden), then rsqrtf). Then, with weight_offset == 0, LlamaRMSNorm's
- * form (Llama, Mistral, Qwen): round h * rstd to x_dtype before multiplying by the weight; with
- * weight_offset != 0, the form of HF's norms of an offset weight (Gemma 1/2/3's 1 + w): multiply
- * by (weight + weight_offset) in fp32 and round once. Needs residual_dtype and weight_dtype equal
- * to x_dtype.
+ * ADDRMSNORM_NUMERICS_CONTRACT: the contract above: fp32 through the chain, one rounding per stored
+ * output.
+ *
+ * ADDRMSNORM_NUMERICS_HF: reproduce HF's RMSNorm bit for bit: normalize h rounded to residual_dtype
+ * (after a residual add in the model dtype), rstd as torch computes it (mean = sum * fp32(1/hidden),
+ * then rsqrtf). With weight_offset == 0, LlamaRMSNorm's form (Llama, Mistral, Qwen): round h * rstd
+ * to x_dtype before multiplying by the weight; with weight_offset != 0, the form of HF's norms of an
+ * offset weight (Gemma 1/2/3's 1 + w): multiply by (weight + weight_offset) in fp32 and round once.
+ * Needs residual_dtype and weight_dtype equal to x_dtype.
+ *
+ * ADDRMSNORM_NUMERICS_HF_ROUND_ONCE (no residual, no quant): HF's norms that multiply by the weight in
+ * fp32 and round once, whatever weight_offset is (OLMo 2's (weight * (x * rstd)).to(dtype)).
+ *
+ * The values are stable and are the torch operators' `numerics` argument.
  */
-#define ADDRMSNORM_FLAG_HF_NUMERICS 0x1u
+typedef enum addrmsnorm_numerics {
+    ADDRMSNORM_NUMERICS_CONTRACT = 0,
+    ADDRMSNORM_NUMERICS_HF = 1,
+    ADDRMSNORM_NUMERICS_HF_ROUND_ONCE = 2
+} addrmsnorm_numerics;
 
 /*
- * ADDRMSNORM_FLAG_PDL: launch with programmatic dependent launch (the CUDA launch attribute
- * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). The kernel may then start while the
- * previous kernel in the stream is still running; its first instruction waits on the GPU
- * (griddepcontrol.wait) until that kernel has finished and its writes are visible, so results are
- * the same bit for bit. This hides the launch latency of chains of small calls, in streams and in
- * captured CUDA graphs. Needs sm_90 or newer; on older devices the flag is accepted and has no
- * effect. Off by default: with it, this kernel's blocks can sit on the GPU, waiting, while the
- * previous kernel still runs, and the two overlap in a profiler's timeline.
+ * ADDRMSNORM_FLAG_PDL (addrmsnorm_norm_args.flags): launch with programmatic dependent launch (the
+ * CUDA launch attribute CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). The kernel may then
+ * start while the previous kernel in the stream is still running; its first instruction waits on
+ * the GPU (griddepcontrol.wait) until that kernel has finished and its writes are visible, so
+ * results are the same bit for bit. This hides the launch latency of chains of small calls, in
+ * streams and in captured CUDA graphs. Needs sm_90 or newer; on older devices the flag is accepted
+ * and has no effect. Off by default: with it, this kernel's blocks can sit on the GPU, waiting,
+ * while the previous kernel still runs, and the two overlap in a profiler's timeline.
  *
  * Whatever the flag, the sm_90+ forward signals early that the next kernel may launch
  * (griddepcontrol.launch_dependents). That matters only to a next kernel launched with PDL, which
@@ -86,69 +98,13 @@ typedef enum addrmsnorm_dtype {
  */
 #define ADDRMSNORM_FLAG_PDL 0x2u
 
-/*
- * ADDRMSNORM_FLAG_HF_ROUND_ONCE (the plain norm and the QK norm, with ADDRMSNORM_FLAG_HF_NUMERICS):
- * HF's norms that multiply by the weight in fp32 and round once, whatever weight_offset is (OLMo 2's
- * (weight * (x * rstd)).to(dtype)); ADDRMSNORM_FLAG_HF_NUMERICS alone does so only with an offset.
- */
-#define ADDRMSNORM_FLAG_HF_ROUND_ONCE 0x4u
-
 /* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
 typedef struct CUstream_st *addrmsnorm_stream;
 
 /*
- * Fused residual add + RMSNorm forward, launched on `stream` in the calling thread's current
- * CUDA context (the stream must belong to it).
- *
- * Pointers are device pointers to rows of `hidden` contiguous elements; row r of x starts at
- * x + r * stride_x elements, and likewise for the others.
- *   x             [rows, hidden] of x_dtype (fp16, bf16 or fp32)
- *   residual      [rows, hidden] of residual_dtype: x_dtype, or fp32 (an fp32 residual stream)
- *   weight        [hidden] of weight_dtype (any of the three), the same for every row
- *   out           [rows, hidden] of x_dtype. May be x or residual exactly (same pointer and
- *                 stride, and residual's dtype equal to x's for the latter).
- *   residual_out  [rows, hidden] of residual_dtype. May be residual or x exactly.
- *                 In-place, vLLM/FlashInfer style: out = x, residual_out = residual.
- *                 In-place, the other style:       residual_out = x.
- *   rstd          [rows] fp32, or NULL not to write it.
- *   rows          >= 0; 0 is a no-op (pointers may then be NULL). At most 2^31 - 1.
- *   hidden        > 0, at most 2^31 - 1.
- *   stride_*      row strides in elements, >= 0. An output's stride must be >= hidden when
- *                 rows > 1 (its rows must not overlap). Ignored when rows == 1.
- *   eps           finite and > 0, added inside the square root, once.
- *   weight_offset finite; added to the weight in fp32 (1.0f for Gemma's 1 + w).
- *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS and/or ADDRMSNORM_FLAG_PDL; other bits are
- *                 rejected.
- *
- * Outputs must not overlap each other, the weight, or an input other than by the exact aliasing
- * above. The call does no allocation, no synchronization and no host-device copy, and can be
- * captured in a CUDA graph (call addrmsnorm_preload() before capturing). It cannot see which
- * device a raw pointer lives on: that is the caller's to get right.
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm(
-    const void *x, const void *residual, const void *weight,
-    void *out, void *residual_out, float *rstd,
-    int64_t rows, int64_t hidden,
-    int64_t stride_x, int64_t stride_residual, int64_t stride_out, int64_t stride_residual_out,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
-
-/*
- * Checks the arguments of addrmsnorm_fused_add_rmsnorm exactly as it does, without touching the
- * driver or launching anything. Useful on machines with no GPU, and for bindings that want to
- * fail early.
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
-    const void *x, const void *residual, const void *weight,
-    const void *out, const void *residual_out, const float *rstd,
-    int64_t rows, int64_t hidden,
-    int64_t stride_x, int64_t stride_residual, int64_t stride_out, int64_t stride_residual_out,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags);
-
-/*
- * Quantized outputs: the forward above, writing q = quant(y) (and optionally y) where it writes
- * out, for fp8/int8 serving, whose next GEMM takes quantized input. y is the contract's fp32 value.
+ * Quantized outputs (addrmsnorm_norm_args.quant): the norm writing q = quant(y) (and optionally y)
+ * where it writes out, for fp8/int8 serving, whose next GEMM takes quantized input. y is the
+ * contract's fp32 value.
  *
  *   ADDRMSNORM_QUANT_STATIC     q = quant(y * (1 / scale)), one fp32 scale read from device memory
  *   ADDRMSNORM_QUANT_PER_TOKEN  s = max(min(amax|y| of the row, scale_ub), 1e-10) / qmax per row,
@@ -168,7 +124,7 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_check(
  *                           448)) and at least -127, q = e4m3(y * 2^-k); scales are e8m0 bytes (k + 127)
  *   ADDRMSNORM_QUANT_MXFP4  dtype FLOAT4_E2M1, group_size 32, as MXFP8 with a / 6
  * e2m1 rounds to nearest even and saturates at +-6; its sign bit is set where the value is negative. q of
- * FLOAT4_E2M1 holds two elements a byte, element 2i in the low nibble; its row stride (stride_q) counts
+ * FLOAT4_E2M1 holds two elements a byte, element 2i in the low nibble; its row stride (stride_out) counts
  * bytes and is a multiple of 8. Scales: [rows, hidden / group_size] bytes at (scales_stride_row,
  * scales_stride_group), or with ADDRMSNORM_QUANT_SWIZZLED the 128 x 4 tiles block-scaled GEMMs read
  * (strides unused): rows rounded up to 128, blocks to 4 (K4), element (m, k) at
@@ -211,186 +167,175 @@ typedef struct addrmsnorm_quant {
 } addrmsnorm_quant;
 
 /*
- *   x, residual, weight, residual_out: as addrmsnorm_fused_add_rmsnorm, with residual and weight of
- *                  x_dtype, which is FLOAT16 or BFLOAT16
- *   q              [rows, hidden] of quant->dtype, out; must not overlap anything
- *   y              [rows, hidden] of x_dtype, out, or NULL; may be x exactly
- *   hidden         a multiple of 16; x, residual, weight, q, residual_out and y start on 16-byte
- *                  boundaries, and every row stride is a multiple of 16 elements (fp8 and int8 GEMMs
- *                  take such rows)
- *   flags          0, or ADDRMSNORM_FLAG_PDL
+ * One norm call: the fused residual add + RMSNorm, the plain RMSNorm (residual NULL), the per-head
+ * QK norm (weight2 given) and the quantized outputs of the first two (quant given), all one kernel
+ * source and one set of rules. Start from addrmsnorm_norm_args_init(), which zeroes every field and
+ * sets struct_size; a field this header adds later is zero in older callers' structs, and zero
+ * always means "absent" or "as before".
+ *
+ * Pointers are device pointers. x is [rows, groups, hidden]: element (r, g, c) of x is at
+ * x + r * stride_x + g * stride_x_group + c elements, and likewise for out (stride_out,
+ * stride_out_group). groups 0 or 1 is a plain [rows, hidden] view (the group strides are then
+ * ignored); groups > 1 reaches a head's row inside a fused QKV buffer without a copy (rows = tokens,
+ * groups = heads, stride_x = the buffer's row stride, stride_x_group = head_dim). residual,
+ * residual_out and y are [rows, hidden] with one row stride each. A stride is ignored where its
+ * dimension has one entry.
+ *
+ *   x             of x_dtype (fp16, bf16 or fp32)
+ *   residual      NULL (the plain norm), or of residual_dtype: x_dtype, or fp32 (an fp32 residual
+ *                 stream); needs groups <= 1
+ *   residual_out  with residual: of residual_dtype, out, h as the contract rounds it. May be residual
+ *                 or x exactly (same pointer and stride). Without residual: NULL.
+ *   weight        [hidden] of weight_dtype (any of the three), the same for every row and group
+ *   weight2       NULL, or the QK norm's k weight: [hidden] of weight_dtype; groups from
+ *                 weight2_from_group on take it (q's heads, then k's, in one launch). The QK norm
+ *                 runs in place (out == x), on fp16 or bf16, hidden (head_dim) <= 512, with no rstd,
+ *                 and names x "qkv", weight "q_weight" and weight2 "k_weight" in its messages.
+ *   out           of x_dtype, or with quant of quant->dtype (q). May be x exactly (in place), or with
+ *                 a residual of x's dtype, residual exactly.
+ *                 In-place, vLLM/FlashInfer style: out = x, residual_out = residual.
+ *                 In-place, the other style:       residual_out = x.
+ *   rstd          [rows * groups] fp32 (row r, group g at r * groups + g), or NULL not to write it;
+ *                 NULL with quant
+ *   rows          >= 0; 0 is a no-op (pointers may then be NULL). rows * groups < 2^31.
+ *   hidden        > 0, < 2^31
+ *   strides       in elements, >= 0. An output's rows must not overlap.
+ *   eps           finite, > 0 and > 0 in fp32; added inside the square root, once
+ *   weight_offset finite in fp32; added to the weight in fp32 (1.0 for Gemma's 1 + w)
+ *   numerics      an addrmsnorm_numerics (CONTRACT with quant)
+ *   flags         0 or ADDRMSNORM_FLAG_PDL; other bits are rejected
+ *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
+ *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
+ *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
+ *                 16-element multiples (fp8 and int8 GEMMs take such rows)
+ *   y             with quant: NULL, or [rows, hidden] of x_dtype, out (may be x exactly); else NULL
+ *
+ * The kind of call follows from which of residual, weight2 and quant are NULL, and so do the rules
+ * checked: a binding passes a non-NULL address for a tensor it was given even when the tensor is
+ * empty (nothing is then read or written), so that an empty call is checked as its kind.
+ *
+ * Outputs must not overlap each other, the weights, or an input other than by the exact aliasing
+ * above; the check takes each view's whole byte span. The call does no allocation, no
+ * synchronization and no host-device copy, and can be captured in a CUDA graph (call
+ * addrmsnorm_preload() before capturing). It cannot see which device a raw pointer lives on: that is
+ * the caller's to get right.
  */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant(
-    const void *x, const void *residual, const void *weight,
-    void *q, void *residual_out, void *y,
-    int64_t rows, int64_t hidden,
-    int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
-    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant,
-    uint32_t flags, addrmsnorm_stream stream);
+typedef struct addrmsnorm_norm_args {
+    uint64_t struct_size; /* sizeof(addrmsnorm_norm_args) as the caller compiled it */
+    const void *x;
+    int64_t rows, groups, hidden;
+    int64_t stride_x, stride_x_group;
+    addrmsnorm_dtype x_dtype;
+    addrmsnorm_dtype residual_dtype;
+    const void *residual;
+    int64_t stride_residual;
+    void *residual_out;
+    int64_t stride_residual_out;
+    const void *weight;
+    const void *weight2;
+    int64_t weight2_from_group;
+    addrmsnorm_dtype weight_dtype;
+    addrmsnorm_numerics numerics;
+    void *out;
+    int64_t stride_out, stride_out_group;
+    float *rstd;
+    double eps;
+    double weight_offset;
+    uint32_t flags;
+    uint32_t reserved; /* 0 */
+    const addrmsnorm_quant *quant;
+    void *y;
+    int64_t stride_y;
+} addrmsnorm_norm_args;
 
-/* The checks of addrmsnorm_fused_add_rmsnorm_quant, without the driver. */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_quant_check(
-    const void *x, const void *residual, const void *weight,
-    const void *q, const void *residual_out, const void *y,
-    int64_t rows, int64_t hidden,
-    int64_t stride_x, int64_t stride_residual, int64_t stride_q, int64_t stride_residual_out, int64_t stride_y,
-    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant, uint32_t flags);
+/* Every field zero, struct_size set: the starting point of every call. */
+static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {
+    addrmsnorm_norm_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof(addrmsnorm_norm_args);
+    return a;
+}
+
+/* Launch one norm call on `stream`, in the calling thread's current CUDA context (the stream must
+ * belong to it). Arguments are checked first, with nothing written on error. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_norm_args *args, addrmsnorm_stream stream);
+
+/* The checks of addrmsnorm_norm, exactly as it makes them, without touching the driver or launching
+ * anything: for machines with no GPU, and for bindings that want to fail early. */
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_args *args);
 
 /*
- * Backward of addrmsnorm_fused_add_rmsnorm (contract numerics), for training. With
- * n = h * rstd and g = dy * (weight + weight_offset), per row:
+ * Backward of a norm call without quant or weight2 (contract numerics), for training, over
+ * [rows, hidden] views. With n = h * rstd and g = dy * (weight + weight_offset), per row:
  *
- *     dresidual = rstd * (g - n * mean(g * n)) + dresidual_out
- *     dx        = dresidual (in x_dtype)
+ *     dh        = rstd * (g - n * mean(g * n)) + dresidual_out
  *     dweight   = sum over rows of dy * n
  *
- *   dy             [rows, hidden] of x_dtype: the gradient of out (y)
- *   dresidual_out  [rows, hidden] of residual_dtype: the gradient of residual_out, or NULL if none
- *   h              [rows, hidden] of residual_dtype: residual_out as the forward wrote it
+ * The fused call's backward: dresidual = dh, and dx = dh too (in x_dtype). The plain norm's: h is x,
+ * and dx = dh.
+ *
+ *   dy             of x_dtype: the gradient of out (y)
+ *   dresidual_out  of residual_dtype: the gradient of residual_out, or NULL if none (NULL for the
+ *                  plain norm)
+ *   h              of residual_dtype: residual_out as the forward wrote it, or the plain norm's x
+ *                  (residual_dtype = x_dtype)
  *   rstd           [rows] fp32, as the forward wrote it
  *   weight         [hidden] of weight_dtype
- *   dresidual      [rows, hidden] of residual_dtype, out: the gradient of residual, and of x when
- *                  x_dtype == residual_dtype (dx must then be NULL)
- *   dx             [rows, hidden] of x_dtype, out, when x_dtype != residual_dtype (fp32 residual)
+ *   dresidual      of residual_dtype, out: the fused call's gradient of residual, and of x when
+ *                  x_dtype == residual_dtype (dx is then NULL). NULL for the plain norm.
+ *   dx             of x_dtype, out: the gradient of x when it is not dresidual: with an fp32 residual,
+ *                  and for the plain norm (dresidual NULL)
  *   dweight        [hidden] of weight_dtype, out; NULL not to compute it. Deterministic: no atomics,
  *                  the same inputs give the same bits on the same device.
- *   workspace      fp32 scratch of addrmsnorm_fused_add_rmsnorm_backward_workspace_size() bytes
- *                  (it depends on the device's SM count), 4-byte aligned, owned by the caller
+ *   workspace      fp32 scratch of addrmsnorm_norm_backward_workspace_size() bytes (it depends on the
+ *                  device's SM count), 4-byte aligned, owned by the caller
  *   flags          must be 0.
  *
- * Outputs (dresidual, dx, dweight, workspace) must not overlap each other or any input. Strides
- * and the rest follow addrmsnorm_fused_add_rmsnorm. Two kernels are launched on `stream`; no
- * allocation, no synchronization.
+ * Outputs (dresidual, dx, dweight, workspace) must not overlap each other or any input. Two kernels
+ * are launched on `stream`; no allocation, no synchronization.
  */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward(
-    const void *dy, const void *dresidual_out, const void *h, const float *rstd, const void *weight,
-    void *dresidual, void *dx, void *dweight, void *workspace, uint64_t workspace_bytes,
-    int64_t rows, int64_t hidden,
-    int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h, int64_t stride_dresidual,
-    int64_t stride_dx,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
-    float weight_offset, uint32_t flags, addrmsnorm_stream stream);
+typedef struct addrmsnorm_norm_backward_args {
+    uint64_t struct_size; /* sizeof(addrmsnorm_norm_backward_args) as the caller compiled it */
+    int64_t rows, hidden;
+    const void *dy;
+    int64_t stride_dy;
+    const void *dresidual_out;
+    int64_t stride_dresidual_out;
+    const void *h;
+    int64_t stride_h;
+    const float *rstd;
+    const void *weight;
+    void *dresidual;
+    int64_t stride_dresidual;
+    void *dx;
+    int64_t stride_dx;
+    void *dweight;
+    void *workspace;
+    uint64_t workspace_bytes;
+    addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
+    uint32_t flags;
+    double weight_offset;
+} addrmsnorm_norm_backward_args;
+
+static inline addrmsnorm_norm_backward_args addrmsnorm_norm_backward_args_init(void) {
+    addrmsnorm_norm_backward_args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof(addrmsnorm_norm_backward_args);
+    return a;
+}
+
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrmsnorm_norm_backward_args *args,
+                                                         addrmsnorm_stream stream);
 
 /* The backward's argument checks, without the driver (the workspace's size is checked at launch). */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_check(
-    const void *dy, const void *dresidual_out, const void *h, const float *rstd, const void *weight,
-    const void *dresidual, const void *dx, const void *dweight, const void *workspace,
-    uint64_t workspace_bytes, int64_t rows, int64_t hidden,
-    int64_t stride_dy, int64_t stride_dresidual_out, int64_t stride_h, int64_t stride_dresidual,
-    int64_t stride_dx,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype, addrmsnorm_dtype weight_dtype,
-    float weight_offset, uint32_t flags);
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_check(const addrmsnorm_norm_backward_args *args);
 
 /*
- * Bytes of workspace addrmsnorm_fused_add_rmsnorm_backward needs for `rows` x `hidden` on the
- * device of the calling thread's current context (0 when rows == 0).
+ * Bytes of workspace addrmsnorm_norm_backward needs for args' rows, hidden and dtypes on the device
+ * of the calling thread's current context (0 when rows == 0). Reads no pointer of args.
  */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_fused_add_rmsnorm_backward_workspace_size(
-    int64_t rows, int64_t hidden, addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
-    uint64_t *bytes);
-
-/*
- * The plain RMSNorm (no residual), the forward above with the add and residual_out compiled out:
- *
- *     rstd = 1 / sqrt(sum(x*x) / hidden + eps)        over float32(x)
- *     out  = cast(x * rstd * (float32(weight) + weight_offset), x dtype)
- *
- * x is [rows, heads, hidden] with two leading strides: element (r, j, c) of x is at
- * x + r * stride_x + j * stride_x_head + c elements, and likewise for out. heads = 1 is a plain
- * [rows, hidden] view (stride_x_head and stride_out_head are then ignored). heads > 1 reaches a
- * head's row inside a fused QKV buffer without a copy: for the q part of a [tokens, qkv_width]
- * buffer, rows = tokens, heads = num_q_heads, stride_x = qkv_width, stride_x_head = head_dim.
- *   weight        [hidden] of weight_dtype, the same for every row and head
- *   out           of x_dtype, may be x exactly (same pointer and strides: in place)
- *   rstd          [rows * heads] fp32 (row r, head j at r * heads + j), or NULL
- *   rows, heads   rows >= 0, heads >= 1, rows * heads < 2^31; rows == 0 is a no-op
- *   flags         0, or ADDRMSNORM_FLAG_HF_NUMERICS (HF's RMSNorm: LlamaRMSNorm's roundings, or with
- *                 weight_offset != 0 the offset-weight form; weight_dtype must be x_dtype), with it
- *                 ADDRMSNORM_FLAG_HF_ROUND_ONCE, and/or ADDRMSNORM_FLAG_PDL
- * out must not overlap x (other than exactly), the weight or rstd, nor itself; the check takes
- * each view's whole byte span, so views that interleave in one buffer are refused.
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm(
-    const void *x, const void *weight, void *out, float *rstd,
-    int64_t rows, int64_t heads, int64_t hidden,
-    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
-
-/* The checks of addrmsnorm_rmsnorm, without the driver. */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_check(
-    const void *x, const void *weight, const void *out, const float *rstd,
-    int64_t rows, int64_t heads, int64_t hidden,
-    int64_t stride_x, int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags);
-
-/*
- * Per-head q and k norms of a fused QKV buffer, in place and in one launch (Qwen3, Gemma 3).
- * qkv is [tokens, width] with row stride stride_qkv elements (width >= (num_q_heads +
- * num_kv_heads) * head_dim; v, after k, is not touched): q's heads are the first num_q_heads *
- * head_dim columns, k's the next num_kv_heads * head_dim. Each head's row of head_dim elements is
- * normalized as addrmsnorm_rmsnorm does it, q's with q_weight and k's with k_weight ([head_dim]
- * each, both of weight_dtype: dtype or FLOAT32). A row's bits are those of addrmsnorm_rmsnorm on the
- * same row.
- *   dtype        ADDRMSNORM_FLOAT16 or ADDRMSNORM_BFLOAT16
- *   head_dim     > 0, at most 512 (the kernels built for it; wider heads: addrmsnorm_rmsnorm per view)
- *   flags        as addrmsnorm_rmsnorm's
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm(
-    void *qkv, const void *q_weight, const void *k_weight,
-    int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv,
-    addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags, addrmsnorm_stream stream);
-
-/* The checks of addrmsnorm_qk_rmsnorm, without the driver. */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_qk_rmsnorm_check(
-    const void *qkv, const void *q_weight, const void *k_weight,
-    int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv,
-    addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
-    float eps, float weight_offset, uint32_t flags);
-
-/*
- * The plain norm's quantized outputs (fp8 serving of a first layer's input norm): as
- * addrmsnorm_fused_add_rmsnorm_quant with no residual, y = the plain norm's fp32 value. x is
- * [rows, hidden] with row stride stride_x; weight of x_dtype; q, y, quant and the alignment rules
- * as there.
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant(
-    const void *x, const void *weight, void *q, void *y,
-    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_q, int64_t stride_y,
-    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant,
-    uint32_t flags, addrmsnorm_stream stream);
-
-/* The checks of addrmsnorm_rmsnorm_quant, without the driver. */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_quant_check(
-    const void *x, const void *weight, const void *q, const void *y,
-    int64_t rows, int64_t hidden, int64_t stride_x, int64_t stride_q, int64_t stride_y,
-    addrmsnorm_dtype x_dtype, float eps, float weight_offset, const addrmsnorm_quant *quant, uint32_t flags);
-
-/*
- * Backward of addrmsnorm_rmsnorm for [rows, hidden] views (contract numerics): the fused backward
- * with h = x and no residual gradient. dx = rstd * (g - n * mean(g * n)), n = x * rstd,
- * g = dy * (weight + weight_offset); dweight = sum over rows of dy * n, deterministic.
- *   dy, x          [rows, hidden] of x_dtype; rstd [rows] fp32 as the forward wrote it
- *   dx             [rows, hidden] of x_dtype, out
- *   dweight        [hidden] of weight_dtype, out, or NULL
- *   workspace      addrmsnorm_fused_add_rmsnorm_backward_workspace_size(rows, hidden, x_dtype, x_dtype)
- *                  bytes
- */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward(
-    const void *dy, const void *x, const float *rstd, const void *weight,
-    void *dx, void *dweight, void *workspace, uint64_t workspace_bytes,
-    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags,
-    addrmsnorm_stream stream);
-
-/* The checks of addrmsnorm_rmsnorm_backward, without the driver. */
-ADDRMSNORM_API addrmsnorm_status addrmsnorm_rmsnorm_backward_check(
-    const void *dy, const void *x, const float *rstd, const void *weight,
-    const void *dx, const void *dweight, const void *workspace, uint64_t workspace_bytes,
-    int64_t rows, int64_t hidden, int64_t stride_dy, int64_t stride_x, int64_t stride_dx,
-    addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float weight_offset, uint32_t flags);
+ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_size(const addrmsnorm_norm_backward_args *args,
+                                                                        uint64_t *bytes);
 
 /*
  * Loads every kernel into the calling thread's current CUDA context, so that later calls do no
@@ -421,5 +366,9 @@ ADDRMSNORM_API const char *addrmsnorm_built_archs(void);
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+/* The 0.1 entry points (addrmsnorm_fused_add_rmsnorm, addrmsnorm_rmsnorm, ...), as inline wrappers
+ * over addrmsnorm_norm: source compatible, no exported symbol. */
+#include "addrmsnorm/compat.h"
 
 #endif /* ADDRMSNORM_ADDRMSNORM_H */

@@ -1,4 +1,5 @@
-// addrmsnorm: a thin C++ layer over the C ABI in addrmsnorm.h (same math, same rules).
+// addrmsnorm: a thin C++ layer over the C ABI in addrmsnorm.h (same math, same rules): each call
+// here fills one addrmsnorm_norm_args and calls addrmsnorm_norm.
 //
 //     h = float32(x) + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
 //
@@ -50,7 +51,8 @@ struct ForwardArgs {
     Dtype weight_dtype = Dtype::bfloat16;
     float eps = 1e-6f;
     float weight_offset = 0.0f;
-    uint32_t flags = 0;
+    addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT;
+    uint32_t flags = 0;  // ADDRMSNORM_FLAG_PDL
 };
 
 namespace detail {
@@ -61,29 +63,44 @@ inline Status to_status(addrmsnorm_status s) {
     return st;
 }
 inline int64_t stride_or_hidden(int64_t stride, int64_t hidden) { return stride == -1 ? hidden : stride; }
+inline addrmsnorm_dtype c_dtype(Dtype d) { return static_cast<addrmsnorm_dtype>(d); }
+
+inline addrmsnorm_norm_args to_c(const ForwardArgs& a) {
+    addrmsnorm_norm_args c = addrmsnorm_norm_args_init();
+    c.x = a.x;
+    c.residual = a.residual;
+    c.weight = a.weight;
+    c.out = a.out;
+    c.residual_out = a.residual_out;
+    c.rstd = a.rstd;
+    c.rows = a.rows;
+    c.hidden = a.hidden;
+    c.stride_x = stride_or_hidden(a.stride_x, a.hidden);
+    c.stride_residual = stride_or_hidden(a.stride_residual, a.hidden);
+    c.stride_out = stride_or_hidden(a.stride_out, a.hidden);
+    c.stride_residual_out = stride_or_hidden(a.stride_residual_out, a.hidden);
+    c.x_dtype = c_dtype(a.x_dtype);
+    c.residual_dtype = c_dtype(a.residual_dtype);
+    c.weight_dtype = c_dtype(a.weight_dtype);
+    c.eps = a.eps;
+    c.weight_offset = a.weight_offset;
+    c.numerics = a.numerics;
+    c.flags = a.flags;
+    return c;
+}
 }  // namespace detail
 
 // Launch on `stream` in the current CUDA context.
 inline Status fused_add_rmsnorm(const ForwardArgs& a, addrmsnorm_stream stream = nullptr) {
-    return detail::to_status(addrmsnorm_fused_add_rmsnorm(
-        a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
-        detail::stride_or_hidden(a.stride_x, a.hidden), detail::stride_or_hidden(a.stride_residual, a.hidden),
-        detail::stride_or_hidden(a.stride_out, a.hidden),
-        detail::stride_or_hidden(a.stride_residual_out, a.hidden),
-        static_cast<addrmsnorm_dtype>(a.x_dtype), static_cast<addrmsnorm_dtype>(a.residual_dtype),
-        static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags, stream));
+    const addrmsnorm_norm_args c = detail::to_c(a);
+    return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
 // The checks of fused_add_rmsnorm, exactly as it makes them, without the driver or the GPU: it reads
 // no memory, so a caller can validate a call before any device memory exists.
 inline Status fused_add_rmsnorm_check(const ForwardArgs& a) {
-    return detail::to_status(addrmsnorm_fused_add_rmsnorm_check(
-        a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
-        detail::stride_or_hidden(a.stride_x, a.hidden), detail::stride_or_hidden(a.stride_residual, a.hidden),
-        detail::stride_or_hidden(a.stride_out, a.hidden),
-        detail::stride_or_hidden(a.stride_residual_out, a.hidden),
-        static_cast<addrmsnorm_dtype>(a.x_dtype), static_cast<addrmsnorm_dtype>(a.residual_dtype),
-        static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags));
+    const addrmsnorm_norm_args c = detail::to_c(a);
+    return detail::to_status(addrmsnorm_norm_check(&c));
 }
 
 // In place, vLLM/FlashInfer convention: residual <- x + residual, then x <- y.
@@ -125,16 +142,31 @@ struct NormArgs {
     Dtype weight_dtype = Dtype::bfloat16;
     float eps = 1e-6f;
     float weight_offset = 0.0f;
-    uint32_t flags = 0;
+    addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT;
+    uint32_t flags = 0;  // ADDRMSNORM_FLAG_PDL
 };
 
 inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
     const int64_t row = a.heads * a.hidden;
-    return detail::to_status(addrmsnorm_rmsnorm(
-        a.x, a.weight, a.out, a.rstd, a.rows, a.heads, a.hidden, a.stride_x == -1 ? row : a.stride_x,
-        detail::stride_or_hidden(a.stride_x_head, a.hidden), a.stride_out == -1 ? row : a.stride_out,
-        detail::stride_or_hidden(a.stride_out_head, a.hidden), static_cast<addrmsnorm_dtype>(a.x_dtype),
-        static_cast<addrmsnorm_dtype>(a.weight_dtype), a.eps, a.weight_offset, a.flags, stream));
+    addrmsnorm_norm_args c = addrmsnorm_norm_args_init();
+    c.x = a.x;
+    c.weight = a.weight;
+    c.out = a.out;
+    c.rstd = a.rstd;
+    c.rows = a.rows;
+    c.groups = a.heads;
+    c.hidden = a.hidden;
+    c.stride_x = a.stride_x == -1 ? row : a.stride_x;
+    c.stride_x_group = detail::stride_or_hidden(a.stride_x_head, a.hidden);
+    c.stride_out = a.stride_out == -1 ? row : a.stride_out;
+    c.stride_out_group = detail::stride_or_hidden(a.stride_out_head, a.hidden);
+    c.x_dtype = c.residual_dtype = detail::c_dtype(a.x_dtype);
+    c.weight_dtype = detail::c_dtype(a.weight_dtype);
+    c.eps = a.eps;
+    c.weight_offset = a.weight_offset;
+    c.numerics = a.numerics;
+    c.flags = a.flags;
+    return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
 // In place: x <- rmsnorm(x), contiguous [rows, hidden].
@@ -152,18 +184,33 @@ inline Status rmsnorm_inplace(void* x, const void* weight, int64_t rows, int64_t
     return rmsnorm(a, stream);
 }
 
-// Per-head q and k norms of a fused QKV buffer, in place, in one launch (addrmsnorm_qk_rmsnorm).
-// stride_qkv -1: rows of (num_q_heads + 2 * num_kv_heads) * head_dim elements (q, k, v).
+// Per-head q and k norms of a fused QKV buffer, in place, in one launch: q's heads and k's are the groups
+// of one call, k's weight (weight2) from num_q_heads on. stride_qkv -1: rows of (num_q_heads + 2 *
+// num_kv_heads) * head_dim elements (q, k, v). flags: ADDRMSNORM_FLAG_PDL.
 inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_weight, int64_t tokens,
                                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, Dtype dtype,
                                  Dtype weight_dtype, float eps = 1e-6f, int64_t stride_qkv = -1,
                                  uint32_t flags = 0, float weight_offset = 0.0f,
-                                 addrmsnorm_stream stream = nullptr) {
-    const int64_t stride = stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv;
-    return detail::to_status(addrmsnorm_qk_rmsnorm(qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads,
-                                                   head_dim, stride, static_cast<addrmsnorm_dtype>(dtype),
-                                                   static_cast<addrmsnorm_dtype>(weight_dtype), eps, weight_offset,
-                                                   flags, stream));
+                                 addrmsnorm_stream stream = nullptr,
+                                 addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT) {
+    addrmsnorm_norm_args c = addrmsnorm_norm_args_init();
+    c.x = qkv;
+    c.out = qkv;
+    c.weight = q_weight;
+    c.weight2 = k_weight;
+    c.weight2_from_group = num_q_heads;
+    c.rows = tokens;
+    c.groups = num_q_heads + num_kv_heads;
+    c.hidden = head_dim;
+    c.stride_x = c.stride_out = stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv;
+    c.stride_x_group = c.stride_out_group = head_dim;
+    c.x_dtype = c.residual_dtype = detail::c_dtype(dtype);
+    c.weight_dtype = detail::c_dtype(weight_dtype);
+    c.eps = eps;
+    c.weight_offset = weight_offset;
+    c.numerics = numerics;
+    c.flags = flags;
+    return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
 // ----- quantized outputs (addrmsnorm_fused_add_rmsnorm_quant, addrmsnorm_rmsnorm_quant) ---------------
@@ -225,26 +272,36 @@ struct QuantArgs {
     uint32_t flags = 0;
 };
 
-inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream = nullptr);
-
 // The fused forward writing q = quant(y) (and y if asked), or the plain norm's where residual is nullptr.
 inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream = nullptr) {
-    if (a.residual == nullptr) return rmsnorm_quant(a, stream);
     const int64_t q_row = a.quant.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1 ? a.hidden / 2 : a.hidden;
-    return detail::to_status(addrmsnorm_fused_add_rmsnorm_quant(
-        a.x, a.residual, a.weight, a.q, a.residual_out, a.y, a.rows, a.hidden,
-        detail::stride_or_hidden(a.stride_x, a.hidden), detail::stride_or_hidden(a.stride_residual, a.hidden),
-        detail::stride_or_hidden(a.stride_q, q_row), detail::stride_or_hidden(a.stride_residual_out, a.hidden),
-        detail::stride_or_hidden(a.stride_y, a.hidden), static_cast<addrmsnorm_dtype>(a.x_dtype), a.eps,
-        a.weight_offset, &a.quant, a.flags, stream));
+    addrmsnorm_norm_args c = addrmsnorm_norm_args_init();
+    c.x = a.x;
+    c.residual = a.residual;
+    c.weight = a.weight;
+    c.out = a.q;
+    c.residual_out = a.residual != nullptr ? a.residual_out : nullptr;  // the plain norm writes no residual
+    c.y = a.y;
+    c.rows = a.rows;
+    c.hidden = a.hidden;
+    c.stride_x = detail::stride_or_hidden(a.stride_x, a.hidden);
+    c.stride_residual = detail::stride_or_hidden(a.stride_residual, a.hidden);
+    c.stride_out = detail::stride_or_hidden(a.stride_q, q_row);
+    c.stride_residual_out = detail::stride_or_hidden(a.stride_residual_out, a.hidden);
+    c.stride_y = detail::stride_or_hidden(a.stride_y, a.hidden);
+    c.x_dtype = c.residual_dtype = c.weight_dtype = detail::c_dtype(a.x_dtype);
+    c.eps = a.eps;
+    c.weight_offset = a.weight_offset;
+    c.quant = &a.quant;
+    c.flags = a.flags;
+    return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
-inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream) {
-    const int64_t q_row = a.quant.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1 ? a.hidden / 2 : a.hidden;
-    return detail::to_status(addrmsnorm_rmsnorm_quant(
-        a.x, a.weight, a.q, a.y, a.rows, a.hidden, detail::stride_or_hidden(a.stride_x, a.hidden),
-        detail::stride_or_hidden(a.stride_q, q_row), detail::stride_or_hidden(a.stride_y, a.hidden),
-        static_cast<addrmsnorm_dtype>(a.x_dtype), a.eps, a.weight_offset, &a.quant, a.flags, stream));
+// The plain norm's quantized outputs (residual and residual_out unused).
+inline Status rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stream = nullptr) {
+    QuantArgs plain = a;
+    plain.residual = nullptr;
+    return fused_add_rmsnorm_quant(plain, stream);
 }
 
 inline Status preload() { return detail::to_status(addrmsnorm_preload()); }

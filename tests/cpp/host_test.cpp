@@ -199,10 +199,10 @@ TEST(Validation, Flags) {
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.rd = ADDRMSNORM_FLOAT32;  // HF numerics need the residual in x's dtype
-    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_FLAG_HF_NUMERICS needs residual_dtype");
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_NUMERICS_HF needs residual_dtype");
     c.rd = c.xd;
     c.wd = ADDRMSNORM_FLOAT32;  // and the weight in x's dtype, as HF's module keeps it
-    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype");
+    expect_error(c, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "ADDRMSNORM_NUMERICS_HF needs weight_dtype");
     c.flags = 0;
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();  // the contract takes any weight
 }
@@ -700,7 +700,9 @@ TEST(QuantValidation, BadCalls) {
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps weight");
     c = QuantCallArgs();
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
-    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits");
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quantized outputs take the contract's numerics");
+    c.flags = 8;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x8");
 }
 
 // ----- the plain norm ---------------------------------------------------------------------------
@@ -773,12 +775,12 @@ TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
             for (int offset : {0, 2, 4, 8})
                 for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
                     for (addrmsnorm_dtype w : {x, ADDRMSNORM_FLOAT32})
-                        for (uint32_t flags : {0u, static_cast<unsigned>(ADDRMSNORM_FLAG_HF_NUMERICS)})
+                        for (bool hf : {false, true})
                             for (bool qk : {false, true}) {
-                                if (flags && w != x) continue;
+                                if (hf && w != x) continue;
                                 int config = -1;
                                 const int v = plain_call_variant(buf + offset, buf, buf, buf + offset, H, strides, x,
-                                                                 w, 0.0f, flags, qk, &config);
+                                                                 w, 0.0f, hf, false, qk, &config);
                                 ASSERT_GE(v, 0) << "H=" << H << " strides " << strides << " offset " << offset
                                                 << " qk " << qk;
                                 EXPECT_EQ(kVariants[v].kind, qk ? 6 : 4);
@@ -817,9 +819,9 @@ TEST(PlainNormValidation, InPlaceOnAFusedQkvViewPasses) {
 TEST(PlainNormValidation, Refusals) {
     {
         NormCallArgs c;
-        c.heads = 0;
+        c.heads = -1;
         EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
-        expect_message_has("heads must be >= 1");
+        expect_message_has("groups must be >= 0");
     }
     {
         NormCallArgs c;  // out a different view of the same rows: overlaps x
@@ -850,7 +852,7 @@ TEST(PlainNormValidation, Refusals) {
         c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
         c.wd = ADDRMSNORM_FLOAT32;
         EXPECT_EQ(c.check(), ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE);
-        expect_message_has("ADDRMSNORM_FLAG_HF_NUMERICS needs weight_dtype");
+        expect_message_has("ADDRMSNORM_NUMERICS_HF needs weight_dtype");
     }
     {
         NormCallArgs c;
@@ -897,4 +899,111 @@ TEST(PlainNormValidation, QkAndQuantAndBackward) {
                                                 buf + 16384, nullptr, buf + 50000, 4096, 8, 256, 256, 256, 256,
                                                 ADDRMSNORM_BFLOAT16, ADDRMSNORM_BFLOAT16, 0.0f, 0),
               ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+}
+
+// ----- the one call's struct ------------------------------------------------------------------------
+
+namespace {
+
+// A valid plain call on host addresses (the check reads no memory).
+addrmsnorm_norm_args plain_args() {
+    alignas(16) static unsigned char buf[1 << 12];
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = buf;
+    a.out = buf + 1024;
+    a.weight = buf + 2048;
+    a.rows = 4;
+    a.hidden = 64;
+    a.stride_x = a.stride_out = 64;
+    a.x_dtype = a.residual_dtype = a.weight_dtype = ADDRMSNORM_BFLOAT16;
+    a.eps = 1e-6;
+    return a;
+}
+
+void expect_refused(const addrmsnorm_norm_args& a, addrmsnorm_status want, const std::string& needle) {
+    EXPECT_EQ(addrmsnorm_norm_check(&a), want) << addrmsnorm_last_error();
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find(needle), std::string::npos)
+        << "message \"" << addrmsnorm_last_error() << "\" does not mention \"" << needle << "\"";
+}
+
+}  // namespace
+
+TEST(NormArgs, StructSizeGuardsOlderAndNewerCallers) {
+    addrmsnorm_norm_args a = plain_args();
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    EXPECT_EQ(addrmsnorm_norm_check(nullptr), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    a.struct_size = sizeof(a) - 8;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "not the size of a addrmsnorm_norm_args");
+    a.struct_size = 0;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "start from addrmsnorm_norm_args_init()");
+    // A newer caller's struct: accepted while the fields this library does not know are zero.
+    struct Newer {
+        addrmsnorm_norm_args known;
+        int64_t future_field;
+    } n{plain_args(), 0};
+    n.known.struct_size = sizeof(Newer);
+    EXPECT_EQ(addrmsnorm_norm_check(&n.known), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    n.future_field = 1;
+    expect_refused(n.known, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "built against a newer addrmsnorm.h");
+    addrmsnorm_norm_backward_args b = addrmsnorm_norm_backward_args_init();
+    b.struct_size = 8;
+    EXPECT_EQ(addrmsnorm_norm_backward_check(&b), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(addrmsnorm_last_error()).find("addrmsnorm_norm_backward_args"), std::string::npos);
+}
+
+TEST(NormArgs, ScalarsAreCheckedAsTheKernelsTakeThem) {
+    addrmsnorm_norm_args a = plain_args();
+    a.eps = 1e-50;  // > 0 as a double, 0 in fp32
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rounds to 0 in float32");
+    a.eps = 1e-6;
+    a.weight_offset = 1e39;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset=1e+39 overflows float32");
+    a.weight_offset = 0.0 / 0.0;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset must be finite");
+}
+
+TEST(NormArgs, FieldsThatDoNotFitTheKindAreRefused) {
+    alignas(16) static unsigned char other[1024];
+    addrmsnorm_norm_args a = plain_args();
+    a.numerics = static_cast<addrmsnorm_numerics>(3);
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "numerics 3 is not an addrmsnorm_numerics");
+    a = plain_args();
+    a.flags = 0x1;  // 0.1's HF flag: numerics now
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x1");
+    a = plain_args();
+    a.residual_out = other;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out is given but residual is NULL");
+    a = plain_args();
+    a.y = other;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "y is the quantized calls' second output");
+    a = plain_args();
+    a.weight2_from_group = 2;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight2 is NULL");
+    a = plain_args();
+    a.residual = other;
+    a.residual_out = other + 512;
+    a.stride_residual = a.stride_residual_out = 64;
+    a.groups = 2;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "a residual needs [rows, hidden] views");
+    a.groups = 1;
+    a.numerics = ADDRMSNORM_NUMERICS_HF_ROUND_ONCE;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is the plain and QK");
+    a.numerics = ADDRMSNORM_NUMERICS_HF;
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    // The QK norm: in place, contiguous heads, no rstd.
+    a = plain_args();
+    a.groups = 4;
+    a.hidden = 16;
+    a.stride_x = a.stride_out = 64;
+    a.stride_x_group = a.stride_out_group = 16;
+    a.weight2 = other;
+    a.weight2_from_group = 3;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "the QK norm (weight2) runs in place");
+    a.out = const_cast<void*>(a.x);
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    a.stride_x_group = a.stride_out_group = 17;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "the QK norm's heads are contiguous");
+    a.stride_x_group = a.stride_out_group = 16;
+    a.weight2_from_group = 4;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_kv_heads must be >= 1");
 }
