@@ -137,9 +137,9 @@ def fused_add_rmsnorm(
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
         if weight_offset == 0.0 and not (return_rstd or hf or pdl):  # the schema's defaults: fewer to parse
-            y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps)
+            y, h, rstd = ops.norm(x, residual, weight, eps)
         else:
-            y, h, rstd = ops.fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, hf, pdl)
+            y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl)
         return (y, h, rstd) if return_rstd else (y, h)
 
     # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
@@ -152,7 +152,7 @@ def fused_add_rmsnorm(
     if residual_out is None:
         residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, hf, pdl)
+    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl)
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
@@ -201,14 +201,14 @@ def rmsnorm(
         return (res[0].permute(inv), res[1].permute(inv[:-1])) if return_rstd else res.permute(inv)
     if out is None:
         if weight_offset == 0.0 and not (return_rstd or n or pdl):
-            y, rstd = ops.rmsnorm(x, weight, eps)
+            y, _, rstd = ops.norm(x, None, weight, eps)
         else:
-            y, rstd = ops.rmsnorm(x, weight, eps, weight_offset, return_rstd, n, pdl)
+            y, _, rstd = ops.norm(x, None, weight, eps, weight_offset, return_rstd, n, pdl)
         return (y, rstd) if return_rstd else y
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.rmsnorm_into(x, weight, out, rstd, eps, weight_offset, n, pdl)
+    ops.norm_into(x, None, weight, out, None, rstd, eps, weight_offset, n, pdl)
     return (out, rstd) if return_rstd else out
 
 
@@ -230,9 +230,9 @@ def rmsnorm_(
         rmsnorm_(x.permute(order), weight, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl)
         return x
     if weight_offset == 0.0 and not (n or pdl):
-        ops.rmsnorm_(x, weight, eps)
+        ops.norm_(x, None, weight, eps)
     else:
-        ops.rmsnorm_(x, weight, eps, weight_offset, n, pdl)
+        ops.norm_(x, None, weight, eps, weight_offset, n, pdl)
     return x
 
 
@@ -261,9 +261,9 @@ def fused_add_rmsnorm_(
     hf = numerics == "hf" or _hf(numerics)
     _check_types(x, residual, weight, eps, weight_offset, pdl)
     if weight_offset == 0.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
-        ops.fused_add_rmsnorm_(x, residual, weight, eps)
+        ops.norm_(x, residual, weight, eps)
     else:
-        ops.fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, hf, pdl)
+        ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl)
     return x, residual
 
 
@@ -347,9 +347,9 @@ def fused_add_rmsnorm_quant(
     gs = _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
                             ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
     if out is None and residual_out is None and scales_out is None:
-        q, h, scales, y = ops.fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
-                                                      column_major_scales, ue8m0_scales, weight_offset, return_y,
-                                                      pdl, swizzled_scales)
+        q, h, scales, y = ops.norm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
+                                         column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
+                                         swizzled_scales)
     else:
         q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                       ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl,
@@ -411,8 +411,8 @@ def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, colu
     q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                   swizzled, residual_out=residual_out)
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
-    ops.fused_add_rmsnorm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                                     weight_offset, pdl, swizzled)
+    ops.norm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
+                        weight_offset, pdl, swizzled)
     return q, h, scales, y
 
 
@@ -518,13 +518,13 @@ def rmsnorm_quant(
     gs = _check_quant_types(x, x, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
                             ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
     if out is None and scales_out is None:
-        q, scales, y = ops.rmsnorm_quant(x, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
+        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                          ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
     else:
         q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                       swizzled_scales)
-        ops.rmsnorm_quant_into(x, weight, q, scales, y, eps, scale, gs, scale_ub, ue8m0_scales, weight_offset, pdl,
-                               swizzled_scales)
+        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
+                            weight_offset, pdl, swizzled_scales)
     if scales is None:  # static: the caller's scale
         scales = scale
     return (q, scales, y) if return_y else (q, scales)

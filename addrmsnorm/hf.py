@@ -109,7 +109,7 @@ def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link:
     """``h = residual + x; y = norm(h)`` in one kernel: returns (y, h)."""
     w = norm.weight
     hf = link.hf and x.dtype == residual.dtype == w.dtype
-    y, h, _ = ops.fused_add_rmsnorm(x, residual, w, _eps(norm), link.family.offset, False, hf, link.pdl)
+    y, h, _ = ops.norm(x, residual, w, _eps(norm), link.family.offset, False, int(hf), link.pdl)
     return y, h
 
 
@@ -132,8 +132,8 @@ def _norm_forward(self, hidden_states):
     tail = link.tail if hidden_states.dtype == w.dtype else link.mixed
     order = memory_order(hidden_states)
     if order is None:
-        return ops.rmsnorm(hidden_states, w, _eps(self), *tail)[0]
-    return ops.rmsnorm(hidden_states.permute(order), w, _eps(self), *tail)[0].permute(inverse_order(order))
+        return ops.norm(hidden_states, None, w, _eps(self), *tail)[0]
+    return ops.norm(hidden_states.permute(order), None, w, _eps(self), *tail)[0].permute(inverse_order(order))
 
 
 def _split(layer, hidden_states, normed):

@@ -2,9 +2,10 @@
 launcher. It serves CPU tensors under the Triton interpreter, and CUDA tensors wherever the C++
 extension is not built or not chosen (``ops.backend()``).
 
-The C++ backend (``torch_ext/ops.cpp``) implements every operator of ``ops.SCHEMAS`` here too, the
-forward and the backward, with the same checks; the tests hold the two to the same bits and the same
-verdicts.
+The operators (``ops.SCHEMAS``) are ``norm``, ``norm_``, ``norm_into``, ``norm_backward``,
+``norm_quant``, ``norm_quant_into`` and ``qk_rmsnorm_``; each takes an optional residual, and without
+one is the plain norm. The C++ backend (``torch_ext/ops.cpp``) implements the same seven; the tests
+hold the two to the same bits and the same verdicts.
 """
 
 from __future__ import annotations
@@ -307,3 +308,74 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
         stride_s_group=call.scales_group_stride, group_size=call.group_size, ue8m0=ue8m0, eps=eps,
         weight_offset=weight_offset, pdl=pdl, swizzled=call.swizzled,
     )
+
+
+# ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
+
+def _fused_hf(numerics) -> bool:
+    """numerics with a residual: 0 (contract) or 1 (hf)."""
+    hf, round_once = v.plain_numerics(numerics)
+    if round_once:
+        raise ValueError("numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a residual, "
+                         "numerics is 0 (contract) or 1 (hf)")
+    return hf
+
+
+def _no_residual_out(residual_out) -> None:
+    if residual_out is not None:
+        raise ValueError("residual_out is given but residual is None: the plain norm writes no residual")
+
+
+def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
+    """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
+    asked for)."""
+    if residual is None:
+        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl)
+        return y, x.new_empty((0,)), rstd
+    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, _fused_hf(numerics), pdl)
+
+
+def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
+    """addrmsnorm::norm_: x <- y, and with a residual residual <- x + residual first."""
+    if residual is None:
+        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl)
+    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, _fused_hf(numerics), pdl)
+
+
+def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+    """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
+    if residual is None:
+        _no_residual_out(residual_out)
+        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl)
+    if residual_out is None:
+        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
+    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset,
+                                  _fused_hf(numerics), pdl)
+
+
+norm_backward = fused_add_rmsnorm_backward
+
+
+def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
+               column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
+               swizzled_scales=False):
+    """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
+    static) and y (None unless return_y)."""
+    args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
+            return_y, pdl, swizzled_scales)
+    if residual is None:
+        q, scales, y = rmsnorm_quant(x, weight, *args)
+        return q, x.new_empty((0,)), scales, y
+    return fused_add_rmsnorm_quant(x, residual, weight, *args)
+
+
+def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
+                    scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+    """addrmsnorm::norm_quant_into: into caller-given outputs."""
+    args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
+    if residual is None:
+        _no_residual_out(residual_out)
+        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
+    if residual_out is None:
+        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
+    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)

@@ -83,13 +83,13 @@ class FusedAddRMSNorm(torch.nn.Module):
     def _set_tail(self) -> None:
         # The operator's arguments after eps; empty where they are all the schema's defaults, which
         # saves parsing them on every call.
-        tail = (self._weight_offset, False, _hf(self._numerics), self._pdl)
+        tail = (self._weight_offset, False, int(_hf(self._numerics)), self._pdl)
         self._tail = () if tail == (0.0, False, False, False) else tail
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
         # Straight to the operator: it checks the tensors, and its autograd (C++ on the cpp backend)
         # computes and saves rstd when a gradient may be needed. The scalars were checked once, above.
-        y, residual_out, _ = ops.fused_add_rmsnorm(x, residual, self.weight, self.eps, *self._tail)
+        y, residual_out, _ = ops.norm(x, residual, self.weight, self.eps, *self._tail)
         return y, residual_out
 
     def extra_repr(self) -> str:
@@ -120,5 +120,5 @@ class RMSNorm(FusedAddRMSNorm):
         self._tail = () if tail == (0.0, False, 0, False) else tail
 
     def forward(self, x: torch.Tensor):  # type: ignore[override]
-        y, _ = ops.rmsnorm(x, self.weight, self.eps, *self._tail)
+        y, _, _ = ops.norm(x, None, self.weight, self.eps, *self._tail)
         return y

@@ -1,29 +1,27 @@
 """The ``torch.ops.addrmsnorm`` operators: schemas, fake (meta) implementations, and the backend.
 
-The operators (one kernel source):
+One operator per form; each takes an optional residual, and without one is the plain norm (h = x):
 
-    fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0., return_rstd=False, hf=False)
-        -> (y, residual_out, rstd)      functional; rstd has 0 elements unless return_rstd
-    fused_add_rmsnorm_(x!, residual!, weight, eps, weight_offset=0., hf=False) -> ()
+    norm(x, residual?, weight, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False)
+        -> (y, residual_out, rstd)     functional; residual_out has 0 elements without a residual, rstd
+                                       unless return_rstd
+    norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False) -> ()
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
-    fused_add_rmsnorm_into(x, residual, weight, out!, residual_out!, rstd!?, eps, weight_offset=0., hf=False) -> ()
+    norm_into(x, residual?, weight, out!, residual_out!?, rstd!?, eps, ...) -> ()
         into caller-given outputs, which may alias x or residual exactly
-    fused_add_rmsnorm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
-        -> (dresidual, dx, dweight)     dx has 0 elements when x's dtype is residual's
-    fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
+    norm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
+        -> (dresidual, dx, dweight)    dx has 0 elements when x's dtype is residual's; the plain
+                                       norm's is this with h = x (its dx is dresidual)
+    norm_quant(x, residual?, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
         -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
-    fused_add_rmsnorm_quant_into(x, residual, weight, out!, residual_out!, scales_out!?, y!?, eps, ...) -> ()
-    rmsnorm(x, weight, eps, weight_offset=0., return_rstd=False, hf=False) -> (y, rstd)
-        the plain norm (no residual), x any view of two leading strides at most
-    rmsnorm_(x!, weight, eps, ...) -> ()              in place: x <- y
-    rmsnorm_into(x, weight, out!, rstd!?, eps, ...) -> ()
+    norm_quant_into(x, residual?, weight, out!, residual_out!?, scales_out!?, y!?, eps, ...) -> ()
     qk_rmsnorm_(qkv!, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, ...) -> ()
         q's and k's heads of a fused QKV buffer, in place, one launch
-    rmsnorm_quant(x, weight, eps, quant_dtype, scale?, group_size=0, ...) -> (q, scales?, y?)
-    rmsnorm_quant_into(x, weight, out!, scales_out!?, y!?, eps, ...) -> ()
 
-The functional operator has autograd; the mutating ones refuse arguments that require grad while grad
-mode is on, and bump the version counters of what they write (``autograd.py``, or its C++ twin).
+``numerics`` is the index into ``configs.PLAIN_NUMERICS`` everywhere: 0 "contract", 1 "hf", 2
+"hf_round_once" (no residual). The functional operator has autograd; the mutating ones refuse
+arguments that require grad while grad mode is on, and bump the version counters of what they write
+(``autograd.py``, or its C++ twin: one autograd per backend, covering every operator).
 
 Backends. CUDA tensors go to one of:
 
@@ -55,51 +53,27 @@ from . import validation as v
 from .launcher import INTERPRETED
 
 NAMESPACE = "addrmsnorm"
+_QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool ue8m0_scales=False, "
+               "float weight_offset=0., bool pdl=False, bool swizzled_scales=False) -> ()")
 SCHEMAS = {
-    "fused_add_rmsnorm": "(Tensor x, Tensor residual, Tensor weight, float eps, float weight_offset=0., "
-                         "bool return_rstd=False, bool hf=False, bool pdl=False) -> (Tensor, Tensor, Tensor)",
-    "fused_add_rmsnorm_": "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps, "
-                          "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
-    "fused_add_rmsnorm_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
-                              "Tensor(b!) residual_out, Tensor(c!)? rstd, float eps, "
-                              "float weight_offset=0., bool hf=False, bool pdl=False) -> ()",
-    "fused_add_rmsnorm_quant": "(Tensor x, Tensor residual, Tensor weight, float eps, ScalarType quant_dtype, "
-                               "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
-                               "bool column_major_scales=False, bool ue8m0_scales=False, float weight_offset=0., "
-                               "bool return_y=False, bool pdl=False, bool swizzled_scales=False) "
-                               "-> (Tensor, Tensor, Tensor?, Tensor?)",
-    "fused_add_rmsnorm_quant_into": "(Tensor x, Tensor residual, Tensor weight, Tensor(a!) out, "
-                                    "Tensor(b!) residual_out, Tensor(c!)? scales_out, Tensor(d!)? y, float eps, "
-                                    "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
-                                    "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False, "
-                                    "bool swizzled_scales=False) -> ()",
-    "fused_add_rmsnorm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
-                                  "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
-    # The plain norm: the same kernel with the residual compiled out. Its backward is
-    # fused_add_rmsnorm_backward with h = x.
-    # numerics: the index into configs.PLAIN_NUMERICS (0 "contract", 1 "hf", 2 "hf_round_once").
-    "rmsnorm": "(Tensor x, Tensor weight, float eps, float weight_offset=0., bool return_rstd=False, "
-               "int numerics=0, bool pdl=False) -> (Tensor, Tensor)",
-    "rmsnorm_": "(Tensor(a!) x, Tensor weight, float eps, float weight_offset=0., int numerics=0, "
-                "bool pdl=False) -> ()",
-    "rmsnorm_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? rstd, float eps, "
-                    "float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
+    "norm": "(Tensor x, Tensor? residual, Tensor weight, float eps, float weight_offset=0., "
+            "bool return_rstd=False, int numerics=0, bool pdl=False) -> (Tensor, Tensor, Tensor)",
+    "norm_": "(Tensor(a!) x, Tensor(b!)? residual, Tensor weight, float eps, float weight_offset=0., "
+             "int numerics=0, bool pdl=False) -> ()",
+    "norm_into": "(Tensor x, Tensor? residual, Tensor weight, Tensor(a!) out, Tensor(b!)? residual_out, "
+                 "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
+    "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
+                     "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
+    "norm_quant": "(Tensor x, Tensor? residual, Tensor weight, float eps, ScalarType quant_dtype, "
+                  "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
+                  "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
+                  "bool swizzled_scales=False) -> (Tensor, Tensor, Tensor?, Tensor?)",
+    "norm_quant_into": "(Tensor x, Tensor? residual, Tensor weight, Tensor(a!) out, Tensor(b!)? residual_out, "
+                       "Tensor(c!)? scales_out, Tensor(d!)? y, " + _QUANT_TAIL,
     # Per-head q and k norms of a fused QKV buffer, in place, in one launch.
     "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor q_weight, Tensor k_weight, float eps, int num_q_heads, "
                    "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
-    # The plain norm's quantized outputs: the quantized forward with the residual compiled out.
-    "rmsnorm_quant": "(Tensor x, Tensor weight, float eps, ScalarType quant_dtype, Tensor? scale=None, "
-                     "int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
-                     "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
-                     "bool swizzled_scales=False) -> (Tensor, Tensor?, Tensor?)",
-    "rmsnorm_quant_into": "(Tensor x, Tensor weight, Tensor(a!) out, Tensor(b!)? scales_out, Tensor(c!)? y, "
-                          "float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, "
-                          "bool ue8m0_scales=False, float weight_offset=0., bool pdl=False, "
-                          "bool swizzled_scales=False) -> ()",
 }
-# Their Autograd kernels are the Python ones (autograd.py) on either backend; the C++ extension has
-# the fused operators' own (torch_ext/autograd.cpp).
-PYTHON_AUTOGRAD = ("rmsnorm", "rmsnorm_", "rmsnorm_into", "qk_rmsnorm_", "rmsnorm_quant", "rmsnorm_quant_into")
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
 EXTENSION_NAME = "libaddrmsnorm_torch.so"
@@ -112,20 +86,7 @@ _lib = torch.library.Library(NAMESPACE, "DEF")
 for _name, _schema in SCHEMAS.items():
     _lib.define(_name + _schema)
 
-_JIT_IMPLS = {
-    "fused_add_rmsnorm": jit_backend.fused_add_rmsnorm,
-    "fused_add_rmsnorm_": jit_backend.fused_add_rmsnorm_,
-    "fused_add_rmsnorm_into": jit_backend.fused_add_rmsnorm_into,
-    "fused_add_rmsnorm_backward": jit_backend.fused_add_rmsnorm_backward,
-    "fused_add_rmsnorm_quant": jit_backend.fused_add_rmsnorm_quant,
-    "fused_add_rmsnorm_quant_into": jit_backend.fused_add_rmsnorm_quant_into,
-    "rmsnorm": jit_backend.rmsnorm,
-    "rmsnorm_": jit_backend.rmsnorm_,
-    "rmsnorm_into": jit_backend.rmsnorm_into,
-    "qk_rmsnorm_": jit_backend.qk_rmsnorm_,
-    "rmsnorm_quant": jit_backend.rmsnorm_quant,
-    "rmsnorm_quant_into": jit_backend.rmsnorm_quant_into,
-}
+_JIT_IMPLS = {name: getattr(jit_backend, name) for name in SCHEMAS}
 for _name, _fn in _JIT_IMPLS.items():
     _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
 
@@ -135,53 +96,81 @@ for _name, _fn in _JIT_IMPLS.items():
 # The rules that need no memory, from validation.py (the one place they are written in Python); the
 # real implementations check everything again, memory included.
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm")
-def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
-    shape, _, _ = v.check_forward_meta(x, residual, weight, hf=hf)
-    v.check_same_shape(shape, {"residual": residual})
-    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
-    return torch.empty_like(x, memory_format=torch.contiguous_format), \
-        torch.empty_like(residual, memory_format=torch.contiguous_format), rstd
+def _fake_residual_out(x, residual):
+    if residual is None:
+        return x.new_empty((0,))
+    return torch.empty_like(residual, memory_format=torch.contiguous_format)
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_")
-def _(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
-    shape, _, _ = v.check_forward_meta(x, residual, weight, x, residual, hf=hf)
-    v.check_same_shape(shape, {"residual": residual})
+def _fake_hf(numerics, residual) -> bool:
+    hf, round_once = v.plain_numerics(numerics)
+    if residual is not None:
+        jit_backend._fused_hf(numerics)
+    return hf
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_into")
-def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False, pdl=False):
+def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, numerics=0):
+    hf = _fake_hf(numerics, residual)
+    if residual is None:
+        jit_backend._no_residual_out(residual_out)
+        v.check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
+        if out is not None and out is not x:
+            v.check_same_shape(x.shape, {"out": out})
+        return
     shape, _, _ = v.check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
     v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant")
+@torch.library.register_fake(f"{NAMESPACE}::norm")
+def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
+    _fake_forward_meta(x, residual, weight, numerics=numerics)
+    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _fake_residual_out(x, residual), rstd
+
+
+@torch.library.register_fake(f"{NAMESPACE}::norm_")
+def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
+    _fake_forward_meta(x, residual, weight, x, residual, numerics=numerics)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::norm_into")
+def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+    if residual is not None and residual_out is None:
+        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
+    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, numerics=numerics)
+
+
+@torch.library.register_fake(f"{NAMESPACE}::norm_quant")
 def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
       ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
-    shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
-                                                ue8m0=ue8m0_scales, column_major=column_major_scales,
-                                                swizzled=swizzled_scales)
-    v.check_same_shape(shape, {"residual": residual})
+    shape, _, device, mode = v.check_quant_meta(x, x if residual is None else residual, weight, quant_dtype, scale,
+                                                group_size, scale_ub, ue8m0=ue8m0_scales,
+                                                column_major=column_major_scales, swizzled=swizzled_scales)
+    if residual is not None:
+        v.check_same_shape(shape, {"residual": residual})
     y = x.new_empty(shape) if return_y else None
     scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales)
-    return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype),
-            torch.empty_like(residual, memory_format=torch.contiguous_format), scales, y)
+    return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype), _fake_residual_out(x, residual), scales, y)
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_quant_into")
+@torch.library.register_fake(f"{NAMESPACE}::norm_quant_into")
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
     if scales_out is None and (scale is None or out.dtype == torch.float4_e2m1fn_x2):
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
-    shape, _, _, _ = v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out,
-                                        residual_out, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
+    if residual is None:
+        jit_backend._no_residual_out(residual_out)
+    elif residual_out is None:
+        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
+    shape, _, _, _ = v.check_quant_meta(x, x if residual is None else residual, weight, out.dtype, scale, group_size,
+                                        scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
+                                        swizzled=swizzled_scales)
     v.check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y})
     v.check_same_shape(v.q_shape(shape, out.dtype), {"out": out})
 
 
-@torch.library.register_fake(f"{NAMESPACE}::fused_add_rmsnorm_backward")
+@torch.library.register_fake(f"{NAMESPACE}::norm_backward")
 def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     v.check_backward_meta(dy, dresidual_out, h, rstd, weight)
     v.check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
@@ -190,51 +179,10 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
 
 
-@torch.library.register_fake(f"{NAMESPACE}::rmsnorm")
-def _(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
-    v.check_rmsnorm_meta(x, weight, hf=v.plain_numerics(numerics)[0])
-    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
-    return torch.empty_like(x, memory_format=torch.contiguous_format), rstd
-
-
-@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_")
-def _(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
-    v.check_rmsnorm_meta(x, weight, x, hf=v.plain_numerics(numerics)[0])
-
-
-@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_into")
-def _(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
-    v.check_rmsnorm_meta(x, weight, out, rstd, hf=v.plain_numerics(numerics)[0])
-    v.check_same_shape(x.shape, {"out": out})
-
-
 @torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
 def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False):
     v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim,
                             hf=v.plain_numerics(numerics)[0])
-
-
-@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant")
-def _(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
-    shape, _, device, mode = v.check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub,
-                                                ue8m0=ue8m0_scales, column_major=column_major_scales,
-                                                swizzled=swizzled_scales)
-    y = x.new_empty(shape) if return_y else None
-    return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype),
-            v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales), y)
-
-
-@torch.library.register_fake(f"{NAMESPACE}::rmsnorm_quant_into")
-def _(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None, ue8m0_scales=False,
-      weight_offset=0.0, pdl=False, swizzled_scales=False):
-    if scales_out is None and (scale is None or out.dtype == torch.float4_e2m1fn_x2):
-        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
-                         "writes the scales there")
-    shape, _, _, _ = v.check_quant_meta(x, x, weight, out.dtype, scale, group_size, scale_ub, out, None,
-                                        scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
-    v.check_same_shape(shape, {"y": y})
-    v.check_same_shape(v.q_shape(shape, out.dtype), {"out": out})
 
 
 # ----- backend selection ----------------------------------------------------------------------------
@@ -326,8 +274,9 @@ if _BACKEND == "triton":
     for _name, _fn in _JIT_IMPLS.items():
         _lib.impl(_name, _fn, "CUDA")
 # The C++ extension registers its Autograd kernels when it loads; without it, the Python ones (the
-# same guards, the same gradients). The plain norm's are the Python ones on either backend.
-autograd.register(_lib, only=PYTHON_AUTOGRAD if _BACKEND == "cpp" else None)
+# same guards, the same gradients).
+if _BACKEND == "triton":
+    autograd.register(_lib)
 
 
 def backend() -> str:
@@ -341,15 +290,10 @@ def backend_reason() -> str:
 
 
 # The default overloads: calling them skips the overload resolution of the packets.
-fused_add_rmsnorm = torch.ops.addrmsnorm.fused_add_rmsnorm.default
-fused_add_rmsnorm_ = torch.ops.addrmsnorm.fused_add_rmsnorm_.default
-fused_add_rmsnorm_into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
-fused_add_rmsnorm_backward = torch.ops.addrmsnorm.fused_add_rmsnorm_backward.default
-fused_add_rmsnorm_quant = torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default
-fused_add_rmsnorm_quant_into = torch.ops.addrmsnorm.fused_add_rmsnorm_quant_into.default
-rmsnorm = torch.ops.addrmsnorm.rmsnorm.default
-rmsnorm_ = torch.ops.addrmsnorm.rmsnorm_.default
-rmsnorm_into = torch.ops.addrmsnorm.rmsnorm_into.default
+norm = torch.ops.addrmsnorm.norm.default
+norm_ = torch.ops.addrmsnorm.norm_.default
+norm_into = torch.ops.addrmsnorm.norm_into.default
+norm_backward = torch.ops.addrmsnorm.norm_backward.default
+norm_quant = torch.ops.addrmsnorm.norm_quant.default
+norm_quant_into = torch.ops.addrmsnorm.norm_quant_into.default
 qk_rmsnorm_ = torch.ops.addrmsnorm.qk_rmsnorm_.default
-rmsnorm_quant = torch.ops.addrmsnorm.rmsnorm_quant.default
-rmsnorm_quant_into = torch.ops.addrmsnorm.rmsnorm_quant_into.default

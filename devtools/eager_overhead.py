@@ -27,12 +27,12 @@ def main():
             impl.setup()
         us = time_eager_cpu(lambda: impl.fn(x, r, w, 1e-6), n=2000)
         print(f"| {impl.name} | {us:.2f} |")
-    for name, op in (("torch.ops.addrmsnorm.fused_add_rmsnorm_.default", torch.ops.addrmsnorm.fused_add_rmsnorm_.default),
-                     ("torch.ops.addrmsnorm.fused_add_rmsnorm (functional)", torch.ops.addrmsnorm.fused_add_rmsnorm)):
+    for name, op in (("torch.ops.addrmsnorm.norm_.default", torch.ops.addrmsnorm.norm_.default),
+                     ("torch.ops.addrmsnorm.norm (functional)", torch.ops.addrmsnorm.norm)):
         us = time_eager_cpu(lambda: op(x, r, w, 1e-6), n=2000)
         print(f"| {name} | {us:.2f} |")
     with torch.inference_mode():
-        us = time_eager_cpu(lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6), n=2000)
+        us = time_eager_cpu(lambda: torch.ops.addrmsnorm.norm_(x, r, w, 1e-6), n=2000)
     print(f"| torch op, in place, under inference_mode | {us:.2f} |")
     cpp, why = cpp_overhead()
     if cpp:

@@ -4,7 +4,7 @@
   autograd refuses a saved tensor they overwrote; with grad mode on they refuse any argument that
   requires grad, naming it, and write nothing.
 * The functional operator's autograd (C++ on the cpp backend, Python on the Triton one) gives the
-  gradients of the Python ``FusedAddRMSNormFunction`` bit for bit.
+  gradients of the Python ``NormFunction`` bit for bit.
 
 This file runs in-process against the backend this process chose, then once more in a subprocess
 against the other one (``test_the_other_backend_passes_this_file_too``): on the CPU under the
@@ -20,7 +20,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import ops
-from addrmsnorm.autograd import IN_PLACE_OPS, FusedAddRMSNormFunction, no_backward_message
+from addrmsnorm.autograd import IN_PLACE_OPS, NormFunction, no_backward_message
 
 from conftest import DEVICE, ON_GPU, needs_kernels
 from helpers import DTYPE_COMBOS, bits, combo_id, make_inputs
@@ -46,8 +46,8 @@ def _issue_script(call):
 def test_overwriting_a_saved_tensor_makes_backward_raise(form):
     calls = {
         "python_api": lambda xx, r, w: addrmsnorm.fused_add_rmsnorm_(xx, r, w, 1e-6),
-        "op": lambda xx, r, w: OPS.fused_add_rmsnorm_(xx, r, w, 1e-6),
-        "into_op": lambda xx, r, w: OPS.fused_add_rmsnorm_into(xx, r, w, xx, r, None, 1e-6),
+        "op": lambda xx, r, w: OPS.norm_(xx, r, w, 1e-6),
+        "into_op": lambda xx, r, w: OPS.norm_into(xx, r, w, xx, r, None, 1e-6),
         "python_api_out": lambda xx, r, w: addrmsnorm.fused_add_rmsnorm(xx, r, w, out=xx),
     }
     _issue_script(calls[form])
@@ -65,7 +65,7 @@ def test_versions_rise_after_every_in_place_call(grad_mode):
     rout, rstd = torch.empty_like(r), torch.empty(5, device=DEVICE)
     with torch.set_grad_enabled(grad_mode):
         before = _versions(x, r)
-        OPS.fused_add_rmsnorm_(x, r, w, 1e-6)
+        OPS.norm_(x, r, w, 1e-6)
         assert all(a > b for a, b in zip(_versions(x, r), before))
 
         before = _versions(x, r)
@@ -73,7 +73,7 @@ def test_versions_rise_after_every_in_place_call(grad_mode):
         assert all(a > b for a, b in zip(_versions(x, r), before))
 
         before, wv = _versions(out, base, rout, rstd), w._version
-        OPS.fused_add_rmsnorm_into(x, r, w, out, rout, rstd, 1e-6)
+        OPS.norm_into(x, r, w, out, rout, rstd, 1e-6)
         assert all(a > b for a, b in zip(_versions(out, base, rout, rstd), before))
         assert w._version == wv  # read only
 
@@ -84,23 +84,23 @@ def test_versions_rise_after_every_in_place_call(grad_mode):
         assert _versions(x, r) == [xv, rv]  # read only
 
         before = _versions(x)
-        OPS.fused_add_rmsnorm_into(x, r, w, x, torch.empty_like(r), None, 1e-6)  # out aliases x
+        OPS.norm_into(x, r, w, x, torch.empty_like(r), None, 1e-6)  # out aliases x
         assert _versions(x)[0] > before[0]
 
 
 def _mutating_calls(x, r, w):
     out, rout, rstd = torch.empty_like(x), torch.empty_like(r), torch.empty(x.shape[0], device=DEVICE)
     return {
-        ("fused_add_rmsnorm_", "x"): lambda t: OPS.fused_add_rmsnorm_(t, r, w, 1e-6),
-        ("fused_add_rmsnorm_", "residual"): lambda t: OPS.fused_add_rmsnorm_(x, t, w, 1e-6),
-        ("fused_add_rmsnorm_", "weight"): lambda t: OPS.fused_add_rmsnorm_(x, r, t, 1e-6),
-        ("fused_add_rmsnorm_into", "x"): lambda t: OPS.fused_add_rmsnorm_into(t, r, w, out, rout, None, 1e-6),
-        ("fused_add_rmsnorm_into", "residual"): lambda t: OPS.fused_add_rmsnorm_into(x, t, w, out, rout, None, 1e-6),
-        ("fused_add_rmsnorm_into", "weight"): lambda t: OPS.fused_add_rmsnorm_into(x, r, t, out, rout, None, 1e-6),
-        ("fused_add_rmsnorm_into", "out"): lambda t: OPS.fused_add_rmsnorm_into(x, r, w, t, rout, None, 1e-6),
-        ("fused_add_rmsnorm_into", "residual_out"): lambda t: OPS.fused_add_rmsnorm_into(x, r, w, out, t, None,
+        ("norm_", "x"): lambda t: OPS.norm_(t, r, w, 1e-6),
+        ("norm_", "residual"): lambda t: OPS.norm_(x, t, w, 1e-6),
+        ("norm_", "weight"): lambda t: OPS.norm_(x, r, t, 1e-6),
+        ("norm_into", "x"): lambda t: OPS.norm_into(t, r, w, out, rout, None, 1e-6),
+        ("norm_into", "residual"): lambda t: OPS.norm_into(x, t, w, out, rout, None, 1e-6),
+        ("norm_into", "weight"): lambda t: OPS.norm_into(x, r, t, out, rout, None, 1e-6),
+        ("norm_into", "out"): lambda t: OPS.norm_into(x, r, w, t, rout, None, 1e-6),
+        ("norm_into", "residual_out"): lambda t: OPS.norm_into(x, r, w, out, t, None,
                                                                                         1e-6),
-        ("fused_add_rmsnorm_into", "rstd"): lambda t: OPS.fused_add_rmsnorm_into(x, r, w, out, rout, t, 1e-6),
+        ("norm_into", "rstd"): lambda t: OPS.norm_into(x, r, w, out, rout, t, 1e-6),
     }
 
 
@@ -124,9 +124,9 @@ def test_mutating_operators_refuse_arguments_that_require_grad():
 def test_python_api_in_place_forms_refuse_grad_with_the_operators_message():
     x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE, seed=3)
     w = w.clone().requires_grad_()
-    with pytest.raises(RuntimeError, match="fused_add_rmsnorm_ has no backward, but weight requires grad"):
+    with pytest.raises(RuntimeError, match="addrmsnorm::norm_ has no backward, but weight requires grad"):
         addrmsnorm.fused_add_rmsnorm_(x, r, w)
-    with pytest.raises(RuntimeError, match="fused_add_rmsnorm_into has no backward, but weight requires grad"):
+    with pytest.raises(RuntimeError, match="norm_into has no backward, but weight requires grad"):
         addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x))
 
 
@@ -153,8 +153,8 @@ def test_operator_autograd_matches_the_python_function_bit_for_bit(combo, with_d
     g = torch.Generator(device=DEVICE).manual_seed(7)
     dy = torch.randn(x.shape, generator=g, device=DEVICE).to(x.dtype)
     dro = torch.randn(r.shape, generator=g, device=DEVICE).to(r.dtype) if with_dro else None
-    a = _grads(OPS.fused_add_rmsnorm.default, x, r, w, dy, dro)
-    b = _grads(FusedAddRMSNormFunction.apply, x, r, w, dy, dro)
+    a = _grads(OPS.norm.default, x, r, w, dy, dro)
+    b = _grads(NormFunction.apply, x, r, w, dy, dro)
     for name, ta, tb in zip(("y", "h", "dx", "dresidual", "dweight"), a, b):
         assert ta.dtype == tb.dtype and torch.equal(bits(ta), bits(tb)), name
 
@@ -170,9 +170,9 @@ def test_only_the_inputs_that_require_grad_get_one():
 def test_rstd_is_returned_only_when_asked_under_grad():
     x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE, seed=5)
     w = w.clone().requires_grad_()
-    _, _, rstd = OPS.fused_add_rmsnorm(x, r, w, 1e-6)
+    _, _, rstd = OPS.norm(x, r, w, 1e-6)
     assert rstd.numel() == 0 and not rstd.requires_grad
-    _, _, rstd = OPS.fused_add_rmsnorm(x, r, w, 1e-6, 0.0, True)
+    _, _, rstd = OPS.norm(x, r, w, 1e-6, 0.0, True)
     assert rstd.shape == (4,) and not rstd.requires_grad
     m = addrmsnorm.FusedAddRMSNorm(64, device=DEVICE, dtype=x.dtype)
     y, h = m(x, r)
@@ -221,7 +221,7 @@ def _second_order_cases():
         "rmsnorm": (lambda: addrmsnorm.rmsnorm(x, w), (x, w)),
         "FusedAddRMSNorm": (lambda: fused_module(x, r)[0], (x, r, fused_module.weight)),
         "RMSNorm": (lambda: plain_module(x), (x, plain_module.weight)),
-        "op": (lambda: OPS.fused_add_rmsnorm(x, r, w, 1e-6)[0], (x, r, w)),
+        "op": (lambda: OPS.norm(x, r, w, 1e-6)[0], (x, r, w)),
     }
 
 
@@ -270,12 +270,12 @@ def test_backward_operator_called_directly_refuses_its_own_gradient():
     rstd = torch.rand(4, device=DEVICE) + 0.5
     w = torch.ones(64, device=DEVICE, requires_grad=True)
     dy = torch.randn(4, 64, device=DEVICE)
-    dres, _, dw = OPS.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+    dres, _, dw = OPS.norm_backward(dy, None, h, rstd, w)
     assert dres.requires_grad and dw.requires_grad
     with pytest.raises(RuntimeError, match="first order only"):
         dres.sum().backward()
     with torch.no_grad():  # outside a graph it is the plain operator
-        dres2, _, _ = OPS.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+        dres2, _, _ = OPS.norm_backward(dy, None, h, rstd, w)
     assert not dres2.requires_grad and torch.equal(dres2, dres.detach())
 
 
@@ -286,7 +286,7 @@ def test_quantized_outputs_refuse_grad_naming_the_argument(op):
     call = ((lambda: addrmsnorm.fused_add_rmsnorm_quant(x, torch.zeros_like(x), w, quant_dtype=torch.float8_e4m3fn))
             if op == "fused_add_rmsnorm_quant" else
             (lambda: addrmsnorm.rmsnorm_quant(x, w, quant_dtype=torch.float8_e4m3fn)))
-    with pytest.raises(RuntimeError, match=f"addrmsnorm::{op} has no backward, but x requires grad"):
+    with pytest.raises(RuntimeError, match="addrmsnorm::norm_quant has no backward, but x requires grad"):
         call()
 
 

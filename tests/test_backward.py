@@ -80,13 +80,13 @@ def test_one_gradient_tensor_for_x_and_residual():
     h = (x.float() + r.float()).to(r.dtype)
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     y_grad = torch.randn_like(x)
-    from addrmsnorm.autograd import FusedAddRMSNormFunction
+    from addrmsnorm.autograd import NormFunction
 
     class Ctx:
         saved_tensors = (h, rstd, w)
-        weight_offset, x_dtype = 0.0, x.dtype
+        weight_offset, x_dtype, plain = 0.0, x.dtype, False
         needs_input_grad = (True, True, False, False, False, False, False, False)
-    dx, dres, dw, *_ = FusedAddRMSNormFunction.backward(Ctx, y_grad, None, None)
+    dx, dres, dw, *_ = NormFunction.backward(Ctx, y_grad, None, None)
     assert dx is dres and dw is None
 
 
@@ -96,7 +96,7 @@ def test_dweight_is_deterministic(N, H):
     h = (x.float() + r.float()).to(r.dtype)
     rstd = torch.rsqrt(h.float().pow(2).mean(-1) + 1e-6)
     dy = torch.randn_like(x)
-    runs = [ops.fused_add_rmsnorm_backward(dy, None, h, rstd, w, 0.0, True) for _ in range(3)]
+    runs = [ops.norm_backward(dy, None, h, rstd, w, 0.0, True) for _ in range(3)]
     for a in runs[1:]:
         for ta, tb in zip(runs[0], a):
             assert torch.equal(bits(ta), bits(tb))
@@ -138,11 +138,11 @@ def test_backward_errors():
     x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE)
     rstd = torch.ones(4, device=DEVICE)
     with pytest.raises(TypeError, match="h has dtype torch.float16"):
-        ops.fused_add_rmsnorm_backward(x, None, r.half(), rstd, w, 0.0, True)
+        ops.norm_backward(x, None, r.half(), rstd, w, 0.0, True)
     with pytest.raises(ValueError, match="rstd must be a contiguous float32 tensor"):
-        ops.fused_add_rmsnorm_backward(x, None, r, torch.ones(5, device=DEVICE), w, 0.0, True)
+        ops.norm_backward(x, None, r, torch.ones(5, device=DEVICE), w, 0.0, True)
     with pytest.raises(ValueError, match="weight must be a contiguous"):
-        ops.fused_add_rmsnorm_backward(x, None, r, rstd, torch.ones(65, device=DEVICE), 0.0, True)
+        ops.norm_backward(x, None, r, rstd, torch.ones(65, device=DEVICE), 0.0, True)
 
 
 @gpu_only
@@ -156,7 +156,7 @@ def test_backends_and_c_abi_give_identical_gradients(combo, N, H):
     dy = torch.randn_like(x)
     dro = torch.randn_like(h)
     for g in (dro, None):
-        a = ops.fused_add_rmsnorm_backward(dy, g, h, rstd, w, 0.25, True)  # C++ extension
+        a = ops.norm_backward(dy, g, h, rstd, w, 0.25, True)  # C++ extension
         b = jit_backend.fused_add_rmsnorm_backward(dy, g, h, rstd, w, 0.25, True)
         lib = c_library.load(c_library.library_path())
         c = c_library.backward(lib, dy, g, h, rstd, w, 0.25)
@@ -188,7 +188,7 @@ def test_strided_rows_give_the_same_gradients(H):
         buf = torch.zeros(t.shape[0], t.shape[1] + 8, dtype=t.dtype, device=t.device)
         buf[:, :t.shape[1]] = t
         return buf[:, :t.shape[1]]
-    want = ops.fused_add_rmsnorm_backward(dy, dro, h, rstd, w, 0.0, True)
-    got = ops.fused_add_rmsnorm_backward(strided(dy), strided(dro), strided(h), rstd, w, 0.0, True)
+    want = ops.norm_backward(dy, dro, h, rstd, w, 0.0, True)
+    got = ops.norm_backward(strided(dy), strided(dro), strided(h), rstd, w, 0.0, True)
     for a, b in zip(want, got):
         assert torch.equal(bits(a), bits(b))

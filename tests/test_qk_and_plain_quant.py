@@ -162,8 +162,8 @@ def test_rmsnorm_quant_refusals():
                    lambda: addrmsnorm.rmsnorm_quant(x[:, :40], w[:40], quant_dtype=torch.int8), x)
     y = torch.zeros(4, 64, dtype=torch.bfloat16, device=DEVICE)
     assert_refused(ValueError, "out overlaps x",
-                   lambda: OPS.rmsnorm_quant_into(x, w, x.view(torch.int8)[:, :64], None, None, 1e-6,
-                                                  torch.ones(1, device=DEVICE)), x, y)
+                   lambda: OPS.norm_quant_into(x, None, w, x.view(torch.int8)[:, :64], None, None, None, 1e-6,
+                                                torch.ones(1, device=DEVICE)), x, y)
     g = x.clone().requires_grad_()
     with pytest.raises(RuntimeError, match="quantized outputs are for inference"):
         addrmsnorm.rmsnorm_quant(g, w, quant_dtype=torch.int8)
@@ -178,9 +178,9 @@ def test_opcheck_and_compile():
     w = torch.ones(128, device=DEVICE, dtype=torch.bfloat16)
     opcheck = torch.library.opcheck
     opcheck(OPS.qk_rmsnorm_.default, (qkv.clone(), wq, wk, 1e-6, 2, 1, 64))
-    opcheck(OPS.rmsnorm_quant.default, (x, w, 1e-6, torch.int8, None, 64))
-    opcheck(OPS.rmsnorm_quant_into.default, (x, w, torch.empty(6, 128, dtype=torch.int8, device=DEVICE),
-                                             torch.empty(6, device=DEVICE), None, 1e-6))
+    opcheck(OPS.norm_quant.default, (x, None, w, 1e-6, torch.int8, None, 64))
+    opcheck(OPS.norm_quant_into.default, (x, None, w, torch.empty(6, 128, dtype=torch.int8, device=DEVICE), None,
+                                          torch.empty(6, device=DEVICE), None, 1e-6))
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
 

@@ -310,7 +310,7 @@ def test_shape_rules():
 def test_no_autograd():
     x, r, w = _fresh()
     x.requires_grad_()
-    with pytest.raises(RuntimeError, match="fused_add_rmsnorm_quant has no backward, but x requires grad"):
+    with pytest.raises(RuntimeError, match="addrmsnorm::norm_quant has no backward, but x requires grad"):
         addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
     with torch.no_grad():
         addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=torch.int8)
@@ -320,9 +320,9 @@ def test_operators_opcheck_and_compile():
     x, r, w = _fresh()
     ops = torch.ops.addrmsnorm
     for args in [(torch.int8, None, 0), (torch.int8, torch.tensor([0.02], device=DEVICE), 0), (torch.int8, None, 128)]:
-        torch.library.opcheck(ops.fused_add_rmsnorm_quant.default, (x, r, w, 1e-6, *args))
+        torch.library.opcheck(ops.norm_quant.default, (x, r, w, 1e-6, *args))
     out, ro = torch.empty(4, 256, dtype=torch.int8, device=DEVICE), torch.empty_like(r)
-    torch.library.opcheck(ops.fused_add_rmsnorm_quant_into.default,
+    torch.library.opcheck(ops.norm_quant_into.default,
                           (x, r, w, out, ro, torch.empty(4, 2, device=DEVICE), None, 1e-6, None, 128))
 
     def f(x, r, w):
@@ -337,7 +337,7 @@ def test_the_operator_allocates_only_what_the_call_asks_for():
     """The allocating operator returns None for the scales of a static call and for y without
     return_y (no zero-size placeholders: each costs an allocation per eager call)."""
     x, r, w = _fresh()
-    op = torch.ops.addrmsnorm.fused_add_rmsnorm_quant.default
+    op = torch.ops.addrmsnorm.norm_quant.default
     scale = torch.tensor([0.02], device=DEVICE)
     q, h, s, y = op(x, r, w, 1e-6, torch.int8, scale)
     assert s is None and y is None and q.shape == x.shape and h.shape == x.shape

@@ -104,7 +104,7 @@ def test_heads_of_a_fused_qkv_buffer_in_place(heads, kv_heads, D):
     rstd = torch.empty(T, heads, dtype=torch.float32, device=DEVICE)
     addrmsnorm.rmsnorm(view, wq, out=out, return_rstd=True)
     ops_out = torch.zeros_like(dst)
-    OPS.rmsnorm_into(view, wq, ops_out[:, :q_size].view(T, heads, D), rstd, 1e-6)
+    OPS.norm_into(view, None, wq, ops_out[:, :q_size].view(T, heads, D), None, rstd, 1e-6)
     assert torch.equal(bits(out), bits(want_q)) and torch.equal(dst[:, q_size:], torch.zeros_like(dst[:, q_size:]))
     assert torch.equal(ops_out, dst)
     assert_close(rstd, rmsnorm_ref(view, wq).rstd, RSTD_TOLERANCE, "rstd of the heads")
@@ -187,10 +187,10 @@ def test_bad_input_is_refused_by_name_and_writes_nothing():
 def test_opcheck():
     x, w = _inputs(6, 96, "bf16", "bf16", seed=4)
     opcheck = torch.library.opcheck
-    opcheck(OPS.rmsnorm.default, (x, w, 1e-6))
-    opcheck(OPS.rmsnorm.default, (x, w, 1e-6, 0.5, True, 0))
-    opcheck(OPS.rmsnorm_.default, (x.clone(), w, 1e-6))
-    opcheck(OPS.rmsnorm_into.default, (x, w, torch.empty_like(x), torch.empty(6, device=DEVICE), 1e-6))
+    opcheck(OPS.norm.default, (x, None, w, 1e-6))
+    opcheck(OPS.norm.default, (x, None, w, 1e-6, 0.5, True, 0))
+    opcheck(OPS.norm_.default, (x.clone(), None, w, 1e-6))
+    opcheck(OPS.norm_into.default, (x, None, w, torch.empty_like(x), None, torch.empty(6, device=DEVICE), 1e-6))
 
 
 def test_compile_fullgraph_matches_eager():

@@ -34,15 +34,15 @@ def _strided(t):
 def test_opcheck(combo, H):
     x, r, w = make_inputs(3, H, combo, DEVICE, seed=H)
     opcheck = torch.library.opcheck
-    opcheck(OPS.fused_add_rmsnorm.default, (x, r, w, 1e-6, 0.5, True, False))
-    opcheck(OPS.fused_add_rmsnorm.default, (x, r, w, 1e-5))
-    opcheck(OPS.fused_add_rmsnorm_.default, (x.clone(), r.clone(), w, 1e-6, 1.0, False))
+    opcheck(OPS.norm.default, (x, r, w, 1e-6, 0.5, True, False))
+    opcheck(OPS.norm.default, (x, r, w, 1e-5))
+    opcheck(OPS.norm_.default, (x.clone(), r.clone(), w, 1e-6, 1.0, False))
     out, rout = torch.empty_like(x), torch.empty_like(r)
     rstd = torch.empty(3, device=DEVICE)
-    opcheck(OPS.fused_add_rmsnorm_into.default, (x, r, w, out, rout, rstd, 1e-6, 0.0, False))
-    opcheck(OPS.fused_add_rmsnorm_into.default, (_strided(x), r, w, out, _strided(rout), None, 1e-6))
+    opcheck(OPS.norm_into.default, (x, r, w, out, rout, rstd, 1e-6, 0.0, False))
+    opcheck(OPS.norm_into.default, (_strided(x), r, w, out, _strided(rout), None, 1e-6))
     if combo[0] == combo[1]:
-        opcheck(OPS.fused_add_rmsnorm.default, (x, r, w, 1e-6, 0.0, False, True))
+        opcheck(OPS.norm.default, (x, r, w, 1e-6, 0.0, False, True))
 
 
 # ----- the ops agree with the reference, in every form -------------------------------------------
@@ -51,15 +51,15 @@ def test_opcheck(combo, H):
 def test_ops_match_reference(combo):
     N, H = 7, 200
     x, r, w = make_inputs(N, H, combo, DEVICE, seed=11)
-    y, ro, rstd = OPS.fused_add_rmsnorm(x, r, w, 1e-6, 0.25, True)
+    y, ro, rstd = OPS.norm(x, r, w, 1e-6, 0.25, True)
     check_forward(x, r, w, y, ro, rstd, 1e-6, 0.25, "functional op")
-    y, ro, rstd = OPS.fused_add_rmsnorm(x, r, w, 1e-6)
+    y, ro, rstd = OPS.norm(x, r, w, 1e-6)
     assert rstd.numel() == 0
     xi, ri = x.clone(), r.clone()
-    assert OPS.fused_add_rmsnorm_(xi, ri, w, 1e-6) is None
+    assert OPS.norm_(xi, ri, w, 1e-6) is None
     check_forward(x, r, w, xi, ri, None, 1e-6, 0.0, "in-place op")
     out, rout = _strided(torch.zeros_like(x)), torch.zeros_like(r)
-    OPS.fused_add_rmsnorm_into(_strided(x), r, w, out, rout, None, 1e-6)
+    OPS.norm_into(_strided(x), r, w, out, rout, None, 1e-6)
     check_forward(x, r, w, out, rout, None, 1e-6, 0.0, "into op")
 
 
@@ -122,22 +122,22 @@ def test_cuda_graph_capture_and_replay():
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm up: load modules and JIT-compile outside the capture
-        OPS.fused_add_rmsnorm(sx.clone(), sr.clone(), w, 1e-6)
-        OPS.fused_add_rmsnorm_(sx.clone(), sr.clone(), w, 1e-6)
+        OPS.norm(sx.clone(), sr.clone(), w, 1e-6)
+        OPS.norm_(sx.clone(), sr.clone(), w, 1e-6)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        y, ro, _ = OPS.fused_add_rmsnorm(sx, sr, w, 1e-6)
-        OPS.fused_add_rmsnorm_(sx, sr, w, 1e-6)  # second layer, in place on the static inputs
+        y, ro, _ = OPS.norm(sx, sr, w, 1e-6)
+        OPS.norm_(sx, sr, w, 1e-6)  # second layer, in place on the static inputs
     for seed in (3, 4):
         x2, r2, _ = make_inputs(N, H, DTYPE_COMBOS[0], DEVICE, seed=seed)
         sx.copy_(x2)
         sr.copy_(r2)
         g.replay()
         torch.cuda.synchronize()
-        y_e, ro_e, _ = OPS.fused_add_rmsnorm(x2, r2, w, 1e-6)
+        y_e, ro_e, _ = OPS.norm(x2, r2, w, 1e-6)
         xi, ri = x2.clone(), r2.clone()
-        OPS.fused_add_rmsnorm_(xi, ri, w, 1e-6)
+        OPS.norm_(xi, ri, w, 1e-6)
         for a, b in ((y, y_e), (ro, ro_e), (sx, xi), (sr, ri)):
             assert torch.equal(bits(a), bits(b))
 
@@ -186,12 +186,12 @@ def test_backends_give_identical_bits(combo, N, H):
     x, r, w = make_inputs(N, H, combo, DEVICE, seed=N + H)
     hfs = (False, True) if combo[0] == combo[1] == combo[2] else (False,)  # HF: one dtype for all three
     for hf in hfs:
-        a = OPS.fused_add_rmsnorm(x, r, w, 1e-6, 0.5, True, hf)  # C++ backend
+        a = OPS.norm(x, r, w, 1e-6, 0.5, True, hf)  # C++ backend
         b = jit_backend.fused_add_rmsnorm(x, r, w, 1e-6, 0.5, True, hf)
         for ta, tb in zip(a, b):
             assert torch.equal(bits(ta), bits(tb)), f"hf={hf}"
         xa, ra, xb, rb = _strided(x), r.clone(), _strided(x), r.clone()
-        OPS.fused_add_rmsnorm_(xa, ra, w, 1e-6, 0.0, hf)
+        OPS.norm_(xa, ra, w, 1e-6, 0.0, hf)
         jit_backend.fused_add_rmsnorm_(xb, rb, w, 1e-6, 0.0, hf)
         assert torch.equal(bits(xa), bits(xb)) and torch.equal(bits(ra), bits(rb))
 
@@ -206,7 +206,7 @@ def test_op_from_a_fresh_thread():
 
     def work():
         try:
-            got["y"] = OPS.fused_add_rmsnorm(x, r, w, 1e-6)
+            got["y"] = OPS.norm(x, r, w, 1e-6)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported below
             err.append(e)
@@ -222,27 +222,27 @@ def test_op_from_a_fresh_thread():
 def test_op_errors_are_python_exceptions():
     x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE)
     with pytest.raises(TypeError, match="x has dtype torch.int32"):
-        OPS.fused_add_rmsnorm(x.to(torch.int32), r, w, 1e-6)
+        OPS.norm(x.to(torch.int32), r, w, 1e-6)
     with pytest.raises(TypeError, match="residual has dtype torch.float16; it must be x's dtype"):
-        OPS.fused_add_rmsnorm_(x, r.half(), w, 1e-6)
+        OPS.norm_(x, r.half(), w, 1e-6)
     with pytest.raises(TypeError, match="numerics='hf' needs residual of x's dtype"):
-        OPS.fused_add_rmsnorm(x, r.float(), w, 1e-6, 0.0, False, True)
+        OPS.norm(x, r.float(), w, 1e-6, 0.0, False, True)
     with pytest.raises(TypeError, match="numerics='hf' needs weight of x's dtype"):
-        OPS.fused_add_rmsnorm(x, r, w.float(), 1e-6, 0.0, False, True)
+        OPS.norm(x, r, w.float(), 1e-6, 0.0, False, True)
     with pytest.raises(ValueError, match=r"weight has shape \(65,\), expected \(64,\)"):
-        OPS.fused_add_rmsnorm(x, r, torch.ones(65, device=DEVICE, dtype=w.dtype), 1e-6)
+        OPS.norm(x, r, torch.ones(65, device=DEVICE, dtype=w.dtype), 1e-6)
     with pytest.raises(ValueError, match="eps must be > 0"):
-        OPS.fused_add_rmsnorm(x, r, w, 0.0)
+        OPS.norm(x, r, w, 0.0)
     with pytest.raises(ValueError, match="x and residual overlap in memory"):
-        OPS.fused_add_rmsnorm_(x, x, w, 1e-6)
+        OPS.norm_(x, x, w, 1e-6)
     with pytest.raises(ValueError, match="rstd must be a contiguous float32 tensor of shape"):
-        OPS.fused_add_rmsnorm_into(x, r, w, torch.empty_like(x), torch.empty_like(r),
+        OPS.norm_into(x, r, w, torch.empty_like(x), torch.empty_like(r),
                                    torch.empty(5, device=DEVICE), 1e-6)
     if ON_GPU:
         with pytest.raises(ValueError, match="residual is on cpu but x is on cuda"):
-            OPS.fused_add_rmsnorm(x, r.cpu(), w, 1e-6)
+            OPS.norm(x, r.cpu(), w, 1e-6)
         with pytest.raises(ValueError, match="x is on cpu; addrmsnorm runs on CUDA tensors"):
-            OPS.fused_add_rmsnorm(x.cpu(), r.cpu(), w.cpu(), 1e-6)
+            OPS.norm(x.cpu(), r.cpu(), w.cpu(), 1e-6)
 
 
 # ----- the module and HF numerics -----------------------------------------------------------------
@@ -289,7 +289,7 @@ def test_hf_numerics(dtype, H, weight_offset):
     with torch.no_grad():
         m.weight.copy_(w)
         y, ro = m(x, r)
-    _, _, rstd = OPS.fused_add_rmsnorm(x, r, w, eps, weight_offset, True, True)
+    _, _, rstd = OPS.norm(x, r, w, eps, weight_offset, True, True)
     y_hf, h_hf = hf_style_ref(x, r, w, eps, weight_offset)
     if not ON_GPU:
         # The interpreter truncates fp32 -> bf16 conversions instead of rounding them, so HF's
@@ -331,12 +331,12 @@ def test_fake_implementations_raise_the_backends_errors():
     x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE)
     meta = lambda t: torch.empty_like(t, device="meta")  # noqa: E731
     cases = [
-        (lambda a, b, c: OPS.fused_add_rmsnorm(a, b.half(), c, 1e-6), TypeError),
-        (lambda a, b, c: OPS.fused_add_rmsnorm(a, b[:3], c, 1e-6), ValueError),
-        (lambda a, b, c: OPS.fused_add_rmsnorm_(a, b, c[:63], 1e-6), ValueError),
-        (lambda a, b, c: OPS.fused_add_rmsnorm_into(a, b, c, a.float(), b, None, 1e-6), TypeError),
-        (lambda a, b, c: OPS.fused_add_rmsnorm_into(a, b, c, a, b[:2], None, 1e-6), ValueError),
-        (lambda a, b, c: OPS.fused_add_rmsnorm_backward(a, None, b.half(), torch.ones(4, device=a.device), c),
+        (lambda a, b, c: OPS.norm(a, b.half(), c, 1e-6), TypeError),
+        (lambda a, b, c: OPS.norm(a, b[:3], c, 1e-6), ValueError),
+        (lambda a, b, c: OPS.norm_(a, b, c[:63], 1e-6), ValueError),
+        (lambda a, b, c: OPS.norm_into(a, b, c, a.float(), b, None, 1e-6), TypeError),
+        (lambda a, b, c: OPS.norm_into(a, b, c, a, b[:2], None, 1e-6), ValueError),
+        (lambda a, b, c: OPS.norm_backward(a, None, b.half(), torch.ones(4, device=a.device), c),
          TypeError),
     ]
     for i, (call, exc) in enumerate(cases):

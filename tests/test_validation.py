@@ -204,12 +204,12 @@ def test_in_place_forms_refuse_grad(inputs):
     under no_grad. (tests/test_autograd_guards.py covers every operator and argument.)"""
     x, r, w = inputs
     w = w.clone().requires_grad_()
-    assert_refused(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
+    assert_refused(RuntimeError, "addrmsnorm::norm_ has no backward, but weight requires grad",
              lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w), x, r, w)
-    assert_refused(RuntimeError, "fused_add_rmsnorm_into has no backward, but weight requires grad",
+    assert_refused(RuntimeError, "norm_into has no backward, but weight requires grad",
              lambda: addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x)), x, r, w)
-    assert_refused(RuntimeError, "fused_add_rmsnorm_ has no backward, but weight requires grad",
-             lambda: torch.ops.addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6), x, r, w)
+    assert_refused(RuntimeError, "addrmsnorm::norm_ has no backward, but weight requires grad",
+             lambda: torch.ops.addrmsnorm.norm_(x, r, w, 1e-6), x, r, w)
     with torch.no_grad():
         addrmsnorm.fused_add_rmsnorm_(x, r, w)
 

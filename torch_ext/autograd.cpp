@@ -1,17 +1,18 @@
-// The Autograd-key kernels of the torch.ops.addrmsnorm operators on the cpp backend: the C++ twin of
+// The Autograd-key kernels of every torch.ops.addrmsnorm operator on the cpp backend: the C++ twin of
 // addrmsnorm/autograd.py, which the Triton backend registers instead. Same guards, same messages,
 // same gradients bit for bit (the tests hold them to it); in C++ so that a training step, and a
 // module whose weight requires grad, pay no Python per call.
 //
-// * fused_add_rmsnorm (functional): with grad mode on and an input that requires grad, the forward
-//   always computes rstd and saves (h, rstd, weight), never x or residual; the caller still gets a
-//   0-element rstd unless it asked for one. The backward calls fused_add_rmsnorm_backward.
-// * fused_add_rmsnorm_backward: first order only. With grad mode on (create_graph=True) and an input
-//   that requires grad, its outputs hang off an Error node that raises no_double_backward_message if a
+// * norm (functional): with grad mode on and an input that requires grad, the forward always
+//   computes rstd and saves (h, rstd, weight) -- h is residual_out, or x without a residual -- and
+//   the caller still gets a 0-element rstd unless it asked for one. The backward calls norm_backward
+//   (without a residual on x's rows of one stride: a view of two strides is copied there).
+// * norm_backward: first order only. With grad mode on (create_graph=True) and an input that
+//   requires grad, its outputs hang off an Error node that raises no_double_backward_message if a
 //   backward reaches it: a second-order gradient is refused, never a silent zero.
-// * fused_add_rmsnorm_ and fused_add_rmsnorm_into (mutating): no backward. With grad mode on they
-//   refuse any argument that requires grad, naming it; in every mode they bump the version counters
-//   of what they wrote, as ADInplaceOrView does for torch's in-place ops.
+// * the mutating and the quantized operators: no backward. With grad mode on they refuse any
+//   argument that requires grad, naming it; the mutating ones bump the version counters of what they
+//   wrote, as ADInplaceOrView does for torch's in-place ops.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
@@ -36,64 +37,74 @@ namespace {
 
 using at::Tensor;
 
-using ForwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double, double,
-                                                     bool, bool, bool);
-using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const std::optional<Tensor>&, const Tensor&,
-                                                      const Tensor&, const Tensor&, double, bool);
-using InPlaceFn = void(const Tensor&, const Tensor&, const Tensor&, double, double, bool, bool);
-using IntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                    const std::optional<Tensor>&, double, double, bool, bool);
-
-using QuantFn = std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>>(
-    const Tensor&, const Tensor&, const Tensor&, double, c10::ScalarType, const std::optional<Tensor>&, int64_t,
-    const std::optional<Tensor>&, bool, bool, double, bool, bool, bool);
-using QuantIntoFn = void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const std::optional<Tensor>&, const std::optional<Tensor>&, double,
-                         const std::optional<Tensor>&, int64_t, const std::optional<Tensor>&, bool, double, bool,
-                         bool);
+using OptTensor = std::optional<Tensor>;
+using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, double, double, bool,
+                                                  int64_t, bool);
+using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
+                                                      const Tensor&, double, bool);
+using InPlaceFn = void(const Tensor&, const OptTensor&, const Tensor&, double, double, int64_t, bool);
+using IntoFn = void(const Tensor&, const OptTensor&, const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
+                    double, double, int64_t, bool);
+using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const Tensor&, double,
+                                                                 c10::ScalarType, const OptTensor&, int64_t,
+                                                                 const OptTensor&, bool, bool, double, bool, bool, bool);
+using QuantIntoFn = void(const Tensor&, const OptTensor&, const Tensor&, const Tensor&, const OptTensor&,
+                         const OptTensor&, const OptTensor&, double, const OptTensor&, int64_t, const OptTensor&, bool,
+                         double, bool, bool);
+using QkFn = void(const Tensor&, const Tensor&, const Tensor&, double, int64_t, int64_t, int64_t, double, int64_t,
+                  bool);
 
 // The operators' names: each is the key of its own handle below.
-constexpr char kForward[] = "addrmsnorm::fused_add_rmsnorm";
-constexpr char kBackward[] = "addrmsnorm::fused_add_rmsnorm_backward";
-constexpr char kInPlace[] = "addrmsnorm::fused_add_rmsnorm_";
-constexpr char kInto[] = "addrmsnorm::fused_add_rmsnorm_into";
-constexpr char kQuant[] = "addrmsnorm::fused_add_rmsnorm_quant";
-constexpr char kQuantInto[] = "addrmsnorm::fused_add_rmsnorm_quant_into";
+constexpr char kNorm[] = "addrmsnorm::norm";
+constexpr char kBackward[] = "addrmsnorm::norm_backward";
+constexpr char kInPlace[] = "addrmsnorm::norm_";
+constexpr char kInto[] = "addrmsnorm::norm_into";
+constexpr char kQuant[] = "addrmsnorm::norm_quant";
+constexpr char kQuantInto[] = "addrmsnorm::norm_quant_into";
+constexpr char kQk[] = "addrmsnorm::qk_rmsnorm_";
 
-// The handle of operator Name, found once. Keyed by the operator, not by its C++ signature: two
-// operators of one signature (the plain norm's and the fused one's may be) each get their own.
+// The handle of operator Name, found once. Keyed by the operator, not by its C++ signature.
 template <typename Fn, const char* Name>
 const c10::TypedOperatorHandle<Fn>& op() {
     static const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(Name, "").typed<Fn>();
     return handle;
 }
 
-const c10::TypedOperatorHandle<ForwardFn>& forward_op() { return op<ForwardFn, kForward>(); }
+const c10::TypedOperatorHandle<NormFn>& norm_op() { return op<NormFn, kNorm>(); }
 const c10::TypedOperatorHandle<BackwardFn>& backward_op() { return op<BackwardFn, kBackward>(); }
 
-// addrmsnorm/autograd.py no_backward_message, word for word.
-std::string no_backward_message(const char* name, const char* arg) {
-    if (std::string_view(name).find("quant") != std::string_view::npos)
-        return std::string("addrmsnorm::") + name + " has no backward, but " + arg +
-               " requires grad; quantized outputs are for inference: call it under torch.no_grad() or "
-               "torch.inference_mode()";
-    return std::string("addrmsnorm::") + name + " has no backward, but " + arg +
-           " requires grad; call it under torch.no_grad(), or for training call "
-           "addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or residual_out=";
+// addrmsnorm/autograd.py no_backward_message, word for word (plain: called without a residual).
+std::string no_backward_message(const char* name, const char* arg, bool plain = false) {
+    const std::string head = std::string("addrmsnorm::") + name + " has no backward, but " + arg + " requires grad; ";
+    const std::string_view n(name);
+    if (n.find("quant") != std::string_view::npos)
+        return head + "quantized outputs are for inference: call it under torch.no_grad() or torch.inference_mode()";
+    if (n.rfind("qk_", 0) == 0)
+        return head + "call it under torch.no_grad(), or for training normalize the q and k views with "
+                      "addrmsnorm.rmsnorm(x, weight)";
+    if (plain) return head + "call it under torch.no_grad(), or for training call addrmsnorm.rmsnorm(x, weight) without out=";
+    return head + "call it under torch.no_grad(), or for training call addrmsnorm.fused_add_rmsnorm(x, residual, "
+                  "weight) without out= or residual_out=";
 }
 
 // addrmsnorm/autograd.py no_double_backward_message, word for word.
 constexpr char kNoDoubleBackward[] =
-    "addrmsnorm::fused_add_rmsnorm_backward has no backward: the gradients of fused_add_rmsnorm, rmsnorm, "
+    "addrmsnorm::norm_backward has no backward: the gradients of fused_add_rmsnorm, rmsnorm, "
     "FusedAddRMSNorm and RMSNorm are first order only, so a gradient of a gradient "
     "(torch.autograd.grad(..., create_graph=True), then a backward through its result) cannot be taken; for "
     "higher-order gradients use the reference, addrmsnorm.fused_add_rmsnorm_ref or addrmsnorm.rmsnorm_ref, which "
     "autograd differentiates to any order";
 
-void refuse_grad(const char* name, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+void refuse_grad(const char* name, std::initializer_list<std::pair<const char*, const Tensor*>> args,
+                 bool plain = false) {
     if (!c10::GradMode::is_enabled()) return;
     for (const auto& [arg, t] : args)
-        TORCH_CHECK(!(t->defined() && t->requires_grad()), no_backward_message(name, arg));
+        TORCH_CHECK(!(t->defined() && t->requires_grad()), no_backward_message(name, arg, plain));
+}
+
+const Tensor& or_none(const OptTensor& t) {
+    static const Tensor none;
+    return t.has_value() ? *t : none;
 }
 
 void bump(const Tensor& t) { t.unsafeGetTensorImpl()->bump_version(); }
@@ -117,13 +128,15 @@ auto make_node(Args&&... args) {
     }
 }
 
-// The gradient of (y, residual_out) with respect to (x, residual, weight).
-struct FusedAddRMSNormBackward final : public ag::Node {
-    ag::SavedVariable h, rstd, weight;  // h is this node's output: saved without a reference cycle
+// The gradient of (y, residual_out) with respect to (x, residual, weight); without a residual (plain),
+// of y with respect to (x, -, weight), h being x.
+struct NormBackward final : public ag::Node {
+    ag::SavedVariable h, rstd, weight;  // the fused norm's h is this node's output: saved without a cycle
     double weight_offset = 0.0;
     c10::ScalarType x_dtype = c10::kFloat;
+    bool plain = false;
 
-    std::string name() const override { return "FusedAddRMSNormBackward"; }
+    std::string name() const override { return plain ? "RMSNormBackward" : "FusedAddRMSNormBackward"; }
 
     void release_variables() override {
         h.reset_data();
@@ -135,13 +148,22 @@ struct FusedAddRMSNormBackward final : public ag::Node {
         const bool need_x = should_compute_output(0), need_res = should_compute_output(1),
                    need_w = should_compute_output(2);
         if (!need_x && !need_res && !need_w) return {Tensor(), Tensor(), Tensor()};
-        const Tensor h_ = h.unpack(getptr()), rstd_ = rstd.unpack(), weight_ = weight.unpack();
+        const Tensor h_ = plain ? h.unpack() : h.unpack(getptr()), rstd_ = rstd.unpack(), weight_ = weight.unpack();
         Tensor dy = grads[0];
+        if (plain) {
+            if (!dy.defined()) return {Tensor(), Tensor(), Tensor()};
+            // The backward takes rows of one stride: a view of two strides (a head's rows) is copied here.
+            const int64_t H = h_.size(-1);
+            auto [dres, dx, dweight] = backward_op().call(dy.reshape({-1, H}).contiguous(), std::nullopt,
+                                                          h_.reshape({-1, H}), rstd_.reshape({-1}), weight_,
+                                                          weight_offset, need_w);
+            return {need_x ? dres.view(h_.sizes()) : Tensor(), Tensor(), need_w ? dweight : Tensor()};
+        }
         if (!dy.defined())
             dy = at::zeros(h_.sizes(), h_.options().dtype(x_dtype));  // y unused: its gradient is 0
         else if (!dy.is_contiguous())
             dy = dy.contiguous();  // e.g. the expanded gradient of a sum()
-        std::optional<Tensor> dresidual_out;  // absent when residual_out is unused: nothing to add
+        OptTensor dresidual_out;  // absent when residual_out is unused: nothing to add
         if (grads[1].defined()) dresidual_out = grads[1].is_contiguous() ? grads[1] : grads[1].contiguous();
         auto [dres, dx, dweight] = backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w);
         if (x_dtype == h_.scalar_type()) dx = dres;  // one tensor, handed back for both x and residual
@@ -151,8 +173,8 @@ struct FusedAddRMSNormBackward final : public ag::Node {
 
 // The backward operator: its gradients are computed as usual; where they would take part in a graph,
 // they get an Error node, as torch.autograd.function.once_differentiable does.
-std::tuple<Tensor, Tensor, Tensor> fused_add_rmsnorm_backward_autograd(
-    c10::DispatchKeySet ks, const Tensor& dy, const std::optional<Tensor>& dresidual_out, const Tensor& h,
+std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
+    c10::DispatchKeySet ks, const Tensor& dy, const OptTensor& dresidual_out, const Tensor& h,
     const Tensor& rstd, const Tensor& weight, double weight_offset, bool weight_grad) {
     Tensor dres, dx, dweight;
     {
@@ -171,113 +193,119 @@ std::tuple<Tensor, Tensor, Tensor> fused_add_rmsnorm_backward_autograd(
     return {dres, dx, dweight};
 }
 
-std::tuple<Tensor, Tensor, Tensor> fused_add_rmsnorm_autograd(c10::DispatchKeySet ks, const Tensor& x,
-                                                              const Tensor& residual, const Tensor& weight, double eps,
-                                                              double weight_offset, bool return_rstd, bool hf,
-                                                              bool pdl) {
-    const bool grad =
-        c10::GradMode::is_enabled() && (x.requires_grad() || residual.requires_grad() || weight.requires_grad());
+std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
+                                                 const Tensor& weight, double eps, double weight_offset,
+                                                 bool return_rstd, int64_t numerics, bool pdl) {
+    const bool plain = !residual.has_value();
+    const bool grad = c10::GradMode::is_enabled() &&
+                      (x.requires_grad() || weight.requires_grad() || (!plain && residual->requires_grad()));
     if (!grad) {
         at::AutoDispatchBelowADInplaceOrView below;
-        return forward_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, weight_offset,
-                                       return_rstd, hf, pdl);
+        return norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, weight_offset,
+                                    return_rstd, numerics, pdl);
     }
-    auto node = make_node<FusedAddRMSNormBackward>();
-    node->set_next_edges(ag::collect_next_edges(x, residual, weight));
+    auto node = make_node<NormBackward>();
+    node->set_next_edges(ag::collect_next_edges(x, or_none(residual), weight));
     Tensor y, h, rstd;
     {
         at::AutoDispatchBelowADInplaceOrView below;
         // rstd always: the backward needs the forward's own, not one recomputed from rounded h.
-        std::tie(y, h, rstd) = forward_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
-                                                       weight_offset, true, hf, pdl);
+        std::tie(y, h, rstd) = norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
+                                                    weight_offset, true, numerics, pdl);
     }
     const NodePtr fn(node);
-    ag::set_history(y, fn);  // output 0
-    ag::set_history(h, fn);  // output 1; rstd is not differentiable
-    node->h = ag::SavedVariable(h, /*is_output=*/true);
+    ag::set_history(y, fn);                // output 0
+    if (!plain) ag::set_history(h, fn);    // output 1; rstd is not differentiable
+    node->h = plain ? ag::SavedVariable(x, false) : ag::SavedVariable(h, /*is_output=*/true);
     node->rstd = ag::SavedVariable(rstd, false);
     node->weight = ag::SavedVariable(weight, false);
     node->weight_offset = weight_offset;
     node->x_dtype = x.scalar_type();
+    node->plain = plain;
     return {y, h, return_rstd ? rstd : at::empty({0}, rstd.options())};
 }
 
 // ----- the mutating operators ----------------------------------------------------------------------
 
-void fused_add_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual,
-                                 const Tensor& weight, double eps, double weight_offset, bool hf, bool pdl) {
-    refuse_grad("fused_add_rmsnorm_", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
+void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
+                    double eps, double weight_offset, int64_t numerics, bool pdl) {
+    const bool plain = !residual.has_value();
+    refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}}, plain);
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<InPlaceFn, kInPlace>()
-            .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, hf, pdl);
+        op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
+                                             weight_offset, numerics, pdl);
     }
     bump(x);
-    bump(residual);
+    if (!plain) bump(*residual);
 }
 
-void fused_add_rmsnorm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual,
-                                     const Tensor& weight, const Tensor& out, const Tensor& residual_out,
-                                     const std::optional<Tensor>& rstd, double eps, double weight_offset, bool hf,
-                                     bool pdl) {
-    const Tensor none;
-    refuse_grad("fused_add_rmsnorm_into", {{"x", &x}, {"residual", &residual}, {"weight", &weight}, {"out", &out},
-                                           {"residual_out", &residual_out},
-                                           {"rstd", rstd.has_value() ? &*rstd : &none}});
+void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
+                        const Tensor& out, const OptTensor& residual_out, const OptTensor& rstd, double eps,
+                        double weight_offset, int64_t numerics, bool pdl) {
+    refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}, {"out", &out},
+                              {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)}},
+                !residual.has_value());
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<IntoFn, kInto>()
-            .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-                        weight_offset, hf, pdl);
+        op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
+                                       rstd, eps, weight_offset, numerics, pdl);
     }
-    bump(out);
-    bump(residual_out);
-    if (rstd.has_value() && rstd->defined()) bump(*rstd);
+    for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd)})
+        if (t->defined()) bump(*t);
+}
+
+void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const Tensor& q_weight, const Tensor& k_weight,
+                          double eps, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+                          double weight_offset, int64_t numerics, bool pdl) {
+    refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &q_weight}, {"k_weight", &k_weight}});
+    {
+        at::AutoDispatchBelowADInplaceOrView below;
+        op<QkFn, kQk>().redispatch(ks & c10::after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads,
+                                   num_kv_heads, head_dim, weight_offset, numerics, pdl);
+    }
+    bump(qkv);
 }
 
 // ----- quantized outputs: inference only -------------------------------------------------------------
 
-std::tuple<Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>> fused_add_rmsnorm_quant_autograd(
-    c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual, const Tensor& weight, double eps,
-    c10::ScalarType quant_dtype, const std::optional<Tensor>& scale, int64_t group_size,
-    const std::optional<Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,
-    bool return_y, bool pdl, bool swizzled_scales) {
-    refuse_grad("fused_add_rmsnorm_quant", {{"x", &x}, {"residual", &residual}, {"weight", &weight}});
+std::tuple<Tensor, Tensor, OptTensor, OptTensor> norm_quant_autograd(
+    c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight, double eps,
+    c10::ScalarType quant_dtype, const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub,
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
+    refuse_grad("norm_quant", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}});
     at::AutoDispatchBelowADInplaceOrView below;
-    return op<QuantFn, kQuant>()
-        .redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
-                    column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales);
+    return op<QuantFn, kQuant>().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype,
+                                            scale, group_size, scale_ub, column_major_scales, ue8m0_scales,
+                                            weight_offset, return_y, pdl, swizzled_scales);
 }
 
-void fused_add_rmsnorm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const Tensor& residual,
-                                           const Tensor& weight, const Tensor& out, const Tensor& residual_out,
-                                           const std::optional<Tensor>& scales_out, const std::optional<Tensor>& y,
-                                           double eps, const std::optional<Tensor>& scale, int64_t group_size,
-                                           const std::optional<Tensor>& scale_ub, bool ue8m0_scales,
-                                           double weight_offset, bool pdl, bool swizzled_scales) {
-    const Tensor none;
-    refuse_grad("fused_add_rmsnorm_quant_into",
-                {{"x", &x}, {"residual", &residual}, {"weight", &weight}, {"out", &out}, {"residual_out", &residual_out},
-                 {"scales_out", scales_out.has_value() ? &*scales_out : &none}, {"y", y.has_value() ? &*y : &none}});
+void norm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
+                              const Tensor& out, const OptTensor& residual_out, const OptTensor& scales_out,
+                              const OptTensor& y, double eps, const OptTensor& scale, int64_t group_size,
+                              const OptTensor& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
+                              bool swizzled_scales) {
+    refuse_grad("norm_quant_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}, {"out", &out},
+                                    {"residual_out", &or_none(residual_out)}, {"scales_out", &or_none(scales_out)},
+                                    {"y", &or_none(y)}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
-        op<QuantIntoFn, kQuantInto>()
-            .redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
-                        eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales);
+        op<QuantIntoFn, kQuantInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out,
+                                                 residual_out, scales_out, y, eps, scale, group_size, scale_ub,
+                                                 ue8m0_scales, weight_offset, pdl, swizzled_scales);
     }
-    bump(out);
-    bump(residual_out);
-    if (scales_out.has_value() && scales_out->defined()) bump(*scales_out);
-    if (y.has_value() && y->defined()) bump(*y);
+    for (const Tensor* t : {&out, &or_none(residual_out), &or_none(scales_out), &or_none(y)})
+        if (t->defined()) bump(*t);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(addrmsnorm, Autograd, m) {
-    m.impl("fused_add_rmsnorm_quant", &fused_add_rmsnorm_quant_autograd);
-    m.impl("fused_add_rmsnorm_quant_into", &fused_add_rmsnorm_quant_into_autograd);
-    m.impl("fused_add_rmsnorm", &fused_add_rmsnorm_autograd);
-    m.impl("fused_add_rmsnorm_backward", &fused_add_rmsnorm_backward_autograd);
-    m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm__autograd);
-    m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into_autograd);
+    m.impl("norm", &norm_autograd);
+    m.impl("norm_", &norm__autograd);
+    m.impl("norm_into", &norm_into_autograd);
+    m.impl("norm_backward", &norm_backward_autograd);
+    m.impl("norm_quant", &norm_quant_autograd);
+    m.impl("norm_quant_into", &norm_quant_into_autograd);
+    m.impl("qk_rmsnorm_", &qk_rmsnorm__autograd);
 }

@@ -1,9 +1,10 @@
 // The C++ backend of the torch.ops.addrmsnorm operators (their schemas are in addrmsnorm/ops.py).
 //
-// Each operator checks its tensors here, with the messages of addrmsnorm/validation.py, and calls
-// the C ABI of the AOT-compiled runtime (include/addrmsnorm/addrmsnorm.h) on torch's current stream
-// for the tensors' device. The C ABI then makes the pointer-level checks (overlap, alignment, eps)
-// before it launches. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
+// Seven operators (norm, norm_, norm_into, norm_backward, norm_quant, norm_quant_into, qk_rmsnorm_),
+// each with an optional residual: without one, the plain norm. Each checks its tensors here, with
+// the messages of addrmsnorm/validation.py, fills one addrmsnorm_norm_args (or the backward's) and
+// calls addrmsnorm_norm on torch's current stream for the tensors' device. The C ABI then makes the
+// pointer-level checks (overlap, alignment, eps) before it launches. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
 // device-guard interface, and the library is linked in statically.
 //
 // The Autograd-key kernels of the same operators are in autograd.cpp.
@@ -190,22 +191,38 @@ void with_context(const c10::Device& device, F call) {
     if (st != ADDRMSNORM_SUCCESS) raise(st);
 }
 
+// One addrmsnorm_norm call on torch's current stream of `device`.
+void launch_norm_args(const c10::Device& device, const addrmsnorm_norm_args& a) {
+    const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
+    const auto stream = current_stream(device);
+    with_context(device, [&] { return addrmsnorm_norm(&a, stream); });
+}
+
 void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
             const at::Tensor& out, const RowView& o, const at::Tensor& residual_out, const RowView& ro,
             float* rstd, double eps, double weight_offset, bool hf, bool pdl) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    const int64_t H = x.size(-1);
-    const c10::Device device = x.device();
-    const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
-    const auto stream = current_stream(device);
-    auto call = [&] {
-        return addrmsnorm_fused_add_rmsnorm(
-            x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), rstd,
-            c.x.rows, H, c.x.stride, c.residual.stride, o.stride, ro.stride, c.xd, c.rd, c.wd,
-            static_cast<float>(eps), static_cast<float>(weight_offset),
-            (hf ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
-    };
-    with_context(device, call);
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = x.data_ptr();
+    a.residual = residual.data_ptr();
+    a.weight = weight.data_ptr();
+    a.out = out.data_ptr();
+    a.residual_out = residual_out.data_ptr();
+    a.rstd = rstd;
+    a.rows = c.x.rows;
+    a.hidden = x.size(-1);
+    a.stride_x = c.x.stride;
+    a.stride_residual = c.residual.stride;
+    a.stride_out = o.stride;
+    a.stride_residual_out = ro.stride;
+    a.x_dtype = c.xd;
+    a.residual_dtype = c.rd;
+    a.weight_dtype = c.wd;
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.numerics = hf ? ADDRMSNORM_NUMERICS_HF : ADDRMSNORM_NUMERICS_CONTRACT;
+    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    launch_norm_args(x.device(), a);
 }
 
 // Python's repr of a float (1e-06, 0.5, 1e+39, inf), so that messages match validation.py's word
@@ -348,16 +365,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
     const c10::Device device = dy.device();
     const c10::DeviceGuard guard(device);
     const auto stream = current_stream(device);
+    addrmsnorm_norm_backward_args a = addrmsnorm_norm_backward_args_init();
+    a.rows = vdy.rows;
+    a.hidden = H;
+    a.x_dtype = xd;
+    a.residual_dtype = rd;
+    a.weight_dtype = wd;
     uint64_t bytes = 0;
-    with_context(device, [&] { return addrmsnorm_fused_add_rmsnorm_backward_workspace_size(vdy.rows, H, xd, rd, &bytes); });
+    with_context(device, [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
     at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
-    with_context(device, [&] {
-        return addrmsnorm_fused_add_rmsnorm_backward(
-            dy.data_ptr(), dro_ptr, h.data_ptr(), rstd.data_ptr<float>(), weight.data_ptr(), dres.data_ptr(),
-            separate ? dx.data_ptr() : nullptr, weight_grad ? dweight.data_ptr() : nullptr, workspace.data_ptr(), bytes,
-            vdy.rows, H, vdy.stride, vdro.stride, vh.stride, H, H, xd, rd, wd, static_cast<float>(weight_offset), 0u,
-            stream);
-    });
+    a.dy = dy.data_ptr();
+    a.stride_dy = vdy.stride;
+    a.dresidual_out = dro_ptr;
+    a.stride_dresidual_out = vdro.stride;
+    a.h = h.data_ptr();
+    a.stride_h = vh.stride;
+    a.rstd = rstd.data_ptr<float>();
+    a.weight = weight.data_ptr();
+    a.dresidual = dres.data_ptr();
+    a.stride_dresidual = H;
+    a.dx = separate ? dx.data_ptr() : nullptr;
+    a.stride_dx = H;
+    a.dweight = weight_grad ? dweight.data_ptr() : nullptr;
+    a.workspace = workspace.data_ptr();
+    a.workspace_bytes = bytes;
+    a.weight_offset = weight_offset;
+    with_context(device, [&] { return addrmsnorm_norm_backward(&a, stream); });
     return {dres, dx, dweight};
 }
 
@@ -571,6 +604,35 @@ addrmsnorm_quant quant_descriptor(const at::Tensor& q, const std::optional<at::T
     return qd;
 }
 
+// One quantized addrmsnorm_norm call: residual and residual_out null for the plain norm's.
+void launch_quant_args(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight, const at::Tensor& q,
+                       const at::Tensor* residual_out, const at::Tensor* y, const RowView& vx, const RowView& vr,
+                       const RowView& vq, const RowView& vro, const RowView& vy, const addrmsnorm_quant& qd, double eps,
+                       double weight_offset, bool pdl) {
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = x.data_ptr();
+    a.weight = weight.data_ptr();
+    a.out = q.data_ptr();
+    a.y = y != nullptr ? y->data_ptr() : nullptr;
+    a.rows = vx.rows;
+    a.hidden = x.size(-1);
+    a.stride_x = vx.stride;
+    a.stride_out = vq.stride;
+    a.stride_y = vy.stride;
+    if (residual != nullptr) {
+        a.residual = residual->data_ptr();
+        a.residual_out = residual_out->data_ptr();
+        a.stride_residual = vr.stride;
+        a.stride_residual_out = vro.stride;
+    }
+    a.x_dtype = a.residual_dtype = a.weight_dtype = to_dtype("x", x);
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.quant = &qd;
+    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    launch_norm_args(x.device(), a);
+}
+
 void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
                   const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
                   const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
@@ -583,16 +645,7 @@ void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Ten
     if (vx.rows == 0) return;
     const int64_t H = x.size(-1);
     const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
-    const c10::Device device = x.device();
-    const c10::DeviceGuard guard(device);
-    const auto stream = current_stream(device);
-    const addrmsnorm_dtype xd = to_dtype("x", x);
-    with_context(device, [&] {
-        return addrmsnorm_fused_add_rmsnorm_quant(
-            x.data_ptr(), residual.data_ptr(), weight.data_ptr(), q.data_ptr(), residual_out.data_ptr(),
-            y != nullptr ? y->data_ptr() : nullptr, vx.rows, H, vx.stride, vr.stride, vq.stride, vro.stride, vy.stride,
-            xd, static_cast<float>(eps), static_cast<float>(weight_offset), &qd, pdl ? ADDRMSNORM_FLAG_PDL : 0u, stream);
-    });
+    launch_quant_args(x, &residual, weight, q, &residual_out, y, vx, vr, vq, vro, vy, qd, eps, weight_offset, pdl);
 }
 
 // Outputs a call does not ask for are None (std::nullopt): scales when static, y without return_y.
@@ -688,11 +741,11 @@ Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape
 }
 
 // The plain-norm operators' numerics (configs.PLAIN_NUMERICS' index: 0 contract, 1 hf, 2 hf_round_once) as
-// C ABI flags; validation.plain_numerics' words.
-uint32_t numerics_flags(int64_t numerics) {
+// the C ABI's addrmsnorm_numerics (the same values); validation.plain_numerics' words.
+addrmsnorm_numerics checked_numerics(int64_t numerics) {
     TORCH_CHECK_VALUE(numerics >= 0 && numerics <= 2, "numerics must be 0 (contract), 1 (hf) or 2 (hf_round_once), got ",
                       numerics);
-    return (numerics ? ADDRMSNORM_FLAG_HF_NUMERICS : 0u) | (numerics == 2 ? ADDRMSNORM_FLAG_HF_ROUND_ONCE : 0u);
+    return static_cast<addrmsnorm_numerics>(numerics);
 }
 
 addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, bool hf, const at::Tensor* out,
@@ -719,19 +772,29 @@ addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, 
 }
 
 void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weight, const at::Tensor& out,
-                 const Grouped& go, float* rstd, double eps, double weight_offset, uint32_t flags, bool pdl) {
+                 const Grouped& go, float* rstd, double eps, double weight_offset, addrmsnorm_numerics numerics,
+                 bool pdl) {
     TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
     if (gx.rows == 0) return;
-    const c10::Device device = x.device();
-    const c10::DeviceGuard guard(device);
-    const auto stream = current_stream(device);
-    const addrmsnorm_dtype xd = to_dtype("x", x), wd = to_dtype("weight", weight);
-    with_context(device, [&] {
-        return addrmsnorm_rmsnorm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), rstd, gx.rows / gx.heads, gx.heads,
-                                  x.size(-1), gx.stride, gx.head_stride, go.stride, go.head_stride, xd, wd,
-                                  static_cast<float>(eps), static_cast<float>(weight_offset),
-                                  flags | (pdl ? ADDRMSNORM_FLAG_PDL : 0u), stream);
-    });
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = x.data_ptr();
+    a.weight = weight.data_ptr();
+    a.out = out.data_ptr();
+    a.rstd = rstd;
+    a.rows = gx.rows / gx.heads;
+    a.groups = gx.heads;
+    a.hidden = x.size(-1);
+    a.stride_x = gx.stride;
+    a.stride_x_group = gx.head_stride;
+    a.stride_out = go.stride;
+    a.stride_out_group = go.head_stride;
+    a.x_dtype = a.residual_dtype = to_dtype("x", x);
+    a.weight_dtype = to_dtype("weight", weight);
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.numerics = numerics;
+    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    launch_norm_args(x.device(), a);
 }
 
 float* checked_rstd(const std::optional<at::Tensor>& rstd, const at::Tensor& x) {
@@ -747,8 +810,8 @@ float* checked_rstd(const std::optional<at::Tensor>& rstd, const at::Tensor& x) 
 std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps,
                                            double weight_offset, bool return_rstd, int64_t numerics, bool pdl) {
     check_scalars(eps, weight_offset);
-    const uint32_t flags = numerics_flags(numerics);
-    check_norm_meta(x, weight, flags != 0, nullptr, nullptr);
+    const addrmsnorm_numerics n = checked_numerics(numerics);
+    check_norm_meta(x, weight, n != ADDRMSNORM_NUMERICS_CONTRACT, nullptr, nullptr);
     const Grouped gx = as_grouped("x", x, x.sizes());
     at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
     at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, x.dim() - 1) : c10::IntArrayRef{0},
@@ -756,7 +819,7 @@ std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor
     const int64_t H = x.size(-1);
     const Grouped go = Grouped{gx.rows, 1, H, 0}.as_group_of(gx.heads);
     launch_norm(x, gx, weight, out, go, return_rstd && rstd.numel() ? rstd.data_ptr<float>() : nullptr, eps,
-                weight_offset, flags, pdl);
+                weight_offset, n, pdl);
     return {out, rstd};
 }
 
@@ -764,15 +827,15 @@ void rmsnorm_into(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                   const std::optional<at::Tensor>& rstd, double eps, double weight_offset, int64_t numerics,
                   bool pdl) {
     check_scalars(eps, weight_offset);
-    const uint32_t flags = numerics_flags(numerics);
-    check_norm_meta(x, weight, flags != 0, &out, rstd.has_value() ? &*rstd : nullptr);
+    const addrmsnorm_numerics n = checked_numerics(numerics);
+    check_norm_meta(x, weight, n != ADDRMSNORM_NUMERICS_CONTRACT, &out, rstd.has_value() ? &*rstd : nullptr);
     Grouped gx = as_grouped("x", x, x.sizes());
     Grouped go = out.is_same(x) ? gx : as_grouped("out", out, x.sizes());
     const int64_t g = std::max(gx.heads, go.heads);
     gx = gx.as_group_of(g);
     go = go.as_group_of(g);
     float* r = checked_rstd(rstd, x);
-    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, flags, pdl);
+    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, n, pdl);
 }
 
 void rmsnorm_(const at::Tensor& x, const at::Tensor& weight, double eps, double weight_offset, int64_t numerics,
@@ -784,8 +847,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
                  bool pdl) {
     check_scalars(eps, weight_offset);
-    const uint32_t flags = numerics_flags(numerics);
-    const bool hf = flags != 0;
+    const addrmsnorm_numerics numerics_value = checked_numerics(numerics);
+    const bool hf = numerics_value != ADDRMSNORM_NUMERICS_CONTRACT;
     // validation.check_qk_rmsnorm_meta, in its order and words.
     const addrmsnorm_dtype xd = to_dtype("qkv", qkv), wd = to_dtype("q_weight", q_weight);
     to_dtype("k_weight", k_weight);
@@ -823,15 +886,24 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
     TORCH_CHECK_VALUE(tokens <= 1 || stride >= width, "qkv: row stride ", stride, " < the q and k heads' width ", width,
                       ", so its rows overlap");
     if (tokens == 0) return;
-    const c10::Device device = qkv.device();
-    const c10::DeviceGuard guard(device);
-    const auto stream = current_stream(device);
-    with_context(device, [&] {
-        return addrmsnorm_qk_rmsnorm(qkv.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(), tokens, num_q_heads,
-                                     num_kv_heads, head_dim, stride, xd, wd, static_cast<float>(eps),
-                                     static_cast<float>(weight_offset), flags | (pdl ? ADDRMSNORM_FLAG_PDL : 0u),
-                                     stream);
-    });
+    // q's heads, then k's, as the groups of one call; k's weight from num_q_heads on.
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = a.out = qkv.data_ptr();
+    a.weight = q_weight.data_ptr();
+    a.weight2 = k_weight.data_ptr();
+    a.weight2_from_group = num_q_heads;
+    a.rows = tokens;
+    a.groups = num_q_heads + num_kv_heads;
+    a.hidden = head_dim;
+    a.stride_x = a.stride_out = stride;
+    a.stride_x_group = a.stride_out_group = head_dim;
+    a.x_dtype = a.residual_dtype = xd;
+    a.weight_dtype = wd;
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.numerics = numerics_value;
+    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    launch_norm_args(qkv.device(), a);
 }
 
 void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& q, const at::Tensor* y,
@@ -845,16 +917,7 @@ void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at:
     if (vx.rows == 0) return;
     const int64_t H = x.size(-1);
     const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
-    const c10::Device device = x.device();
-    const c10::DeviceGuard guard(device);
-    const auto stream = current_stream(device);
-    const addrmsnorm_dtype xd = to_dtype("x", x);
-    with_context(device, [&] {
-        return addrmsnorm_rmsnorm_quant(x.data_ptr(), weight.data_ptr(), q.data_ptr(),
-                                        y != nullptr ? y->data_ptr() : nullptr, vx.rows, H, vx.stride, vq.stride,
-                                        vy.stride, xd, static_cast<float>(eps), static_cast<float>(weight_offset), &qd,
-                                        pdl ? ADDRMSNORM_FLAG_PDL : 0u, stream);
-    });
+    launch_quant_args(x, nullptr, weight, q, nullptr, y, vx, vx, vq, vx, vy, qd, eps, weight_offset, pdl);
 }
 
 std::tuple<at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> rmsnorm_quant(
@@ -893,19 +956,94 @@ void rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& weight, const at:
                        weight_offset, pdl, swizzled_scales);
 }
 
+// ----- the operators: one per form, the residual optional (none: the plain norm) ---------------------
+// jit_backend.norm & co., the same shells with the same words.
+
+bool fused_hf(int64_t numerics) {
+    const addrmsnorm_numerics n = checked_numerics(numerics);
+    TORCH_CHECK_VALUE(n != ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
+                      "numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a residual, "
+                      "numerics is 0 (contract) or 1 (hf)");
+    return n == ADDRMSNORM_NUMERICS_HF;
+}
+
+void no_residual_out(const std::optional<at::Tensor>& residual_out) {
+    TORCH_CHECK_VALUE(!residual_out.has_value(),
+                      "residual_out is given but residual is None: the plain norm writes no residual");
+}
+
+const at::Tensor& residual_out_of(const std::optional<at::Tensor>& residual_out) {
+    TORCH_CHECK_VALUE(residual_out.has_value(),
+                      "residual_out is None but residual is given: the fused norm writes h there");
+    return *residual_out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const std::optional<at::Tensor>& residual,
+                                                    const at::Tensor& weight, double eps, double weight_offset,
+                                                    bool return_rstd, int64_t numerics, bool pdl) {
+    if (!residual.has_value()) {
+        auto [y, rstd] = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl);
+        return {y, at::empty({0}, x.options()), rstd};
+    }
+    return fused_add_rmsnorm(x, *residual, weight, eps, weight_offset, return_rstd, fused_hf(numerics), pdl);
+}
+
+void norm_(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight, double eps,
+           double weight_offset, int64_t numerics, bool pdl) {
+    if (!residual.has_value()) return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl);
+    fused_add_rmsnorm_(x, *residual, weight, eps, weight_offset, fused_hf(numerics), pdl);
+}
+
+void norm_into(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight,
+               const at::Tensor& out, const std::optional<at::Tensor>& residual_out,
+               const std::optional<at::Tensor>& rstd, double eps, double weight_offset, int64_t numerics, bool pdl) {
+    if (!residual.has_value()) {
+        no_residual_out(residual_out);
+        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl);
+    }
+    const at::Tensor& ro = residual_out_of(residual_out);
+    fused_add_rmsnorm_into(x, *residual, weight, out, ro, rstd, eps, weight_offset, fused_hf(numerics), pdl);
+}
+
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> norm_quant(
+    const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight, double eps,
+    c10::ScalarType quant_dtype, const std::optional<at::Tensor>& scale, int64_t group_size,
+    const std::optional<at::Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,
+    bool return_y, bool pdl, bool swizzled_scales) {
+    if (!residual.has_value()) {
+        auto [q, scales, y] = rmsnorm_quant(x, weight, eps, quant_dtype, scale, group_size, scale_ub,
+                                            column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
+                                            swizzled_scales);
+        return {q, at::empty({0}, x.options()), scales, y};
+    }
+    return fused_add_rmsnorm_quant(x, *residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
+                                   column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales);
+}
+
+void norm_quant_into(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight,
+                     const at::Tensor& out, const std::optional<at::Tensor>& residual_out,
+                     const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y, double eps,
+                     const std::optional<at::Tensor>& scale, int64_t group_size,
+                     const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
+                     bool swizzled_scales) {
+    if (!residual.has_value()) {
+        no_residual_out(residual_out);
+        return rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale, group_size, scale_ub, ue8m0_scales,
+                                  weight_offset, pdl, swizzled_scales);
+    }
+    const at::Tensor& ro = residual_out_of(residual_out);
+    fused_add_rmsnorm_quant_into(x, *residual, weight, out, ro, scales_out, y, eps, scale, group_size, scale_ub,
+                                 ue8m0_scales, weight_offset, pdl, swizzled_scales);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
-    m.impl("fused_add_rmsnorm_quant", &fused_add_rmsnorm_quant);
-    m.impl("fused_add_rmsnorm_quant_into", &fused_add_rmsnorm_quant_into);
-    m.impl("fused_add_rmsnorm", &fused_add_rmsnorm);
-    m.impl("fused_add_rmsnorm_", &fused_add_rmsnorm_);
-    m.impl("fused_add_rmsnorm_into", &fused_add_rmsnorm_into);
-    m.impl("fused_add_rmsnorm_backward", &fused_add_rmsnorm_backward);
-    m.impl("rmsnorm", &rmsnorm);
-    m.impl("rmsnorm_", &rmsnorm_);
-    m.impl("rmsnorm_into", &rmsnorm_into);
+    m.impl("norm", &norm);
+    m.impl("norm_", &norm_);
+    m.impl("norm_into", &norm_into);
+    m.impl("norm_backward", &fused_add_rmsnorm_backward);
+    m.impl("norm_quant", &norm_quant);
+    m.impl("norm_quant_into", &norm_quant_into);
     m.impl("qk_rmsnorm_", &qk_rmsnorm_);
-    m.impl("rmsnorm_quant", &rmsnorm_quant);
-    m.impl("rmsnorm_quant_into", &rmsnorm_quant_into);
 }

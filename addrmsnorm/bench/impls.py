@@ -132,7 +132,7 @@ def _ours_c():
 def _ours_torch_op():
     from addrmsnorm import ops
 
-    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend)", _in_place(torch.ops.addrmsnorm.fused_add_rmsnorm_),
+    return Impl(f"addrmsnorm (torch op, {ops.backend()} backend)", _in_place(torch.ops.addrmsnorm.norm_),
                 in_place=True, ours=True)
 
 
@@ -140,7 +140,7 @@ def _ours_torch_op_functional():
     """The functional operator: new y and residual_out, like torch.compile's and Liger's."""
     from addrmsnorm import ops
 
-    op = torch.ops.addrmsnorm.fused_add_rmsnorm.default
+    op = torch.ops.addrmsnorm.norm.default
 
     def fn(x, r, w, eps):
         y, h, _ = op(x, r, w, eps)
@@ -152,9 +152,9 @@ def _ours_torch_op_pdl():
     """The same operator with programmatic dependent launch (opt-in; sm_90+)."""
     from addrmsnorm import ops
 
-    op = torch.ops.addrmsnorm.fused_add_rmsnorm_.default
+    op = torch.ops.addrmsnorm.norm_.default
     return Impl(f"addrmsnorm (torch op, {ops.backend()} backend, PDL)",
-                _in_place(lambda x, r, w, eps: op(x, r, w, eps, 0.0, False, True)), in_place=True, ours=True)
+                _in_place(lambda x, r, w, eps: op(x, r, w, eps, 0.0, 0, True)), in_place=True, ours=True)
 
 
 def _one_row_baseline():

@@ -205,7 +205,7 @@ def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
             sets = [(torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
                      torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16)) for _ in range(n_sets)]
             outs = [(torch.empty_like(x), torch.empty_like(r)) for x, r in sets]
-            into = torch.ops.addrmsnorm.fused_add_rmsnorm_into.default
+            into = torch.ops.addrmsnorm.norm_into.default
             t = time_graph(lambda i: into(*sets[i], w, *outs[i], None, EPS), n_sets)
             gbs = nbytes / t.median_us / 1e3
             rows.append(dict(base, us_median=t.median_us, us_min=t.min_us, us_max=t.max_us, gbs=gbs,
@@ -306,14 +306,14 @@ def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
     ops = torch.ops.addrmsnorm
     fp8 = torch.float8_e4m3fn
     calls = {
-        PLAIN_OP: lambda: ops.fused_add_rmsnorm_.default(x, r, w, EPS),
-        PLAIN_FUNCTIONAL_OP: lambda: ops.fused_add_rmsnorm.default(x, r, w, EPS),
+        PLAIN_OP: lambda: ops.norm_.default(x, r, w, EPS),
+        PLAIN_FUNCTIONAL_OP: lambda: ops.norm.default(x, r, w, EPS),
         "quant op into outputs, static fp8 (fused_add_rmsnorm_quant_into)":
-            lambda: ops.fused_add_rmsnorm_quant_into.default(x, r, w, q, r, None, None, EPS, scale),
+            lambda: ops.norm_quant_into.default(x, r, w, q, r, None, None, EPS, scale),
         "quant op into outputs, per-token fp8":
-            lambda: ops.fused_add_rmsnorm_quant_into.default(x, r, w, q, r, s, None, EPS),
+            lambda: ops.norm_quant_into.default(x, r, w, q, r, s, None, EPS),
         "quant op allocating, static fp8 (fused_add_rmsnorm_quant)":
-            lambda: ops.fused_add_rmsnorm_quant.default(x, r, w, EPS, fp8, scale),
+            lambda: ops.norm_quant.default(x, r, w, EPS, fp8, scale),
         "Python API addrmsnorm.fused_add_rmsnorm_ (plain, in place)":
             lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, EPS),
         "Python API addrmsnorm.fused_add_rmsnorm_quant_, static fp8":
