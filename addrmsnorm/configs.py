@@ -128,13 +128,13 @@ QUANT_SINGLE_PASS_MAX_H = 32768
 # The quantized forward's widest loop without the h-kept L2 hint, for static scales (a rule of its own below).
 QUANT_UNHINTED_LOOP_MAX_H = 65536
 
-# The measurements behind the rows below are in 560993d:results/h200-2026-11-29-tuning/ (devtools/tune.py,
-# H200, in place, cold L2, N*H = 2**25; "run3" is the latest). Within about 2 points of the
+# The measurements behind the rows below were taken with devtools/tune.py (H200, in place, cold L2,
+# N*H = 2**25; "run3" is the latest); docs/perf-notes.md has them by topic. Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
 #
 # Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the
 # hint of torch.compile's first read. Each row's config without and with it, into given outputs
-# (devtools/tune.py bulk, H200, % of the same-run roofline; 560993d:results/nvidia-h200-2026-12-01-s8/):
+# (devtools/tune.py bulk, H200, % of the same-run roofline):
 #   bf16  64: 95.2 -> 97.7   128: 96.0 -> 97.1   256: 95.1 -> 97.7   512: 93.9 -> 97.6
 #         1024: 95.4 -> 97.1   2048: 95.3 -> 97.0 (fp16 94.5 -> 95.6)   4096: 96.2 -> 98.4
 #         5120: 96.2 -> 99.8 (in place 95.4 -> 99.9)   7168 / 8192: 98.9 -> 101.7 / 97.6 -> 101.3
@@ -175,14 +175,14 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # second re-reading x and residual from L2 (torch.compile's structure; y from the fp32 h, as
         # in a single pass). fp32 16384 x 4096 into given outputs: 99.1% of the roofline against the
         # single pass's 96.5% (in place 98.5% / 95.1%; torch.compile 92.8%). 16-bit streams: 97.1%
-        # against 96.0% at 4096, lower at 2048 and 5120 (560993d:results/nvidia-h200-2026-12-01-issue15/).
+        # against 96.0% at 4096, lower at 2048 and 5120.
         # Weight first: the weight's load goes out with x's and residual's instead of after the
         # reduction. Decode, 64 dependent calls at 1 x 4096 bf16 with PDL: 1.58 -> 1.33 us per
         # call (run2, run3); bulk 8192 x 4096 and 11184 x 3000: unchanged (run3).
         # Evict-last on the x and residual loads (torch.compile's first read carries the same hint):
         # 16384 x 4096 bf16 into given outputs 96.2 / 97.6% of the roofline without it, 99.8 / 99.5%
         # with it (two rounds); decode without PDL, 1 x 4096 1.573 -> 1.615 us, 64 x 4096 1.824 ->
-        # 1.831 (560993d:results/nvidia-h200-2026-12-01-s7/, exact3). Through this table, the same config
+        # 1.831. Through this table, the same config
         # without and with it (call H): 95.5 -> 98.1%; the quantized modes +0.9 to +1.5 points.
         (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
@@ -190,12 +190,12 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # The weight stays after the reduction here: weight first gained 0.8 points at 16384 x 5120
         # bf16 (99.8 / 100.6% into given outputs, 99.9 / 100.5% in place) but lost 2.8 at 16384 x
         # 4100 (95.8 / 93.0% in place), and the quantized kernels would hold 72-91 registers
-        # against 61-69 (sm_90) (560993d:results/nvidia-h200-2026-12-01-s8/).
+        # against 61-69 (sm_90).
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
         # 16-bit streams at 6144 < H <= 8192: weight first as at 4096. Decode, 64 dependent calls with
         # PDL, per call: 1 x 8192 1.908 -> 1.863 us, 8 x 8192 2.071 -> 1.989, 64 x 8192 2.260 ->
         # 2.117; bulk bf16 at 6656, 7168 and 8192, in place and into given outputs: +0.0 to +1.1
-        # points (560993d:results/nvidia-h200-2026-12-01-s7/). The quantized forward keeps the weight's load
+        # points. The quantized forward keeps the weight's load
         # after the reduction (a quant_only row first): weight first, its kernels hold 47-54
         # registers and spill under the cap of 40 that gives them 3 programs per SM (MAX_REGISTERS).
         # Evict-last on x and residual as at 4096: 16384 x 8192 97.5 -> 101.3% (both rounds); decode
@@ -207,13 +207,13 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
         # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
         # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
-        # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%) (560993d:results/nvidia-h200-2026-12-01-issue15/).
+        # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%).
         # Its L2 hints (x and residual evict-last, then evict-first) against five other mixes of the
         # two passes' loads and the stores: in place 57.3-57.8% against 58.0%, into given outputs
-        # 65.2-65.7% against 65.3% (560993d:results/nvidia-h200-2026-12-01-s9/, call A): kept. In place is now
+        # 65.2-65.7% against 65.3%: kept. In place is now
         # within a point of into given outputs in bf16: 65.1-65.4% against 57.4% before the barrier
         # between each chunk's loads and its stores (fp16: 63.4% against 65.4% into given outputs;
-        # kernels._loads_before_stores; 560993d:results/nvidia-h200-2026-12-01-s11/).
+        # kernels._loads_before_stores).
         *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
         # The quantized forward (16-bit streams, H a multiple of 16) keeps rows up to 32768 whole: the
@@ -221,19 +221,18 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # comes from h rounded to bf16, and it is slow. 8192 x 32768 bf16, in % of the same-run
         # roofline, looped against one pass of 32 warps: static fp8 95.0 / 99.2, per-token fp8 81.6 /
         # 98.5, per-token int8 76.0 / 98.3, per-group 128 fp8 76.8 / 98.3; q off quant(the contract's
-        # y) at 1.4-4.5% of elements against 0.001% (560993d:results/nvidia-h200-2026-12-01-issue14-s6/).
+        # y) at 1.4-4.5% of elements against 0.001%.
         # The plain forward stays looped there: its kernels with an fp32 or a mixed 16-bit weight
         # would spill at this config (64 and 24-48 bytes of stack on sm_90).
         # Without evict-last: 8192 x 32768 bf16 with it, against without, static fp8 97.8 / 99.3%,
-        # per-token fp8 85.4 / 98.3%, per-token int8 76.2 / 97.4%, per-group 128 fp8 86.7 / 98.6%
-        # (560993d:results/nvidia-h200-2026-12-01-s8/).
+        # per-token fp8 85.4 / 98.3%, per-token int8 76.2 / 97.4%, per-group 128 fp8 86.7 / 98.6%.
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
             _QUANT_ALL)] if act_bytes == 2 else []),
         # The plain forward at 16384 < H <= 32768, for calls with 16-byte rows, the weight of x's dtype
         # and the contract's numerics: one pass of 16 warps holding the row (112-122 registers, no
         # stack on sm_90), against the looped row below. tune.py bulk, in place / into given outputs:
         # 2048 x 32768 bf16 91.1 / 92.2% -> 93.7 / 96.8%, fp16 91.5 / 92.5% -> 93.3 / 95.3%, 2730 x
-        # 24576 bf16 78.8 / 83.1% -> 96.3 / 92.7% (560993d:results/nvidia-h200-2026-12-01-s11/, call F). The
+        # 24576 bf16 78.8 / 83.1% -> 96.3 / 92.7%. The
         # other calls stay looped: with an fp32 weight, the int16-bits weight or ALIGN 1 this config's
         # kernels spill 16-296 bytes and lose (1024 x 32768 bf16 with an fp32 weight 83.8 -> 75.0%;
         # 2048 x 32767 in place 54.9 -> 48.5%; call G), and building them would take 1.4 MiB of the
@@ -242,7 +241,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
           if act_bytes == 2 else []),
         # The quantized forward above 32768 (kernels._looped_row; per token takes its amax from pass 1,
         # so every mode makes two passes), keyed on the mode. 4096 x 65536 / 2048 x 131072 bf16 into given
-        # outputs, % of the same-run roofline (tune.py quant; 560993d:results/nvidia-h200-2026-12-01-s13/, call B):
+        # outputs, % of the same-run roofline (tune.py quant):
         #   chunk, warps, h kept:  16384 w32   16384 w32 k   8192 w32    8192 w32 k   8192 w16
         #   static fp8             93.3 / 81.2  85.9 / 88.6  83.5 / 76.9  91.8 / 78.6  70.8 / 69.5
         #   per-token fp8          91.1 / 79.9  94.3 / 88.8  81.0 / 77.3  86.0 / 79.4  43.7 / 43.6
@@ -251,8 +250,8 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # So: per group, chunk 8192 (32 registers, two programs per SM) with h kept; static, the loop
         # without the hint up to 65536; per token, the loop with it (the unbounded row below). Before the
         # amax came from pass 1, per token made a third pass over h and ran at 63-66%. Earlier: chunk
-        # 8192 with 16 or 8 warps and 32768 with 32, static fp8 70.6%, 80.5%, 66.2% at 65536
-        # (560993d:results/nvidia-h200-2026-12-01-s9/, call C); software-pipelined loops (tl.range num_stages 2
+        # 8192 with 16 or 8 warps and 32768 with 32, static fp8 70.6%, 80.5%, 66.2% at 65536;
+        # software-pipelined loops (tl.range num_stages 2
         # or 3) lost 4-29 points on every quantized mode, and 11-23 on the plain forward's loop at
         # 32768-131072 (call D). Re-reading x and residual in every pass, so that q comes from the
         # fp32 h as in one pass, measured 56-79% at 65536 and 45-64% at 131072 (call A).
@@ -265,7 +264,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
         # h is kept in L2 for pass 2 (keep_h: stored evict-last, reloaded evict-first): the rows in
         # flight (one or two 32-warp programs per SM, each with a row's h between the passes) outgrow
         # the 50 MB L2 at the widest rows. bf16, % of the same-run roofline, without / with, one to
-        # two rounds (560993d:results/nvidia-h200-2026-12-01-s8/): 1024 x 131072 in place 86.3 / 89.0, into
+        # two rounds: 1024 x 131072 in place 86.3 / 89.0, into
         # given outputs 79.2 / 87.4; 2048 x 65536 in place 93.4 / 92.3, into given outputs 91.3 /
         # 91.2; 2048 x 32768 in place 90.5 / 91.2, into given outputs 90.7 / 92.2; fp32 512 x 131072
         # 79.0 / 79.1 and 77.1 / 79.3. The quantized forward (static fp8, per-token fp8 and int8,
@@ -296,7 +295,7 @@ WEIGHT_DTYPES = DTYPES
 # (mixed-precision training); any other weight (a bf16 weight beside fp16 x, a 16-bit weight beside
 # fp32 x) runs the "w16" variant, which loads the weight's int16 bits and converts them as the
 # runtime weight_dtype says. The backward reads the weight through one variant for every dtype.
-# Measured on the H200 (560993d:results/nvidia-h200-2026-12-01-issue12/): a runtime *branch* around the
+# Measured on the H200: a runtime *branch* around the
 # weight's load cost 9-12% at H = 4100, 11111 and 65536 and 12% in the decode chain (the branch's
 # join waits for the load); a per-element select between both conversions cost 10-14 registers and
 # 13% at H = 4100 and 11111 (fewer programs per SM); HF numerics as a runtime select cost 14
@@ -488,7 +487,7 @@ def pdl_compiled(arch: int) -> bool:
 # stages > 1 pipelines the row loop (Triton's tl.range num_stages: the next rows' dy, h and
 # dresidual_out are fetched to shared memory while this row is computed), within sm_80's 163 KB of
 # shared memory per program. H200, bf16, N * H = 2**26, devtools/tune.py bwd, in % of the same-run
-# roofline (560993d:results/nvidia-h200-2026-12-01-issue15/): at 1024, 2 rows x 4 warps planned at 8 per SM
+# roofline: at 1024, 2 rows x 4 warps planned at 8 per SM
 # where 5 fit: 68%; at 5 per SM 82%; pipelined, 86%. 2048: 62% -> 69% (4 per SM) -> 84% (stages 2).
 # 4096 (8 warps, 2 fit where 4 were planned): 66% -> 69% -> 84% (stages 2) -> 89% (stages 3). 8192:
 # 16 warps planned at 2 per SM where 1 fits, 66%; 32 warps (64 registers) with stages 3, 90%.
@@ -499,9 +498,8 @@ BACKWARD_SINGLE_PASS_MAX_H = 8192  # 4-byte streams loop above it; 16-bit ones a
 
 # 16-bit streams at 8192 < H <= 16384: one 32-warp program per SM holding the row (dy, h, and the
 # dweight partial) in 64 registers, with 112-120 bytes of stack per thread on sm_80/90/100 (272-280
-# at ALIGN 1). Measured in the same run (H200, bf16, N * H = 2**26; 560993d:results/nvidia-h200-2026-12-01-
-# issue14-s6/): 69.2% of the roofline at 14336 and 68.7% at 16384, against the looped path's 53.5% and
-# 54.8%; 16 warps (up to 128 registers) 64.3% and 65.8%; 32 warps pipelined 2 deep, 54.1% and 55.1%.
+# at ALIGN 1). Measured in the same run (H200, bf16, N * H = 2**26): 69.2% of the roofline at 14336
+# and 68.7% at 16384, against the looped path's 53.5% and 54.8%; 16 warps (up to 128 registers) 64.3% and 65.8%; 32 warps pipelined 2 deep, 54.1% and 55.1%.
 BACKWARD_SINGLE_PASS_MAX_H_16 = 16384
 # The backward configs whose kernels may use stack (tools/aot_build.py refuses stack elsewhere): each
 # was measured against every config of its rows that does not spill, and won.
@@ -556,12 +554,11 @@ BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
 # The dweight reduction: tile of partials x columns, and its warps. Each program sums its columns
 # over every partial in a fixed order, in ceil(partials / BLOCK_P) dependent steps: tall, narrow
 # tiles keep the steps few (1-2 for a grid of 132 SMs x up to 7 programs) and the programs many
-# (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile,
-# 560993d:results/nvidia-h200-2026-12-01-issue15/), against 36 µs for the backward kernel itself. 512
+# (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile),
+# against 36 µs for the backward kernel itself. 512
 # partials a step (one step for the 264 of a 2-programs-per-SM grid; 166 registers, no spill on
 # sm_80/90/100) against 256, the bf16 step (forward + backward, CUDA graph) in two calls: 1-2 µs
-# faster at 16384 x 4096 and about 1 µs at 16384 x 1024, about 1.5 µs slower at 4096 x 14336 (H200,
-# 560993d:results/nvidia-h200-2026-12-01-s12/, calls A and C). In the report that followed, the 16384 x 4096
+# faster at 16384 x 4096 and about 1 µs at 16384 x 1024, about 1.5 µs slower at 4096 x 14336 (H200). In the report that followed, the 16384 x 4096
 # step (268.2 µs) was within the run-to-run spread of the last one (268.3).
 DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 

@@ -154,7 +154,7 @@ def _rint(v):
         return (v + 12582912.0) - 12582912.0
     # rint (cvt.rni: half to even) holds fewer registers than the add trick: per-token int8 at
     # block 32768 (32 warps) 62 registers against 63 and 8 bytes of stack on sm_90, and at block
-    # 8192 (8 warps) 64 against 71 (560993d:results/nvidia-h200-2026-12-01-issue14-s6/).
+    # 8192 (8 warps) 64 against 71.
     return tl.extra.cuda.libdevice.rint(v)
 
 
@@ -411,7 +411,7 @@ def _loads_before_stores():
     # shares a 32-byte sector with a neighbouring warp's load of the same chunk; the likely cost is a
     # load that meets a store to its sector and waits for it. With every warp's loads issued first,
     # 16384 x 11111 bf16 in place ran 527-528 us instead of 596-602, as fast as into given outputs
-    # (523-527 us, unchanged) (H200; 560993d:results/nvidia-h200-2026-12-01-s11/). It orders nothing the
+    # (523-527 us, unchanged) (H200). It orders nothing the
     # results depend on: the same bits either way.
     tl.debug_barrier()
 
