@@ -132,19 +132,8 @@ QUANT_UNHINTED_LOOP_MAX_H = 65536
 # N*H = 2**25; "run3" is the latest); docs/perf-notes.md has them by topic. Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
 #
-# Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the
-# hint of torch.compile's first read. Each row's config without and with it, into given outputs
-# (devtools/tune.py bulk, H200, % of the same-run roofline):
-#   bf16  64: 95.2 -> 97.7   128: 96.0 -> 97.1   256: 95.1 -> 97.7   512: 93.9 -> 97.6
-#         1024: 95.4 -> 97.1   2048: 95.3 -> 97.0 (fp16 94.5 -> 95.6)   4096: 96.2 -> 98.4
-#         5120: 96.2 -> 99.8 (in place 95.4 -> 99.9)   7168 / 8192: 98.9 -> 101.7 / 97.6 -> 101.3
-#         14336: 95.9 -> 98.0 (in place 94.4 -> 96.7)
-#   fp32  128: 96.9 -> 98.7   1024: 94.8 -> 96.1   2048: 95.8 -> 98.4   8192: 96.4 -> 100.6
-#         16384: 96.5 -> 98.7      bf16 x, fp32 residual 2048: 95.0 -> 97.8   8192: 95.7 -> 100.0
-# The quantized forward shares the single pass: 2048 +0.0 to +0.5 points, 4096 +0.9 to +1.5, 5120
-# -0.1 to +1.3, 8192 +2.4 to +2.6, over its modes; at 32768 it loses up to 21 points, and that row
-# goes without. The decode chain at 4096 and 8192 stayed within 0.05 us. An evict-first hint on the
-# y store beside it gained nothing (-0.5 to +0.5).
+# Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the hint of
+# torch.compile's first read (docs/perf-notes.md, "Bulk single pass", and the row-by-row table).
 
 
 def _small_h_rows(act_bytes: int) -> list:
@@ -170,108 +159,35 @@ def _table(large_h_rows) -> tuple[ForwardRule, ...]:
 
 
 def _forward_large_h_rows(act_bytes: int) -> list:
+    # Each row's measurements: docs/perf-notes.md, "The forward table, row by row".
     return [
-        # 4-byte streams at 2048 < H <= 4096: two passes that hold nothing across the reduction, the
-        # second re-reading x and residual from L2 (torch.compile's structure; y from the fp32 h, as
-        # in a single pass). fp32 16384 x 4096 into given outputs: 99.1% of the roofline against the
-        # single pass's 96.5% (in place 98.5% / 95.1%; torch.compile 92.8%). 16-bit streams: 97.1%
-        # against 96.0% at 4096, lower at 2048 and 5120.
-        # Weight first: the weight's load goes out with x's and residual's instead of after the
-        # reduction. Decode, 64 dependent calls at 1 x 4096 bf16 with PDL: 1.58 -> 1.33 us per
-        # call (run2, run3); bulk 8192 x 4096 and 11184 x 3000: unchanged (run3).
-        # Evict-last on the x and residual loads (torch.compile's first read carries the same hint):
-        # 16384 x 4096 bf16 into given outputs 96.2 / 97.6% of the roofline without it, 99.8 / 99.5%
-        # with it (two rounds); decode without PDL, 1 x 4096 1.573 -> 1.615 us, 64 x 4096 1.824 ->
-        # 1.831. Through this table, the same config
-        # without and with it (call H): 95.5 -> 98.1%; the quantized modes +0.9 to +1.5 points.
+        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps, the weight loaded with x (decode);
+        # 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
         (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
-        # bf16 4100 (8-byte rows): 8 warps 88.5% of the roofline against 16 warps' 84.2% (run3),
-        # and 90.8% / 90.6% at 5120 (run2). fp32 4100 prefers 16 (93.9% / 92.5%).
-        # The weight stays after the reduction here: weight first gained 0.8 points at 16384 x 5120
-        # bf16 (99.8 / 100.6% into given outputs, 99.9 / 100.5% in place) but lost 2.8 at 16384 x
-        # 4100 (95.8 / 93.0% in place), and the quantized kernels would hold 72-91 registers
-        # against 61-69 (sm_90).
+        # 4096 < H <= 6144, 16-bit streams: 8 warps, the weight after the reduction.
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
-        # 16-bit streams at 6144 < H <= 8192: weight first as at 4096. Decode, 64 dependent calls with
-        # PDL, per call: 1 x 8192 1.908 -> 1.863 us, 8 x 8192 2.071 -> 1.989, 64 x 8192 2.260 ->
-        # 2.117; bulk bf16 at 6656, 7168 and 8192, in place and into given outputs: +0.0 to +1.1
-        # points. The quantized forward keeps the weight's load
-        # after the reduction (a quant_only row first): weight first, its kernels hold 47-54
-        # registers and spill under the cap of 40 that gives them 3 programs per SM (MAX_REGISTERS).
-        # Evict-last on x and residual as at 4096: 16384 x 8192 97.5 -> 101.3% (both rounds); decode
-        # without PDL 1 x 8192 2.170 -> 2.194 us, 64 x 8192 2.372 -> 2.472 (exact3). Through this
-        # table (call H): 16384 x 8192 97.6 -> 101.3%, 16384 x 7168 98.9 -> 101.7%.
+        # 6144 < H <= 8192: 16 warps; the plain forward loads the weight first, the quantized one after
+        # the reduction (its kernels would spill under MAX_REGISTERS otherwise).
         *([(8192, _single(8192, 1, 16), _QUANT_ALL),
            (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
-        # Odd H of 16-bit streams (2-byte accesses; the single pass holds 113 registers, one 16-warp
-        # program per SM): the re-read path. 16384 x 11111 bf16: 63.3% of the roofline in place
-        # against the single pass's 51.0%, torch.compile 66.7%; 2048-wide chunks with 16 warps beat
-        # 1024 x 4, 2048 x 8 and 4096 x 16 (49-50%, 46%).
-        # Its L2 hints (x and residual evict-last, then evict-first) against five other mixes of the
-        # two passes' loads and the stores: in place 57.3-57.8% against 58.0%, into given outputs
-        # 65.2-65.7% against 65.3%: kept. In place is now
-        # within a point of into given outputs in bf16: 65.1-65.4% against 57.4% before the barrier
-        # between each chunk's loads and its stores (fp16: 63.4% against 65.4% into given outputs;
-        # kernels._loads_before_stores).
+        # Odd H of 16-bit streams up to 16384 (2-byte accesses): the re-read path, 2048-wide chunks.
         *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
         (SINGLE_PASS_MAX_H, _single(SINGLE_PASS_MAX_H, 1, 16)),
-        # The quantized forward (16-bit streams, H a multiple of 16) keeps rows up to 32768 whole: the
-        # looped path reloads h for its second pass (and per token for a third, the amax), so q there
-        # comes from h rounded to bf16, and it is slow. 8192 x 32768 bf16, in % of the same-run
-        # roofline, looped against one pass of 32 warps: static fp8 95.0 / 99.2, per-token fp8 81.6 /
-        # 98.5, per-token int8 76.0 / 98.3, per-group 128 fp8 76.8 / 98.3; q off quant(the contract's
-        # y) at 1.4-4.5% of elements against 0.001%.
-        # The plain forward stays looped there: its kernels with an fp32 or a mixed 16-bit weight
-        # would spill at this config (64 and 24-48 bytes of stack on sm_90).
-        # Without evict-last: 8192 x 32768 bf16 with it, against without, static fp8 97.8 / 99.3%,
-        # per-token fp8 85.4 / 98.3%, per-token int8 76.2 / 97.4%, per-group 128 fp8 86.7 / 98.6%.
+        # The quantized forward keeps rows up to 32768 whole (one pass of 32 warps, no evict-last):
+        # a loop would reload h, and q would come from h rounded to bf16.
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 32, evict_last=False),
             _QUANT_ALL)] if act_bytes == 2 else []),
-        # The plain forward at 16384 < H <= 32768, for calls with 16-byte rows, the weight of x's dtype
-        # and the contract's numerics: one pass of 16 warps holding the row (112-122 registers, no
-        # stack on sm_90), against the looped row below. tune.py bulk, in place / into given outputs:
-        # 2048 x 32768 bf16 91.1 / 92.2% -> 93.7 / 96.8%, fp16 91.5 / 92.5% -> 93.3 / 95.3%, 2730 x
-        # 24576 bf16 78.8 / 83.1% -> 96.3 / 92.7%. The
-        # other calls stay looped: with an fp32 weight, the int16-bits weight or ALIGN 1 this config's
-        # kernels spill 16-296 bytes and lose (1024 x 32768 bf16 with an fp32 weight 83.8 -> 75.0%;
-        # 2048 x 32767 in place 54.9 -> 48.5%; call G), and building them would take 1.4 MiB of the
-        # 30 MiB per arch (offline-size32768.txt). This row adds two kernels per arch.
+        # The plain forward at 16384 < H <= 32768, for vector-typed calls only (16-byte rows, the weight
+        # of x's dtype, the contract's numerics): one pass of 16 warps; other calls' kernels would spill.
         *([(QUANT_SINGLE_PASS_MAX_H, _single(QUANT_SINGLE_PASS_MAX_H, 1, 16), {"vector_typed_only": True})]
           if act_bytes == 2 else []),
-        # The quantized forward above 32768 (kernels._looped_row; per token takes its amax from pass 1,
-        # so every mode makes two passes), keyed on the mode. 4096 x 65536 / 2048 x 131072 bf16 into given
-        # outputs, % of the same-run roofline (tune.py quant):
-        #   chunk, warps, h kept:  16384 w32   16384 w32 k   8192 w32    8192 w32 k   8192 w16
-        #   static fp8             93.3 / 81.2  85.9 / 88.6  83.5 / 76.9  91.8 / 78.6  70.8 / 69.5
-        #   per-token fp8          91.1 / 79.9  94.3 / 88.8  81.0 / 77.3  86.0 / 79.4  43.7 / 43.6
-        #   per-token int8         89.6 / 78.8  92.5 / 87.1  80.3 / 76.9  84.5 / 78.8  43.9 / 43.6
-        #   per-group 128 fp8      71.2 / 67.6  66.3 / 68.9  75.9 / 71.8  79.9 / 71.9  74.2 / 70.5
-        # So: per group, chunk 8192 (32 registers, two programs per SM) with h kept; static, the loop
-        # without the hint up to 65536; per token, the loop with it (the unbounded row below). Before the
-        # amax came from pass 1, per token made a third pass over h and ran at 63-66%. Earlier: chunk
-        # 8192 with 16 or 8 warps and 32768 with 32, static fp8 70.6%, 80.5%, 66.2% at 65536;
-        # software-pipelined loops (tl.range num_stages 2
-        # or 3) lost 4-29 points on every quantized mode, and 11-23 on the plain forward's loop at
-        # 32768-131072 (call D). Re-reading x and residual in every pass, so that q comes from the
-        # fp32 h as in one pass, measured 56-79% at 65536 and 45-64% at 131072 (call A).
+        # The quantized forward above 32768, by mode: static loops in 16384-wide chunks without the
+        # h-kept hint up to 65536; per group and the block formats in 8192-wide chunks with it.
         *([(QUANT_UNHINTED_LOOP_MAX_H, _looped(16384, 32), {"quant_modes": (QUANT_STATIC,)}),
            (None, _looped(8192, 32, keep_h=True), {"quant_modes": (QUANT_PER_GROUP,) + BLOCK_QUANT_MODES})]
           if act_bytes == 2 else []),
-        # Looped: chunk 16384 with 32 warps, against 8192 with 8: 87.7% / 84.4% at 32768, 87.0% /
-        # 81.1% at 65536, 82.1% / 70.8% at 131072 (bf16); fp32 65536 85.5% / 76.6%; bf16 x with
-        # an fp32 residual at 65536 81.5% / 71.5% (run3). 32768-wide chunks fall to 65%.
-        # h is kept in L2 for pass 2 (keep_h: stored evict-last, reloaded evict-first): the rows in
-        # flight (one or two 32-warp programs per SM, each with a row's h between the passes) outgrow
-        # the 50 MB L2 at the widest rows. bf16, % of the same-run roofline, without / with, one to
-        # two rounds: 1024 x 131072 in place 86.3 / 89.0, into
-        # given outputs 79.2 / 87.4; 2048 x 65536 in place 93.4 / 92.3, into given outputs 91.3 /
-        # 91.2; 2048 x 32768 in place 90.5 / 91.2, into given outputs 90.7 / 92.2; fp32 512 x 131072
-        # 79.0 / 79.1 and 77.1 / 79.3. The quantized forward (static fp8, per-token fp8 and int8,
-        # per-group 128 fp8): 2048 x 131072 +1.1 to +7.3 points, but 4096 x 65536 static -7.3 and
-        # per-group -4.3 (per token +0.4 to +0.9). Also loading x and residual evict-first: +0.3 to
-        # +1.2 points at 131072, -3.0 at 32768 into given outputs. A separate row without the hint at
-        # H <= 65536 would cost 59 kernels per arch (the budget in tests/test_aot.py).
+        # Everything else loops: 16384-wide chunks of 32 warps, h kept in L2 for the second pass.
         (None, _looped(16384, 32, keep_h=True)),
     ]
 
