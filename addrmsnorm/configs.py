@@ -211,13 +211,9 @@ WEIGHT_DTYPES = DTYPES
 # (mixed-precision training); any other weight (a bf16 weight beside fp16 x, a 16-bit weight beside
 # fp32 x) runs the "w16" variant, which loads the weight's int16 bits and converts them as the
 # runtime weight_dtype says. The backward reads the weight through one variant for every dtype.
-# Measured on the H200: a runtime *branch* around the
-# weight's load cost 9-12% at H = 4100, 11111 and 65536 and 12% in the decode chain (the branch's
-# join waits for the load); a per-element select between both conversions cost 10-14 registers and
-# 13% at H = 4100 and 11111 (fewer programs per SM); HF numerics as a runtime select cost 14
-# registers at H = 11111. So the weight's type and HF numerics stay specializations, and "w16" takes
-# only the two ends of the alignment classes. rstd on/off is a runtime argument, stored last in a
-# branch: predicated mid-kernel it cost 2-7% on latency-bound calls.
+# The weight's type and HF numerics stay specializations (a runtime branch or select cost 9-14% and
+# registers: docs/perf-notes.md, "Specializations and runtime arguments"), and "w16" takes only the
+# two ends of the alignment classes. rstd on/off is a runtime argument, stored last in a branch.
 WEIGHT_W16 = "w16"
 
 
@@ -402,20 +398,14 @@ def pdl_compiled(arch: int) -> bool:
 # does not fit): planning more than fit runs the grid in two waves.
 # stages > 1 pipelines the row loop (Triton's tl.range num_stages: the next rows' dy, h and
 # dresidual_out are fetched to shared memory while this row is computed), within sm_80's 163 KB of
-# shared memory per program. H200, bf16, N * H = 2**26, devtools/tune.py bwd, in % of the same-run
-# roofline: at 1024, 2 rows x 4 warps planned at 8 per SM
-# where 5 fit: 68%; at 5 per SM 82%; pipelined, 86%. 2048: 62% -> 69% (4 per SM) -> 84% (stages 2).
-# 4096 (8 warps, 2 fit where 4 were planned): 66% -> 69% -> 84% (stages 2) -> 89% (stages 3). 8192:
-# 16 warps planned at 2 per SM where 1 fits, 66%; 32 warps (64 registers) with stages 3, 90%.
-# With the dweight reduction's tiles below, the final table: 91.5%, 88.0%, 90.2% and 90.3%. The
-# looped path reads each program's rows twice (pass 1, then chunk by chunk) and stays at 54%; 16-bit
-# streams keep rows up to 16384 in one pass of 32 warps instead, which spills (below).
+# shared memory per program. The looped path reads each program's rows twice (pass 1, then chunk by
+# chunk); 16-bit streams keep rows up to 16384 in one pass of 32 warps instead, which spills (below).
+# The measurements: docs/perf-notes.md, "The backward".
 BACKWARD_SINGLE_PASS_MAX_H = 8192  # 4-byte streams loop above it; 16-bit ones above BACKWARD_SINGLE_PASS_MAX_H_16
 
 # 16-bit streams at 8192 < H <= 16384: one 32-warp program per SM holding the row (dy, h, and the
 # dweight partial) in 64 registers, with 112-120 bytes of stack per thread on sm_80/90/100 (272-280
-# at ALIGN 1). Measured in the same run (H200, bf16, N * H = 2**26): 69.2% of the roofline at 14336
-# and 68.7% at 16384, against the looped path's 53.5% and 54.8%; 16 warps (up to 128 registers) 64.3% and 65.8%; 32 warps pipelined 2 deep, 54.1% and 55.1%.
+# at ALIGN 1); it beat the loop and every config that does not spill (docs/perf-notes.md).
 BACKWARD_SINGLE_PASS_MAX_H_16 = 16384
 # The backward configs whose kernels may use stack (tools/aot_build.py refuses stack elsewhere): each
 # was measured against every config of its rows that does not spill, and won.
@@ -470,12 +460,8 @@ BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
 # The dweight reduction: tile of partials x columns, and its warps. Each program sums its columns
 # over every partial in a fixed order, in ceil(partials / BLOCK_P) dependent steps: tall, narrow
 # tiles keep the steps few (1-2 for a grid of 132 SMs x up to 7 programs) and the programs many
-# (H / 16). With 32 x 64 tiles the reduction took 7-11 µs of a 16384 x 1024 step (H200 profile),
-# against 36 µs for the backward kernel itself. 512
-# partials a step (one step for the 264 of a 2-programs-per-SM grid; 166 registers, no spill on
-# sm_80/90/100) against 256, the bf16 step (forward + backward, CUDA graph) in two calls: 1-2 µs
-# faster at 16384 x 4096 and about 1 µs at 16384 x 1024, about 1.5 µs slower at 4096 x 14336 (H200). In the report that followed, the 16384 x 4096
-# step (268.2 µs) was within the run-to-run spread of the last one (268.3).
+# (H / 16); 512 partials a step read a 2-programs-per-SM grid in one (166 registers, no spill on
+# sm_80/90/100). The measurements: docs/perf-notes.md, "The backward".
 DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 
 
