@@ -3,9 +3,11 @@
 The same checks live in two languages (addrmsnorm/validation.py for the Python API and
 src/validate.cpp for the C ABI), so these tests draw random calls -- views of one shared buffer
 with random offsets and strides, random dtypes, eps and weight_offset from the whole double range,
-and aliasing -- and ask both whether each is valid, for the forward and for the backward.
-`addrmsnorm_fused_add_rmsnorm_check` and `..._backward_check` touch no driver, so this runs on the
-CPU: it needs only the built library (scripts/test.sh builds it before the Python suites).
+and aliasing -- and ask both whether each is valid: the same verdict and the same exception type
+(ValueError or TypeError), and for the fused forward, the plain norm and the backward the same
+argument named first. `addrmsnorm_norm_check` and `addrmsnorm_norm_backward_check` touch no driver,
+so this runs on the CPU: it needs only the built library (scripts/test.sh builds it before the
+Python suites).
 
 On the GPU, with the C++ extension as the backend, the torch operators of both backends are also
 held to the same exception and the same message for every drawn call.
@@ -13,6 +15,7 @@ held to the same exception and the same message for every drawn call.
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -59,16 +62,47 @@ def _view_drawer(rng, clustered=False):
     return view
 
 
+# The message of the Python validator's last refusal in this file's verdict helpers.
+_LAST_PYTHON = [""]
+
+
+def _argument(message: str, fields: dict) -> str:
+    """The argument a refusal names first, in the Python API's terms. The C runtime names its struct's
+    fields where Python names the tensors: a dtype or a stride field (residual_dtype, stride_x), x's
+    last dimension "hidden", numerics by its enum; ``fields`` maps the C names of a call's kind to the
+    Python ones (the backward's x_dtype is dy's)."""
+    word = re.split(r"[ :=(,']", message.strip(), maxsplit=1)[0]
+    if word.startswith("ADDRMSNORM_NUMERICS") or word == "numerics":
+        return "numerics"
+    if word.startswith("stride_"):
+        word = word[len("stride_"):]
+    if word.endswith("_dtype"):
+        word = word[: -len("_dtype")]
+    return fields.get(word, word)
+
+
+_FORWARD_FIELDS = {"hidden": "x"}
+_BACKWARD_FIELDS = {"hidden": "dy", "x": "dy", "residual": "h"}
+
+
+def _assert_same_argument(lib, verdict: str, fields: dict, context: str) -> None:
+    """Both validators refused the call: they must name the same argument first."""
+    if verdict == "ok":
+        return
+    py, c = _LAST_PYTHON[0], addrmsnorm_last_error(lib)
+    assert _argument(py, fields) == _argument(c, fields), (
+        f"Python names {_argument(py, fields)!r} ({py}); C names {_argument(c, fields)!r} ({c}): {context}")
+
+
 def _python_verdict(x, r, w, out, rout, eps, weight_offset):
     try:  # the checks of the JIT backend, without a launch
         validation.check_scalar("eps", eps, positive=True)
         validation.check_scalar("weight_offset", weight_offset, positive=False)
         validation.check_forward(x, r, w, out, rout)
         return "ok"
-    except TypeError:
-        return "type"
-    except ValueError:
-        return "value"
+    except (TypeError, ValueError) as e:
+        _LAST_PYTHON[0] = str(e)
+        return "type" if isinstance(e, TypeError) else "value"
 
 
 def _c_verdict(lib, x, r, w, out, rout, eps, weight_offset):
@@ -103,6 +137,7 @@ def test_random_calls_get_the_same_verdict():
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} "
                          f"x={xd} r={rd} w={wd} out={out.dtype} rout={rout.dtype} eps={eps} weight_offset={weight_offset} "
                          f"strides x{x.stride(0)} r{r.stride(0)} o{out.stride(0)} ro{rout.stride(0)}")
+        _assert_same_argument(lib, py, _FORWARD_FIELDS, f"N={N} H={H} x={xd} r={rd} w={wd}")
         seen[py] += 1
     # The draw must exercise every verdict, or the agreement above means little.
     assert all(v >= 15 for v in seen.values()), seen
@@ -119,10 +154,9 @@ def _python_backward_verdict(dy, dro, h, rstd, w, weight_offset):
         validation.check_scalar("weight_offset", weight_offset, positive=False)
         validation.check_backward(dy, dro, h, rstd, w)
         return "ok"
-    except TypeError:
-        return "type"
-    except ValueError:
-        return "value"
+    except (TypeError, ValueError) as e:
+        _LAST_PYTHON[0] = str(e)
+        return "type" if isinstance(e, TypeError) else "value"
 
 
 def _c_backward_verdict(lib, dy, dro, h, rstd, w, weight_offset):
@@ -162,6 +196,7 @@ def test_random_backward_calls_get_the_same_verdict():
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} "
                          f"dy={xd} h={rd} w={wd} dro={dro is not None} weight_offset={weight_offset} "
                          f"strides dy{dy.stride(0)} h{h.stride(0)}")
+        _assert_same_argument(lib, py, _BACKWARD_FIELDS, f"N={N} H={H} dy={xd} h={rd} w={wd}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
 
@@ -221,10 +256,9 @@ def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps
         validation.check_scalar("eps", eps, positive=True)
         validation.check_quant(x, r, w, q.dtype, scale, gs, ub, q, rout, scales, y, ue8m0=ue8m0, swizzled=swizzled)
         return "ok"
-    except TypeError:
-        return "type"
-    except ValueError:
-        return "value"
+    except (TypeError, ValueError) as e:
+        _LAST_PYTHON[0] = str(e)
+        return "type" if isinstance(e, TypeError) else "value"
 
 
 def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False):
@@ -317,6 +351,9 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
                          f"swizzled={swizzled} scale={scale is not None} "
                          f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0) if rout is not None else '-'} "
                          f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
+        # The argument named is not compared here: the two validators check the block formats'
+        # scale, group_size and H in different orders (NVFP4's missing scale against H's multiple
+        # of group_size, say), so a call wrong twice is refused for a different one of its faults.
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
 
@@ -407,16 +444,16 @@ def test_random_plain_norm_calls_get_the_same_verdict():
             validation.check_scalar("weight_offset", weight_offset, positive=False)
             validation.check_rmsnorm(x, w, out, rstd, hf=hf)
             py = "ok"
-        except TypeError:
-            py = "type"
-        except ValueError:
-            py = "value"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
         st = c_library.check(lib, c_library.norm_args(x, w, out, rstd=rstd, eps=eps, weight_offset=weight_offset,
                                                       numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} heads={heads} D={D} "
                          f"x={xd} {x.stride()} out={out.stride()} same={out is x} w={wd} hf={hf} eps={eps} "
                          f"offset={weight_offset}")
+        _assert_same_argument(lib, py, _FORWARD_FIELDS, f"T={T} heads={heads} D={D} x={xd} w={wd} hf={hf}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
 
@@ -444,13 +481,14 @@ def test_random_qk_norm_calls_get_the_same_verdict():
             validation.check_scalar("eps", eps, positive=True)
             validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, hf=hf)
             py = "ok"
-        except TypeError:
-            py = "type"
-        except ValueError:
-            py = "value"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
         st = c_library.check(lib, c_library.qk_args(qkv, wq, wk, nq, nk, D, eps, numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} nq={nq} nk={nk} D={D} "
                          f"stride={stride} x={xd} w={wd} hf={hf} eps={eps}")
+        # Not the argument named: the C runtime checks head_dim before the head counts, and HF's
+        # weight rule before qkv's dtype, where Python checks them the other way round.
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
