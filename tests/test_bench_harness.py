@@ -266,7 +266,7 @@ def test_quant_targets_bulk_and_cpu():
     # behind the best peer: missed even above 97% of the roofline
     assert "| static fp8 | 16384 × 4096 | 3900 GB/s, 98.0% | FlashInfer 3950 GB/s (0.987×) | **missed** |" in t
     assert "| per-token fp8 | 16384 × 4096 | 3800 GB/s, 97.5% | torch.compile (same math) 3700 GB/s (1.027×) | met |" in t
-    assert "plain in-place op (fused_add_rmsnorm_) 10.00 µs (1.25×) | **missed** |" in t
+    assert "plain in-place op (norm_) 10.00 µs (1.25×) | **missed** |" in t
 
 
 def test_quant_cpu_target_is_a_ratio_within_rounds():

@@ -289,8 +289,8 @@ def run(roofline_gbs: float, log=print, shapes=None) -> list[dict]:
     return rows
 
 
-PLAIN_OP = "plain in-place op (fused_add_rmsnorm_)"
-PLAIN_FUNCTIONAL_OP = "plain allocating op (fused_add_rmsnorm)"
+PLAIN_OP = "plain in-place op (norm_)"
+PLAIN_FUNCTIONAL_OP = "plain allocating op (norm)"
 
 
 def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
@@ -308,11 +308,11 @@ def cpu_cost(N: int = 1, H: int = 4096) -> list[dict]:
     calls = {
         PLAIN_OP: lambda: ops.norm_.default(x, r, w, EPS),
         PLAIN_FUNCTIONAL_OP: lambda: ops.norm.default(x, r, w, EPS),
-        "quant op into outputs, static fp8 (fused_add_rmsnorm_quant_into)":
+        "quant op into outputs, static fp8 (norm_quant_into)":
             lambda: ops.norm_quant_into.default(x, r, w, q, r, None, None, EPS, scale),
         "quant op into outputs, per-token fp8":
             lambda: ops.norm_quant_into.default(x, r, w, q, r, s, None, EPS),
-        "quant op allocating, static fp8 (fused_add_rmsnorm_quant)":
+        "quant op allocating, static fp8 (norm_quant)":
             lambda: ops.norm_quant.default(x, r, w, EPS, fp8, scale),
         "Python API addrmsnorm.fused_add_rmsnorm_ (plain, in place)":
             lambda: addrmsnorm.fused_add_rmsnorm_(x, r, w, EPS),
