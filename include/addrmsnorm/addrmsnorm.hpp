@@ -213,7 +213,7 @@ inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
-// ----- quantized outputs (addrmsnorm_fused_add_rmsnorm_quant, addrmsnorm_rmsnorm_quant) ---------------
+// ----- quantized outputs (addrmsnorm_norm_args.quant) ------------------------------------------------
 // The descriptor of each mode. Scales: fp32 for the dynamic modes; bytes (e4m3 or e8m0) for the block-scaled
 // formats, [rows, hidden / block] row-major unless `swizzled` (the 128 x 4 tiles: one buffer of rows rounded
 // up to 128 times blocks rounded up to 4, see addrmsnorm.h).
