@@ -119,7 +119,7 @@ def _reread(chunk: int, warps: int) -> ForwardConfig:
 
 
 # Widest H kept whole in registers. Above it each row is walked twice in chunks.
-# Each thread then holds at most 32 fp32 values of h. Measured (bf16, run3): at 16384 the single
+# Each thread then holds at most 32 fp32 values of h. Measured (bf16): at 16384 the single
 # pass (89.8%) beats 4096- and 8192-wide loops (86.8%, 87.4%); at 32768 a single pass of 32 warps
 # and a 16384-wide loop tie (87.8%, 87.7%), so the single pass stops at 16384.
 SINGLE_PASS_MAX_H = 16384
@@ -129,7 +129,7 @@ QUANT_SINGLE_PASS_MAX_H = 32768
 QUANT_UNHINTED_LOOP_MAX_H = 65536
 
 # The measurements behind the rows below were taken with devtools/tune.py (H200, in place, cold L2,
-# N*H = 2**25; "run3" is the latest); docs/perf-notes.md has them by topic. Within about 2 points of the
+# N*H = 2**25); docs/perf-notes.md has them by topic. Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
 #
 # Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the hint of

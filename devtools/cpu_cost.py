@@ -4,7 +4,7 @@ functional, fused and plain: the table a change to the plumbing must not make wo
     python devtools/cpu_cost.py            # the addrmsnorm Python imports (its backend as selected)
 
 It names the operators of this tree, or of a tree from before the one operator family
-(fused_add_rmsnorm_, rmsnorm_, ...), so that two builds can be measured in one session and compared.
+(fused_add_rmsnorm_, rmsnorm_, ...), so that two builds can be measured in one run and compared.
 Needs a GPU.
 """
 
