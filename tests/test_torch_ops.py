@@ -345,3 +345,26 @@ def test_fake_implementations_raise_the_backends_errors():
         with pytest.raises(exc) as fake:
             call(meta(x), meta(r), meta(w))
         assert str(fake.value).splitlines()[0] == str(real.value).splitlines()[0], i
+
+
+def test_into_outputs_take_residual_out_exactly_when_residual_is_given():
+    """norm_into and norm_quant_into: residual_out goes with residual (None with None), and the plain norm's
+    numerics 2 is refused with a residual; nothing is written."""
+    from helpers import assert_refused
+
+    x = torch.randn(4, 64, device=DEVICE)
+    r, w = torch.randn(4, 64, device=DEVICE), torch.ones(64, device=DEVICE)
+    out, ro = torch.zeros(4, 64, device=DEVICE), torch.zeros(4, 64, device=DEVICE)
+    assert_refused(ValueError, "residual_out is given but residual is None: the plain norm writes no residual",
+                   lambda: OPS.norm_into(x, None, w, out, ro, None, 1e-6), out, ro)
+    assert_refused(ValueError, "residual_out is None but residual is given: the fused norm writes h there",
+                   lambda: OPS.norm_into(x, r, w, out, None, None, 1e-6), out)
+    assert_refused(ValueError, r"numerics 2 \(hf_round_once\) is the plain and QK norms'",
+                   lambda: OPS.norm_into(x, r, w, out, ro, None, 1e-6, 0.0, 2), out, ro)
+    xb, rb, wb = x.bfloat16(), r.bfloat16(), w.bfloat16()
+    q = torch.zeros(4, 64, dtype=torch.int8, device=DEVICE)
+    scale = torch.ones(1, device=DEVICE)
+    assert_refused(ValueError, "residual_out is given but residual is None",
+                   lambda: OPS.norm_quant_into(xb, None, wb, q, rb.clone(), None, None, 1e-6, scale), q)
+    assert_refused(ValueError, "residual_out is None but residual is given",
+                   lambda: OPS.norm_quant_into(xb, rb, wb, q, None, None, None, 1e-6, scale), q)
