@@ -13,7 +13,7 @@ from addrmsnorm import jit_backend, ops
 from addrmsnorm.reference import hf_norm_ref, hf_style_ref, truncate_to_bf16
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
-from helpers import DTYPE_COMBOS, bits, check_forward, combo_id, make_inputs
+from helpers import DTYPE_COMBOS, assert_refused, bits, check_forward, combo_id, make_inputs
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -350,8 +350,6 @@ def test_fake_implementations_raise_the_backends_errors():
 def test_into_outputs_take_residual_out_exactly_when_residual_is_given():
     """norm_into and norm_quant_into: residual_out goes with residual (None with None), and the plain norm's
     numerics 2 is refused with a residual; nothing is written."""
-    from helpers import assert_refused
-
     x = torch.randn(4, 64, device=DEVICE)
     r, w = torch.randn(4, 64, device=DEVICE), torch.ones(64, device=DEVICE)
     out, ro = torch.zeros(4, 64, device=DEVICE), torch.zeros(4, 64, device=DEVICE)
