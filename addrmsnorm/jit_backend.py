@@ -46,16 +46,16 @@ def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: boo
     )
 
 
-def _checked_eps(eps: float, weight_offset: float):
-    return (v.check_scalar("eps", eps, positive=True),
-            v.check_scalar("weight_offset", weight_offset, positive=False))
+def _numerics(hf) -> int:
+    """The fused forms' hf (a bool, or the operators' numerics index, checked with the call's rules)."""
+    return int(hf) if isinstance(hf, bool) else hf
 
 
 def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
     """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_forward(x, residual, weight, hf=hf)
+    call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=_numerics(hf))
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
@@ -74,9 +74,10 @@ def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pd
 def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False,
                            pdl=False):
     """addrmsnorm::fused_add_rmsnorm_into: into caller-given outputs (which may alias inputs exactly)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_forward(x, residual, weight, out, residual_out, rstd, hf=hf)
+    call = v.check_forward(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
+                           numerics=_numerics(hf))
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _launch(call, rstd, eps, weight_offset, hf, pdl)
 
 
@@ -86,8 +87,7 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
     dx has 0 elements when dy's dtype is h's (dresidual is then the gradient of x too); dweight has
     0 elements unless weight_grad.
     """
-    weight_offset = v.check_scalar("weight_offset", weight_offset, positive=False)
-    device, rows = v.check_backward(dy, dresidual_out, h, rstd, weight)
+    device, rows, weight_offset = v.check_backward(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
     _check_runnable(device)
     shape, H = dy.shape, dy.shape[-1]
     dres = torch.empty(shape, dtype=h.dtype, device=device)
@@ -130,10 +130,6 @@ def _check_quant_arch(device: torch.device, quant_dtype) -> None:
                            f"8.9 or newer; this one runs sm_{major}{minor} kernels")
 
 
-def _is_fp4(out) -> bool:
-    return isinstance(out, torch.Tensor) and out.dtype == torch.float4_e2m1fn_x2
-
-
 def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
     xr = call.x
     if xr.n_rows == 0:
@@ -170,10 +166,11 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
                             pdl=False, swizzled_scales=False):
     """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
     unless return_y)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
-                         column_major=column_major_scales, swizzled=swizzled_scales)
+                         column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
+                         weight_offset=weight_offset)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
@@ -190,14 +187,11 @@ def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_
                                  swizzled_scales=False):
     """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
     residual or x exactly, y may alias x exactly."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    if scales_out is None and (scale is None or _is_fp4(out)):  # NVFP4's scale is its global scale
-        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
-                         "writes the scales there")
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
-                         swizzled=swizzled_scales)
+                         swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
     _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
 
@@ -219,9 +213,9 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
 
 def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
     """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_rmsnorm(x, weight, hf=v.plain_numerics(numerics)[0])
+    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
     rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
@@ -237,9 +231,9 @@ def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
 
 def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    call = v.check_rmsnorm(x, weight, out, rstd, hf=v.plain_numerics(numerics)[0])
+    call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
 
 
@@ -247,10 +241,10 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
                 pdl=False):
     """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
     (a token's q and k heads are one group of rows; from the q heads' count on, rows take k's weight)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    hf, round_once = v.plain_numerics(numerics)
-    call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+    call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
+                              weight_offset=weight_offset, numerics=numerics)
     _check_runnable(call.device)
+    eps, weight_offset, hf, round_once = call.eps, call.weight_offset, call.hf, call.round_once
     if call.tokens == 0:
         return
     heads = num_q_heads + num_kv_heads  # a token's q heads, then its k heads: one group of rows
@@ -268,11 +262,11 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
 def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
                   ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
     """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    # The fused checks with residual = x (the same rows: every rule on residual holds as it does on x).
-    call = v.check_quant(x, x, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
-                         column_major=column_major_scales, swizzled=swizzled_scales)
+    call = v.check_quant(x, None, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
+                         column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
+                         weight_offset=weight_offset)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
@@ -285,13 +279,11 @@ def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_u
 def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
                        ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
     """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
-    eps, weight_offset = _checked_eps(eps, weight_offset)
-    if scales_out is None and (scale is None or _is_fp4(out)):  # NVFP4's scale is its global scale
-        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
-                         "writes the scales there")
-    call = v.check_quant(x, x, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
-                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales)
+    call = v.check_quant(x, None, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
+                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps,
+                         weight_offset=weight_offset)
     _check_runnable(call.device)
+    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
     _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
 
@@ -312,45 +304,28 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
 
 # ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
 
-def _fused_hf(numerics) -> bool:
-    """numerics with a residual: 0 (contract) or 1 (hf)."""
-    hf, round_once = v.plain_numerics(numerics)
-    if round_once:
-        raise ValueError("numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a residual, "
-                         "numerics is 0 (contract) or 1 (hf)")
-    return hf
-
-
-def _no_residual_out(residual_out) -> None:
-    if residual_out is not None:
-        raise ValueError("residual_out is given but residual is None: the plain norm writes no residual")
-
-
 def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
     """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
     asked for)."""
     if residual is None:
         y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl)
         return y, x.new_empty((0,)), rstd
-    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, _fused_hf(numerics), pdl)
+    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl)
 
 
 def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
     """addrmsnorm::norm_: x <- y, and with a residual residual <- x + residual first."""
     if residual is None:
         return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl)
-    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, _fused_hf(numerics), pdl)
+    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl)
 
 
 def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
+    v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        _no_residual_out(residual_out)
         return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl)
-    if residual_out is None:
-        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
-    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset,
-                                  _fused_hf(numerics), pdl)
+    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl)
 
 
 norm_backward = fused_add_rmsnorm_backward
@@ -373,9 +348,7 @@ def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, 
                     scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
     """addrmsnorm::norm_quant_into: into caller-given outputs."""
     args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
+    v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        _no_residual_out(residual_out)
         return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
-    if residual_out is None:
-        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
     return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)

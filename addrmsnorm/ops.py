@@ -102,52 +102,39 @@ def _fake_residual_out(x, residual):
     return torch.empty_like(residual, memory_format=torch.contiguous_format)
 
 
-def _fake_hf(numerics, residual) -> bool:
-    hf, round_once = v.plain_numerics(numerics)
-    if residual is not None:
-        jit_backend._fused_hf(numerics)
-    return hf
-
-
-def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, numerics=0):
-    hf = _fake_hf(numerics, residual)
+def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
+                       numerics=0):
     if residual is None:
-        jit_backend._no_residual_out(residual_out)
-        v.check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
-        if out is not None and out is not x:
-            v.check_same_shape(x.shape, {"out": out})
-        return
-    shape, _, _ = v.check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
-    v.check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
+        v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics)
+    else:
+        v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
+                             numerics=numerics)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm")
 def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
-    _fake_forward_meta(x, residual, weight, numerics=numerics)
+    _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics)
     rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _fake_residual_out(x, residual), rstd
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_")
 def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
-    _fake_forward_meta(x, residual, weight, x, residual, numerics=numerics)
+    _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_into")
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
-    if residual is not None and residual_out is None:
-        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
-    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, numerics=numerics)
+    v.check_residual_outputs(residual, residual_out)
+    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")
 def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
       ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
-    shape, _, device, mode = v.check_quant_meta(x, x if residual is None else residual, weight, quant_dtype, scale,
-                                                group_size, scale_ub, ue8m0=ue8m0_scales,
-                                                column_major=column_major_scales, swizzled=swizzled_scales)
-    if residual is not None:
-        v.check_same_shape(shape, {"residual": residual})
+    shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
+                                                ue8m0=ue8m0_scales, column_major=column_major_scales,
+                                                swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
     y = x.new_empty(shape) if return_y else None
     scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales)
     return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype), _fake_residual_out(x, residual), scales, y)
@@ -156,24 +143,14 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant_into")
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
-    if scales_out is None and (scale is None or out.dtype == torch.float4_e2m1fn_x2):
-        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
-                         "writes the scales there")
-    if residual is None:
-        jit_backend._no_residual_out(residual_out)
-    elif residual_out is None:
-        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
-    shape, _, _, _ = v.check_quant_meta(x, x if residual is None else residual, weight, out.dtype, scale, group_size,
-                                        scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
-                                        swizzled=swizzled_scales)
-    v.check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y})
-    v.check_same_shape(v.q_shape(shape, out.dtype), {"out": out})
+    v.check_residual_outputs(residual, residual_out)
+    v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y,
+                       ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_backward")
 def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
-    v.check_backward_meta(dy, dresidual_out, h, rstd, weight)
-    v.check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
+    v.check_backward_meta(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
@@ -181,8 +158,8 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
 
 @torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
 def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False):
-    v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim,
-                            hf=v.plain_numerics(numerics)[0])
+    v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
+                            weight_offset=weight_offset, numerics=numerics)
 
 
 # ----- backend selection ----------------------------------------------------------------------------

@@ -90,6 +90,14 @@ def check_shape(name: str, t: torch.Tensor, shape) -> None:
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
 
 
+def _empty_rows(t: torch.Tensor, shape) -> torch.Tensor:
+    """A tensor of no elements as rows (view(-1, 0) is ambiguous): any strides address nothing."""
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return torch.as_strided(t, (n, shape[-1]), (max(shape[-1], 1), 1))
+
+
 def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
     """Check that t has ``shape``, a contiguous last dim, and leading dims that flatten to rows."""
     check_shape(name, t, shape)
@@ -98,7 +106,7 @@ def as_rows(name: str, t: torch.Tensor, shape: torch.Size) -> Rows:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), "
                          f"got stride {t.stride(-1)}")
     try:
-        t2 = t if t.dim() == 2 else t.view(-1, H)
+        t2 = t if t.dim() == 2 else t.view(-1, H) if t.numel() else _empty_rows(t, shape)
     except RuntimeError:
         raise ValueError(f"{name}: the leading dimensions of a tensor with strides {t.stride()} "
                          f"cannot be flattened into rows of one stride; pass a contiguous tensor "
@@ -127,12 +135,29 @@ MAY_ALIAS = {"out": ("x", "residual"), "residual_out": ("residual", "x")}
 class ForwardCall:
     """A checked forward call: row views of every tensor, ready for a launch."""
 
-    __slots__ = ("shape", "H", "device", "x", "residual", "weight", "out", "residual_out")
+    __slots__ = ("shape", "H", "device", "x", "residual", "weight", "out", "residual_out", "eps", "weight_offset",
+                 "hf")
 
     def __init__(self, shape, H, device, x, residual, weight, out, residual_out):
         self.shape, self.H, self.device = shape, H, device
         self.x, self.residual, self.weight = x, residual, weight
         self.out, self.residual_out = out, residual_out  # Rows, or None: to be allocated
+
+
+# ----- the two layers of every check ---------------------------------------------------------------
+#
+# Each kind of call is checked in two layers, in the order the C++ backend checks it:
+#
+# 1. the mapping: what the C ABI's struct cannot carry. Each tensor's dtype is one the C ABI names;
+#    the outputs without a dtype field of their own have their input's; every tensor has the shape the
+#    struct's rows and hidden describe (weights (H,) and contiguous, rstd and the scales in their
+#    layout); all are on one device; each view's last dimension is contiguous and its leading ones
+#    flatten to rows. torch_ext/ops.cpp makes these checks in this order.
+# 2. the call's rules, in the C runtime's order (src/validate.cpp): eps, weight_offset and numerics,
+#    then the kind's dtype pairings, H, and the pointers' alignment and overlap.
+#
+# The words are this file's; the C++ backend carries the C runtime's. tests/test_validation_parity.py
+# holds the two to the same verdict, exception type and argument named.
 
 
 def _check_hf_weight(hf: bool, x, weight) -> None:
@@ -146,28 +171,71 @@ def _check_out_dtype(out, x) -> None:
         raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
 
 
-def _check_weight(weight, H: int) -> None:
+def _check_weight(weight, H: int, name: str = "weight") -> None:
     """(H,), contiguous: indexed by column only."""
     if weight.shape != (H,):
-        raise ValueError(f"weight has shape {tuple(weight.shape)}, expected ({H},)")
+        raise ValueError(f"{name} has shape {tuple(weight.shape)}, expected ({H},)")
     if H > 1 and weight.stride(0) != 1:
-        raise ValueError(f"weight must be contiguous, got stride {weight.stride(0)}")
+        raise ValueError(f"{name} must be contiguous, got stride {weight.stride(0)}")
 
 
-def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False):
-    """The rules of a forward call that need no memory: dtypes, shapes, the weight's layout, devices.
-    Returns (shape, H, device). The fake implementations run these; ``check_forward`` runs them first."""
+def _check_rstd_layout(rstd, shape) -> None:
+    if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous()):
+        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+                         f"{rstd.dtype} {tuple(rstd.shape)}")
+
+
+def check_norm_scalars(eps, weight_offset, numerics=None, *, residual=False):
+    """The rules every norm call starts with: eps and weight_offset (check_scalar), numerics (an index
+    into configs.PLAIN_NUMERICS; with a residual 0 or 1). Returns (eps, weight_offset, hf, round_once)
+    as floats and bools; a None is not checked (the fakes and the quantized calls)."""
+    if eps is not None:
+        eps = check_scalar("eps", eps, positive=True)
+    if weight_offset is not None:
+        weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
+    hf = round_once = False
+    if numerics is not None:
+        hf, round_once = plain_numerics(numerics)
+        if residual and round_once:
+            raise ValueError("numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a "
+                             "residual, numerics is 0 (contract) or 1 (hf)")
+    return eps, weight_offset, hf, round_once
+
+
+def check_residual_outputs(residual, residual_out) -> None:
+    """The operators' pairing of residual and residual_out (both given, or neither)."""
+    if residual is None and residual_out is not None:
+        raise ValueError("residual_out is given but residual is None: the plain norm writes no residual")
+    if residual is not None and residual_out is None:
+        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
+
+
+def _map_forward(x, residual, weight, out, residual_out, rstd):
+    """The mapping of a norm call (residual None: the plain norm) up to the views: dtypes, dims, the
+    outputs' dtypes, the weight, devices. Returns (shape, H, device)."""
     x = check_tensor("x", x)
-    residual = check_tensor("residual", residual)
-    weight = check_tensor("weight", weight)
+    if residual is not None:
+        check_tensor("residual", residual)
+    check_tensor("weight", weight)
     if out is not None:
-        out = check_tensor("out", out)
+        check_tensor("out", out)
     if residual_out is not None:
-        residual_out = check_tensor("residual_out", residual_out)
+        check_tensor("residual_out", residual_out)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension (..., H)")
     H = x.shape[-1]
-    # The dtype pairing before H, in the C ABI's order (tests/test_validation_parity.py).
+    _check_out_dtype(out, x)
+    if residual_out is not None and residual is not None and residual_out.dtype != residual.dtype:
+        raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
+                        f"({residual.dtype})")
+    _check_weight(weight, H)
+    tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
+               "rstd": rstd}
+    return x.shape, H, check_devices({k: t for k, t in tensors.items() if t is not None})
+
+
+def _fused_dtype_rules(x, residual, weight, hf: bool, H: int) -> None:
+    """validate_forward's first rules: the dtype pairing, numerics='hf''s dtypes, H."""
     if residual.dtype not in (x.dtype, torch.float32):
         raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype}) "
                         f"or float32")
@@ -177,20 +245,18 @@ def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
     _check_hf_weight(hf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    _check_out_dtype(out, x)
-    if residual_out is not None and residual_out.dtype != residual.dtype:
-        raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
-                        f"({residual.dtype})")
-    _check_weight(weight, H)
 
-    tensors = {"x": x, "residual": residual, "weight": weight}
-    if out is not None:
-        tensors["out"] = out
-    if residual_out is not None:
-        tensors["residual_out"] = residual_out
-    if rstd is not None:
-        tensors["rstd"] = rstd
-    return x.shape, H, check_devices(tensors)
+
+def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
+                       weight_offset=None, numerics=None):
+    """The checks of a fused forward that need no memory (the fake implementations'): the mapping with
+    shapes for views, then the rules that read no pointer. Returns (shape, H, device)."""
+    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd)
+    check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
+    _check_rstd_layout(rstd, shape)
+    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
+    _fused_dtype_rules(x, residual, weight, hf or nhf, H)
+    return shape, H, device
 
 
 def check_same_shape(shape, tensors: dict) -> None:
@@ -200,9 +266,8 @@ def check_same_shape(shape, tensors: dict) -> None:
             check_shape(name, t, shape)
 
 
-def _rows_of(x, residual, shape, outputs: dict):
-    """x's and residual's rows, and each given output's (an in-place output reuses its input's checked
-    view), each output checked for overlapping itself."""
+def _view_rows(x, residual, shape, outputs: dict):
+    """x's and residual's rows, and each given output's (an in-place output reuses its input's view)."""
     xr, rr = as_rows("x", x, shape), as_rows("residual", residual, shape)
     rows = {}
     for name, t in outputs.items():
@@ -212,32 +277,32 @@ def _rows_of(x, residual, shape, outputs: dict):
             rows[name] = rr
         elif t is not None:
             rows[name] = as_rows(name, t, shape)
-    inputs = {"x": xr, "residual": rr}
-    for name, r in rows.items():
-        check_no_self_overlap(name, r, inputs)
     return xr, rr, rows
 
 
-def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False) -> ForwardCall:
-    """Every check of a forward call on tensors (the scalars are checked by ``check_scalar``).
-
-    ``out`` and ``residual_out`` may be None (the caller allocates them after this returns);
-    ``rstd`` is checked only when given.
-    """
-    shape, H, device = check_forward_meta(x, residual, weight, out, residual_out, rstd, hf=hf)
-    xr, rr, outputs = _rows_of(x, residual, shape, {"out": out, "residual_out": residual_out})
+def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
+                  weight_offset=None, numerics=None) -> ForwardCall:
+    """Every check of a fused forward, in the two layers' order. ``out`` and ``residual_out`` may be
+    None (the caller allocates them after this returns); ``rstd`` is checked only when given. eps,
+    weight_offset and numerics are checked where given (call.eps, call.weight_offset, call.hf)."""
+    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd)
+    xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
+    _check_rstd_layout(rstd, shape)
+    eps, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
+    hf = hf or nhf
+    _fused_dtype_rules(x, residual, weight, hf, H)
     inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
+    for name, r in outputs.items():
+        check_no_self_overlap(name, r, {"x": xr, "residual": rr})
     check_aliasing(outputs, inputs, MAY_ALIAS)
-    if rstd is not None:
-        if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
-            raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
-                             f"{rstd.dtype} {tuple(rstd.shape)}")
-        rs = Rows(rstd.view(1, -1), 1, 0) if rstd.numel() else None
-        if rs is not None:
-            for name, r in {**inputs, **outputs}.items():
-                if _overlaps(rs, r):
-                    raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-    return ForwardCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
+    if rstd is not None and rstd.numel():
+        rs = Rows(rstd.view(1, -1), 1, 0)
+        for name, r in {**inputs, **outputs}.items():
+            if _overlaps(rs, r):
+                raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
+    call = ForwardCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
+    call.eps, call.weight_offset, call.hf = eps, weight_offset, hf
+    return call
 
 
 # ----- quantized outputs ------------------------------------------------------------------------
@@ -282,6 +347,7 @@ def swizzled_scales_numel(n_rows: int, H: int, group_size: int) -> int:
 
 class QuantCall(ForwardCall):
     __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size", "mode", "swizzled")
+    # eps and weight_offset: ForwardCall's slots
 
 
 TMA_ROW_MULTIPLE = 4  # column-major scales: the column stride is the row count rounded up to 4 (16 bytes)
@@ -330,13 +396,29 @@ def _check_scale_tensor(name: str, t, device) -> None:
         raise ValueError(f"{name} is on {t.device} but x is on {device}; it must be on x's device")
 
 
-def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
-                     out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
-                     column_major=False, swizzled=False):
-    """The rules of a quantized forward that need no memory. Returns (shape, H, device, mode). Into
-    given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no quant_dtype."""
+def _expected_scales_shape(shape, mode: str, group_size, swizzled: bool):
+    """The scales' shape where the arguments define one: [rows] per token, [rows, H / group_size] per
+    group and block-scaled (a group size that divides H), the swizzled layout as one padded run; None
+    where the group size does not divide H (the rules refuse it)."""
+    H = shape[-1]
+    if mode == "token":
+        return torch.Size(shape[:-1])
+    if group_size <= 0 or H % group_size:
+        return None
+    if mode in BLOCK_MODES and swizzled:
+        n = 1
+        for d in shape[:-1]:
+            n *= d
+        return torch.Size((swizzled_scales_numel(n, H, group_size),))
+    return quant_scales_shape(shape, group_size)
+
+
+def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y_out,
+               column_major, swizzled, functional):
+    """The mapping of a quantized call up to the views. Returns (shape, H, device, mode, want): want the
+    scales' shape (_expected_scales_shape)."""
     if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
-        if out is not None:
+        if not functional:
             raise TypeError(f"out has dtype {quant_dtype}; the quantized output must be torch.float8_e4m3fn, "
                             f"torch.int8 or torch.float4_e2m1fn_x2")
         raise TypeError(f"quant_dtype must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2, got "
@@ -344,84 +426,115 @@ def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0,
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
     x = check_tensor("x", x)
-    if x.dtype not in QUANT_ACTIVATION_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of float16 or bfloat16")
-    if isinstance(residual, torch.Tensor) and residual.dtype != x.dtype:
-        raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
-                        f"dtype ({x.dtype})")
-    if isinstance(weight, torch.Tensor) and weight.dtype != x.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
-                        f"({x.dtype}), as a checkpoint has it")
-    shape, H, device = check_forward_meta(x, residual, weight, None, residual_out)
-    if quant_dtype == torch.float4_e2m1fn_x2 and group_size not in (16, 32):
-        raise ValueError(f"float4_e2m1fn_x2 outputs are block-scaled: group_size must be 16 (NVFP4) or 32 "
-                         f"(MXFP4), got {group_size}")
+    if residual is not None:
+        check_tensor("residual", residual)
+    check_tensor("weight", weight)
+    if residual_out is not None:
+        check_tensor("residual_out", residual_out)
+    if y_out is not None:
+        check_tensor("y", y_out)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (..., H)")
+    shape, H = x.shape, x.shape[-1]
+    if residual_out is not None and residual is not None and residual_out.dtype != residual.dtype:
+        raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
+                        f"({residual.dtype})")
+    if y_out is not None and y_out.dtype != x.dtype:
+        raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
+    _check_weight(weight, H)
+    tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
+               "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub}
+    for name in ("out", "scales_out", "scale", "scale_ub"):
+        if tensors[name] is not None and not isinstance(tensors[name], torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensors[name]).__name__}")
+    device = check_devices({k: t for k, t in tensors.items() if t is not None})
+    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
+        if t is not None and (t.dtype != torch.float32 or t.numel() != 1):
+            raise TypeError(f"{name} must be a 1-element float32 tensor, got {t.dtype} of shape {tuple(t.shape)}")
     mode = quant_mode(scale, group_size, quant_dtype)
     block = mode in BLOCK_MODES
+    want = _expected_scales_shape(shape, mode, group_size, swizzled)
+    if functional:
+        if column_major and mode != "group":
+            raise ValueError("column_major_scales lays out per-group scales; pass group_size")
+    elif scales_out is not None and mode != "static":  # a static call's scales_out: the rules refuse it
+        want_dtype = block_scale_dtype(mode) if block else torch.float32
+        if scales_out.dtype != want_dtype:
+            raise ValueError(f"scales_out has dtype {scales_out.dtype}; it must be "
+                             f"{str(want_dtype).removeprefix('torch.')}")
+        if want is not None and scales_out.shape != want:
+            raise ValueError(f"scales_out has shape {tuple(scales_out.shape)}, expected {tuple(want)}")
+        if block and swizzled and scales_out.numel() > 1 and scales_out.stride(0) != 1:
+            raise ValueError("scales_out: the swizzled layout is one contiguous buffer (stride 1)")
+    return shape, H, device, mode, want
+
+
+def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
+                 weight_offset):
+    """The rules of a quantized call that read no pointer, in the C runtime's order (validate_norm's,
+    then validate_quant's up to its rows)."""
+    if eps is not None:
+        eps = check_scalar("eps", eps, positive=True)
+    if weight_offset is not None:
+        weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
+    if residual is not None and residual.dtype != x.dtype:
+        raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
+                        f"dtype ({x.dtype})")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
+                        f"({x.dtype}), as a checkpoint has it")
+    if x.dtype not in QUANT_ACTIVATION_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of float16 or bfloat16")
+    block = mode in BLOCK_MODES
     name = mode.upper()
-    if block and mode != "nvfp4" and scale is not None:
-        raise ValueError(f"{name} takes no scale (NVFP4 alone has a global scale)")
-    if mode == "nvfp4" and scale is None:
-        raise ValueError("NVFP4 needs scale, its global scale (a 1-element float32 tensor)")
-    if scale is not None and group_size and not block:
-        raise ValueError("scale (static) and group_size (per group) exclude each other; pass one")
-    if group_size and not block and group_size not in QUANT_GROUP_SIZES:
+    if block and group_size != configs.BLOCK_QUANT_SIZE[BLOCK_MODE_IDS[mode]]:
+        raise ValueError(f"group_size must be 16 (NVFP4) or 32 (MXFP4) for float4_e2m1fn_x2 outputs, which are "
+                         f"block-scaled; got {group_size}")
+    if mode == "group" and group_size not in QUANT_GROUP_SIZES:
         raise ValueError(f"group_size must be 64 or 128 (or 32 for MXFP8), got {group_size}")
-    if group_size and H % group_size:
+    if mode in ("static", "token") and group_size:
+        raise ValueError("group_size (per group) and scale (static) exclude each other; pass one")
+    if H == 0:
+        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    if (mode == "group" or block) and H % group_size:
         raise ValueError(f"H={H} is not a multiple of group_size={group_size}")
     if H % QUANT_ALIGN:
         raise ValueError(f"H={H} is not a multiple of {QUANT_ALIGN}: quantized outputs need rows of "
                          f"16-element multiples, as fp8 and int8 GEMMs do")
-    if scale is not None:
-        _check_scale_tensor("scale", scale, device)
-    if scale_ub is not None:
-        if mode == "static":
-            raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
-        if block:
-            raise ValueError(f"scale_ub does not apply to {name}")
-        _check_scale_tensor("scale_ub", scale_ub, device)
-    if ue8m0 and mode == "static":
-        raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
+    if swizzled and not block:
+        raise ValueError("swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)")
     if ue8m0 and block:
         raise ValueError(f"ue8m0_scales does not apply to {name}: its scales are "
                          f"{'e4m3' if mode == 'nvfp4' else 'e8m0 already'}")
-    if column_major and mode != "group":
-        raise ValueError("column_major_scales lays out per-group scales; pass group_size")
-    if swizzled and not block:
-        raise ValueError("swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)")
+    if block and scale_ub is not None:
+        raise ValueError(f"scale_ub does not apply to {name}")
+    if block and mode != "nvfp4" and scale is not None:
+        raise ValueError(f"{name} takes no scale (NVFP4 alone has a global scale)")
+    if mode == "nvfp4" and scale is None:
+        raise ValueError("scale is None; NVFP4 needs its global scale there (a 1-element float32 tensor)")
+    if mode == "static" and scale_ub is not None:
+        raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
+    if mode == "static" and ue8m0:
+        raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
+    return eps, weight_offset
+
+
+def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
+                     out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
+                     column_major=False, swizzled=False, eps=None, weight_offset=None):
+    """The checks of a quantized forward that need no memory (the fakes'). residual None: the plain
+    norm's. Into given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no
+    quant_dtype. Returns (shape, H, device, mode)."""
+    functional = out is None
+    shape, H, device, mode, _ = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
+                                           residual_out, scales_out, y_out, column_major, swizzled, functional)
+    check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y_out})
     if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-        if out.dtype != quant_dtype:
-            raise TypeError(f"out has dtype {out.dtype}; it must be quant_dtype ({quant_dtype})")
-        if out.device != device:
-            raise ValueError(f"out is on {out.device} but x is on {device}; all tensors must be on one device")
-    if y_out is not None:
-        y_out = check_tensor("y", y_out)
-        if y_out.dtype != x.dtype:
-            raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
-        if y_out.device != device:
-            raise ValueError(f"y is on {y_out.device} but x is on {device}; all tensors must be on one device")
-    if scales_out is not None:
-        if mode == "static":
-            raise ValueError("scales_out receives dynamic scales; a static call has none to write")
-        if not isinstance(scales_out, torch.Tensor):
-            raise TypeError(f"scales_out must be a torch.Tensor, got {type(scales_out).__name__}")
-        want = quant_scales_shape(shape, group_size)
-        want_dtype = block_scale_dtype(mode) if block else torch.float32
-        if block and swizzled:
-            n = 1
-            for d in shape[:-1]:
-                n *= d
-            want = torch.Size((swizzled_scales_numel(n, H, group_size),))
-        if scales_out.dtype != want_dtype or scales_out.shape != want:
-            raise ValueError(f"scales_out must be {str(want_dtype).removeprefix('torch.')} of shape {tuple(want)}, "
-                             f"got {scales_out.dtype} {tuple(scales_out.shape)}")
-        if block and swizzled and want[0] > 1 and scales_out.stride(0) != 1:
-            raise ValueError("scales_out: the swizzled layout is one contiguous buffer (stride 1)")
-        if scales_out.device != device:
-            raise ValueError(f"scales_out is on {scales_out.device} but x is on {device}; all tensors must be "
-                             f"on one device")
+        check_same_shape(q_shape(shape, quant_dtype), {"out": out})
+    _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
+                 weight_offset)
+    if mode == "static" and scales_out is not None:
+        raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     return shape, H, device, mode
 
 
@@ -429,10 +542,9 @@ def quant_scales_shape(shape, group_size) -> torch.Size:
     return torch.Size(shape[:-1]) if not group_size else torch.Size((*shape[:-1], shape[-1] // group_size))
 
 
-def _scales_geometry(t: torch.Tensor, shape, group_size):
-    """scales_out seen as [rows, groups]: (the 2-D view, row stride, group stride), in elements.
-    ValueError if its leading dimensions do not flatten to rows of one stride, or if two scales
-    could share an address (one of the two strides must step over the whole other dimension)."""
+def _scales_flattened(t: torch.Tensor, shape, group_size):
+    """scales_out seen as [rows, groups]: (the 2-D view, row stride, group stride), in elements; its
+    leading dimensions must flatten to rows of one stride (the mapping)."""
     n_groups = shape[-1] // group_size if group_size else 1
     try:
         t2 = t.view(-1, n_groups) if t.dim() != 2 or not group_size else t
@@ -440,14 +552,22 @@ def _scales_geometry(t: torch.Tensor, shape, group_size):
         raise ValueError(f"scales_out: the leading dimensions of a tensor with strides {t.stride()} cannot be "
                          f"flattened into rows of one stride") from None
     n = t2.shape[0]
-    if n == 0:  # no rows, no scales written
-        return t2, 0, 0
     rs = t2.stride(0) if n > 1 else 0
     gs = t2.stride(1) if n_groups > 1 else 0
+    return t2, rs, gs
+
+
+def _scales_apart(t: torch.Tensor, n: int, shape, group_size, rs: int, gs: int) -> None:
+    """No two scales share an address: one of the two strides steps over the whole other dimension."""
+    n_groups = shape[-1] // group_size if group_size else 1
     if rs < 0 or gs < 0 or (n > 1 and n_groups > 1 and not (rs >= n_groups * gs or gs >= n * rs)) \
             or (n > 1 and rs == 0) or (n_groups > 1 and gs == 0):
         raise ValueError(f"scales_out: strides {tuple(t.stride())} make two scales share an address")
-    return t2, rs, gs
+
+
+def _scales_geometry(t: torch.Tensor, shape, group_size):
+    """scales_out (allocated here) as [rows, groups]: (the 2-D view, row stride, group stride)."""
+    return _scales_flattened(t, shape, group_size)
 
 
 def _span_rows(t: torch.Tensor) -> Rows:
@@ -462,46 +582,75 @@ def _span_rows(t: torch.Tensor) -> Rows:
 
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
                 residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
-                swizzled=False) -> QuantCall:
-    """Every check of a quantized forward on tensors. out, residual_out, scales_out and y_out may be
-    None (the caller allocates them after this returns)."""
-    shape, H, device, mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
-                                              out, residual_out, scales_out, y_out, ue8m0=ue8m0,
-                                              column_major=column_major, swizzled=swizzled)
-    fp4 = quant_dtype == torch.float4_e2m1fn_x2
-    xr, rr, outputs = _rows_of(x, residual, shape, {"out": None if fp4 else out, "residual_out": residual_out,
-                                                    "y": y_out})
-    if fp4 and out is not None:  # rows of H / 2 bytes
-        qr = as_rows("out", out, q_shape(shape, quant_dtype))
-        check_no_self_overlap("out", qr, {"x": xr, "residual": rr})
-        outputs = {"out": qr, **outputs}
-    inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
-    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
-        if t is not None:
-            inputs[name] = _span_rows(t)
-    check_aliasing(outputs, inputs, QUANT_MAY_ALIAS)
-    if xr.n_rows > 0:  # no rows: nothing is read or written (the C ABI looks at no pointer)
-        for name, rows in {**outputs, **inputs}.items():
-            align = QUANT_ALIGN // 2 if fp4 and name == "out" else QUANT_ALIGN  # fp4: 16 elements, 8 bytes
-            if name in QUANT_ALIGNED and rows.n_rows > 0 and (
-                    rows.start % QUANT_ALIGN_BYTES or rows.row_stride % align and rows.n_rows > 1):
-                raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
-                                 f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
-    call = QuantCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
+                swizzled=False, eps=None, weight_offset=None) -> QuantCall:
+    """Every check of a quantized forward, in the two layers' order. residual None: the plain norm's
+    (no residual_out). out None: the functional form, whose q, residual_out, scales and y the caller
+    allocates after this returns (set them on the call)."""
+    functional = out is None
+    shape, H, device, mode, want = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
+                                              residual_out, scales_out, y_out, column_major, swizzled, functional)
+    block = mode in BLOCK_MODES
+    xr = as_rows("x", x, shape)
+    rr = as_rows("residual", residual, shape) if residual is not None else xr
+    outputs = {}
+    if out is not None:
+        outputs["out"] = as_rows("out", out, q_shape(shape, quant_dtype))
+    if residual_out is not None:
+        outputs["residual_out"] = rr if residual_out is residual else as_rows("residual_out", residual_out, shape)
+    if y_out is not None:
+        outputs["y"] = xr if y_out is x else as_rows("y", y_out, shape)
+    scales2 = None
+    srs = sgs = 0
+    if scales_out is not None and mode != "static" and not (block and swizzled):
+        scales2, srs, sgs = _scales_flattened(scales_out, shape, group_size if (mode == "group" or block) and want
+                                              is not None else 0)
+    eps, weight_offset = _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled,
+                                      mode, H, eps, weight_offset)
+    if mode == "static" and scales_out is not None:
+        raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+    call = QuantCall(shape, H, device, xr, rr, Rows(weight, 1, H), outputs.get("out"), outputs.get("residual_out"))
     call.y = outputs.get("y")
     call.group_size = group_size or 0
     call.mode = mode
     call.swizzled = swizzled
-    call.scales = None
-    call.scales_row_stride = call.scales_group_stride = 0
+    call.eps, call.weight_offset = eps, weight_offset
+    call.scales = scales_out if (block and swizzled) else scales2
+    call.scales_row_stride, call.scales_group_stride = srs, sgs
+    if xr.n_rows == 0:  # no rows: nothing is read or written (the C ABI looks at no pointer)
+        return call
+    if not functional and mode != "static" and scales_out is None:
+        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
+                         "writes the scales there")
+    inputs = {"x": xr, "residual": rr, "weight": call.weight}
+    for name, r in outputs.items():
+        check_no_self_overlap(name, r, inputs)
+    names = list(outputs)
+    for i, a in enumerate(names):  # every pair of outputs apart, then each output against the inputs
+        for b in names[i + 1:]:
+            if _overlaps(outputs[a], outputs[b]):
+                na, nb = _written_name(a, outputs[a], inputs), _written_name(b, outputs[b], inputs)
+                if na == nb:
+                    na, nb = a, b
+                raise ValueError(f"{na} and {nb} overlap in memory; outputs must not share memory"
+                                 f"{_in_place_note([na, nb], [a, b])}")
+    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
+        if t is not None:
+            inputs[name] = _span_rows(t)
+    for name, r in outputs.items():
+        check_aliasing({name: r}, inputs, QUANT_MAY_ALIAS)
+    fp4 = quant_dtype == torch.float4_e2m1fn_x2
+    for name in ("out", "residual_out", "y", "x", "residual", "weight"):
+        rows = outputs.get(name) or inputs.get(name)
+        align = QUANT_ALIGN // 2 if fp4 and name == "out" else QUANT_ALIGN  # fp4: 16 elements, 8 bytes
+        if rows is not None and rows.n_rows > 0 and (
+                rows.start % QUANT_ALIGN_BYTES or rows.row_stride % align and rows.n_rows > 1):
+            raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
+                             f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
     if scales_out is not None:
-        if swizzled:
-            call.scales = scales_out
-        else:
-            t2, call.scales_row_stride, call.scales_group_stride = _scales_geometry(scales_out, shape, group_size)
-            call.scales = t2
+        if not (block and swizzled):
+            _scales_apart(scales_out, call.x.n_rows, shape, group_size if mode == "group" or block else 0, srs, sgs)
         sr = _span_rows(scales_out)
-        for name, rows in {**outputs, **inputs}.items():
+        for name, rows in {**inputs, **outputs}.items():
             if _overlaps(sr, rows):
                 raise ValueError(f"scales_out overlaps {name}; it must not share memory with it")
     return call
@@ -593,41 +742,55 @@ def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
 
 # ----- the backward -----------------------------------------------------------------------------
 
-def check_backward_meta(dy, dresidual_out, h, rstd, weight):
-    """The rules of a backward call that need no memory: dy has x's dtype, h (the saved residual_out)
-    and dresidual_out the residual's; rstd is the forward's. Returns the device."""
+def _map_backward(dy, dresidual_out, h, rstd, weight):
     dy = check_tensor("dy", dy)
     h = check_tensor("h", h)
     weight = check_tensor("weight", weight)
-    # The dtype pairing before the shape, in the C ABI's order (tests/test_validation_parity.py).
-    if h.dtype not in (dy.dtype, torch.float32):
-        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
     if dresidual_out is not None:
         check_tensor("dresidual_out", dresidual_out)
-        if dresidual_out.dtype != h.dtype:
-            raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
-    if dy.dim() == 0 or dy.shape[-1] == 0:
-        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must be (..., H) with H > 0")
-    shape, H = dy.shape, dy.shape[-1]
-    if weight.shape != (H,) or (H > 1 and weight.stride(0) != 1):
-        raise ValueError(f"weight must be a contiguous ({H},) tensor, got shape {tuple(weight.shape)}")
-    if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
-        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
-                         f"{rstd.dtype} {tuple(rstd.shape)}")
+    if dy.dim() == 0:
+        raise ValueError("dy must have at least one dimension (..., H)")
+    H = dy.shape[-1]
+    if dresidual_out is not None and dresidual_out.dtype != h.dtype:
+        raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
+    _check_weight(weight, H)
     tensors = {"dy": dy, "h": h, "rstd": rstd, "weight": weight}
     if dresidual_out is not None:
         tensors["dresidual_out"] = dresidual_out
-    return check_devices(tensors)
+    return H, check_devices(tensors)
 
 
-def check_backward(dy, dresidual_out, h, rstd, weight):
-    """Every check of a backward call: returns the device and row views of dy, h (and dresidual_out)."""
-    device = check_backward_meta(dy, dresidual_out, h, rstd, weight)
+def _backward_rules(dy, h, H, weight_offset):
+    """The C runtime's first backward rules: weight_offset, the dtype pairing, H."""
+    weight_offset = check_scalar("weight_offset", weight_offset, positive=False) if weight_offset is not None else None
+    if h.dtype not in (dy.dtype, torch.float32):
+        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
+    if H == 0:
+        raise ValueError("dy has H = 0 (an empty last dimension); H must be > 0")
+    return weight_offset
+
+
+def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
+    """The checks of a backward call that need no memory: dy has x's dtype, h (the saved residual_out)
+    and dresidual_out the residual's; rstd is the forward's. Returns the device."""
+    H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
+    check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
+    _check_rstd_layout(rstd, dy.shape)
+    _backward_rules(dy, h, H, weight_offset)
+    return device
+
+
+def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
+    """Every check of a backward call, in the two layers' order: returns (device, row views of dy, h
+    and dresidual_out, weight_offset)."""
+    H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     shape = dy.shape
     rows = {"dy": as_rows("dy", dy, shape), "h": as_rows("h", h, shape)}
     if dresidual_out is not None:
         rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
-    return device, rows
+    _check_rstd_layout(rstd, shape)
+    weight_offset = _backward_rules(dy, h, H, weight_offset)
+    return device, rows, weight_offset
 
 
 # ----- the plain norm (no residual) ---------------------------------------------------------------
@@ -675,7 +838,7 @@ def as_grouped_rows(name: str, t: torch.Tensor, shape) -> GroupedRows:
     if H > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got stride {t.stride(-1)}")
     try:
-        t2 = t if t.dim() == 2 else t.view(-1, H)
+        t2 = t if t.dim() == 2 else t.view(-1, H) if t.numel() else _empty_rows(t, shape)
         n = t2.shape[0]
         stride = t2.stride(0) if n > 1 else max(H, 1)
         if stride < 0:
@@ -714,44 +877,46 @@ def _rows_self_overlap(name: str, r: GroupedRows, H: int) -> None:
 class NormCall:
     """A checked plain-norm call: the rows of x and out in one addressing (the same group_rows)."""
 
-    __slots__ = ("shape", "H", "device", "x", "out", "weight")
+    __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once")
 
 
-def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False):
-    """The rules of a plain-norm call that need no memory: dtypes, shapes, the weight's layout, devices.
-    Returns (shape, H, device)."""
-    x = check_tensor("x", x)
-    weight = check_tensor("weight", weight)
-    if out is not None:
-        out = check_tensor("out", out)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (..., H)")
-    H = x.shape[-1]
-    _check_hf_weight(hf, x, weight)
+def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None):
+    """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
+    (shape, H, device)."""
+    shape, H, device = _map_forward(x, None, weight, out, None, rstd)
+    if out is not None and out is not x:
+        check_same_shape(shape, {"out": out})
+    _check_rstd_layout(rstd, shape)
+    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    _check_hf_weight(hf or nhf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    _check_out_dtype(out, x)
-    _check_weight(weight, H)
-    tensors = {"x": x, "weight": weight}
-    if out is not None:
-        tensors["out"] = out
-    if rstd is not None:
-        tensors["rstd"] = rstd
-    return x.shape, H, check_devices(tensors)
+    return shape, H, device
 
 
-def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False) -> NormCall:
-    """Every check of a plain-norm call on tensors. ``out`` None: the caller allocates a contiguous one
-    after this returns (then call.out is None). out may be x exactly (in place); any other overlap of
-    out with x, the weight or rstd is an error (a conservative test for views of two strides)."""
-    shape, H, device = check_rmsnorm_meta(x, weight, out, rstd, hf=hf)
+def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
+                  numerics=None) -> NormCall:
+    """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
+    a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
+    other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
+    strides)."""
+    shape, H, device = _map_forward(x, None, weight, out, None, rstd)
     xr = as_grouped_rows("x", x, shape)
-    call = NormCall()
-    call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
+    orr = None
     if out is not None:
         orr = xr if out is x else as_grouped_rows("out", out, shape)
         g = max(xr.group_rows, orr.group_rows)
         xr, orr = xr.as_group_of(g), orr.as_group_of(g)
+    _check_rstd_layout(rstd, shape)
+    eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
+    hf = hf or nhf
+    _check_hf_weight(hf, x, weight)
+    if H == 0:
+        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    call = NormCall()
+    call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
+    call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
+    if orr is not None:
         _rows_self_overlap("x" if out is x else "out", orr, H)
         if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
             raise ValueError("out overlaps x; out may be x exactly (in place), or apart from it")
@@ -760,18 +925,14 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False) -> NormCall:
             raise ValueError("out overlaps weight; out must not share memory with weight")
         call.out = orr
     call.x = xr
-    if rstd is not None:
-        if rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous():
-            raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
-                             f"{rstd.dtype} {tuple(rstd.shape)}")
-        if rstd.numel():
-            r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
-            for name, v in (("x", xr), ("out", call.out)):
-                if v is not None and v.n_rows and r0 < v.end and v.start < r1:
-                    raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-            w0 = weight.data_ptr()
-            if r0 < w0 + H * weight.element_size() and w0 < r1:
-                raise ValueError("rstd overlaps weight; it must not share memory with it")
+    if rstd is not None and rstd.numel():
+        r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
+        for name, v in (("x", xr), ("out", call.out)):
+            if v is not None and v.n_rows and r0 < v.end and v.start < r1:
+                raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
+        w0 = weight.data_ptr()
+        if r0 < w0 + H * weight.element_size() and w0 < r1:
+            raise ValueError("rstd overlaps weight; it must not share memory with it")
     return call
 
 
@@ -781,50 +942,66 @@ QK_MAX_HEAD_DIM = configs.QK_MAX_HEAD_DIM
 class QkCall:
     """A checked QK-norm call: qkv as [tokens, width] rows of one stride."""
 
-    __slots__ = ("tokens", "stride", "device")
+    __slots__ = ("tokens", "stride", "device", "eps", "weight_offset", "hf", "round_once")
 
 
-def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False):
-    """The rules of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
-    and k's heads: the columns after them (v, or nothing) are never read or written."""
+def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim):
     check_head_counts(num_q_heads, num_kv_heads, head_dim)
     qkv = check_tensor("qkv", qkv)
     q_weight = check_tensor("q_weight", q_weight)
     k_weight = check_tensor("k_weight", k_weight)
-    if qkv.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"qkv has dtype {qkv.dtype}; the QK norm takes float16 or bfloat16")
-    if q_weight.dtype not in (qkv.dtype, torch.float32):
-        raise TypeError(f"q_weight has dtype {q_weight.dtype}; it must be qkv's dtype ({qkv.dtype}) or float32")
     if k_weight.dtype != q_weight.dtype:
-        raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's ({q_weight.dtype})")
-    _check_hf_weight(hf, qkv, q_weight)
-    if num_q_heads < 1 or num_kv_heads < 1:
-        raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
-    if not 0 < head_dim <= QK_MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}], got {head_dim}; for wider rows normalize "
-                         f"the q and k views with rmsnorm_")
+        raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's dtype ({q_weight.dtype})")
     if qkv.dim() != 2:
         raise ValueError(f"qkv has shape {tuple(qkv.shape)}; it must be 2-D, (tokens, width)")
+    if head_dim >= 1:  # else the C runtime's head_dim rule (below) names the argument the caller got wrong
+        _check_weight(q_weight, head_dim, "q_weight")
+        _check_weight(k_weight, head_dim, "k_weight")
+    device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight})
     width = (num_q_heads + num_kv_heads) * head_dim
-    if qkv.shape[1] < width:
+    if num_q_heads >= 1 and num_kv_heads >= 1 and head_dim >= 1 and qkv.shape[1] < width:
         raise ValueError(f"qkv has width {qkv.shape[1]}, less than the q and k heads' "
                          f"({num_q_heads} + {num_kv_heads}) * {head_dim} = {width}")
     if qkv.shape[1] > 1 and qkv.stride(1) != 1:
         raise ValueError(f"qkv: the last dimension must be contiguous (stride 1), got stride {qkv.stride(1)}")
-    for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
-        if w.shape != (head_dim,):
-            raise ValueError(f"{name} has shape {tuple(w.shape)}, expected ({head_dim},)")
-        if head_dim > 1 and w.stride(0) != 1:
-            raise ValueError(f"{name} must be contiguous, got stride {w.stride(0)}")
-    return check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight})
+    return device
 
 
-def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False) -> QkCall:
+def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf):
+    """validate_qk's rules that read no pointer, in its order."""
+    _check_hf_weight(hf, qkv, q_weight)
+    if qkv.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"qkv has dtype {qkv.dtype}; the QK norm takes float16 or bfloat16")
+    if q_weight.dtype not in (qkv.dtype, torch.float32):
+        raise TypeError(f"q_weight has dtype {q_weight.dtype}; it must be qkv's dtype ({qkv.dtype}) or float32")
+    if not 0 < head_dim <= QK_MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}], got {head_dim}; for wider rows normalize "
+                         f"the q and k views with rmsnorm_")
+    if num_q_heads < 1 or num_kv_heads < 1:
+        raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
+
+
+def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
+                          weight_offset=None, numerics=None):
+    """The checks of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
+    and k's heads: the columns after them (v, or nothing) are never read or written."""
+    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
+    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf)
+    return device
+
+
+def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
+                     weight_offset=None, numerics=None) -> QkCall:
     """Every check of qk_rmsnorm_: qkv's q and k heads are written in place, so neither weight may
     share memory with them."""
-    device = check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, hf=hf)
+    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
+    eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
+    hf = hf or nhf
+    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf)
     call = QkCall()
     call.tokens, call.device = qkv.shape[0], device
+    call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
     call.stride = qkv.stride(0) if qkv.shape[0] > 1 else qkv.shape[1]
     width = (num_q_heads + num_kv_heads) * head_dim
     if call.tokens > 1 and call.stride < width:

@@ -26,10 +26,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_s
     addrmsnorm_norm_backward_args a;
     addrmsnorm_status st = read_norm_backward(args, &a);
     if (st != ADDRMSNORM_SUCCESS) return st;
+    st = check_backward_shape(a.x_dtype, a.residual_dtype, a.weight_dtype, a.rows, a.hidden);
+    if (st != ADDRMSNORM_SUCCESS) return st;
     const int xs = dtype_size(a.x_dtype), rs = dtype_size(a.residual_dtype);
-    if (xs == 0 || rs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype and residual_dtype must be addrmsnorm_dtype values");
-    if (a.rows < 0 || a.rows > INT32_MAX || a.hidden <= 0 || a.hidden > INT32_MAX)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31) and hidden in [1, 2^31)");
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
     int sms = 0;

@@ -206,17 +206,25 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
     return ADDRMSNORM_SUCCESS;
 }
 
-addrmsnorm_status validate_backward(const BackwardCall& c) {
-    const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
-    if (xs == 0 || rs == 0 || ws == 0)
+addrmsnorm_status check_backward_shape(addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
+                                       addrmsnorm_dtype weight_dtype, int64_t rows, int64_t hidden) {
+    if (dtype_size(x_dtype) == 0 || dtype_size(residual_dtype) == 0 || dtype_size(weight_dtype) == 0)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype, residual_dtype and weight_dtype must be addrmsnorm_dtype values");
-    if (c.residual_dtype != c.x_dtype && c.residual_dtype != ADDRMSNORM_FLOAT32)
+    if (residual_dtype != x_dtype && residual_dtype != ADDRMSNORM_FLOAT32)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is %s; it must be x_dtype (%s) or float32",
-                    dtype_name(c.residual_dtype), dtype_name(c.x_dtype));
-    if (c.hidden <= 0 || c.hidden > INT32_MAX)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be in [1, 2^31), got %lld", (long long)c.hidden);
-    if (c.rows < 0 || c.rows > INT32_MAX)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31), got %lld", (long long)c.rows);
+                    dtype_name(residual_dtype), dtype_name(x_dtype));
+    if (hidden <= 0 || hidden > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be in [1, 2^31), got %lld", (long long)hidden);
+    if (rows < 0 || rows > INT32_MAX)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be in [0, 2^31), got %lld", (long long)rows);
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status validate_backward(const BackwardCall& c) {
+    if (addrmsnorm_status st = check_backward_shape(c.x_dtype, c.residual_dtype, c.weight_dtype, c.rows, c.hidden);
+        st != ADDRMSNORM_SUCCESS)
+        return st;
+    const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
     const bool separate = c.x_dtype != c.residual_dtype;
     if (!separate && c.dx != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
@@ -318,8 +326,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                         want == ADDRMSNORM_QUANT_FLOAT8_E4M3 ? "ADDRMSNORM_QUANT_FLOAT8_E4M3" : "ADDRMSNORM_QUANT_FLOAT4_E2M1",
                         (int)qd.dtype);
         if (qd.group_size != block_size)
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s takes group_size %d (its block), got %d", block_name,
-                        block_size, (int)qd.group_size);
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be %d for %s (its block), got %d",
+                        block_size, block_name, (int)qd.group_size);
     } else if (fp4) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "ADDRMSNORM_QUANT_FLOAT4_E2M1 needs a block-scaled mode (ADDRMSNORM_QUANT_NVFP4 or _MXFP4)");
@@ -597,10 +605,10 @@ addrmsnorm_status validate_qk(const QkCall& c) {
         st != ADDRMSNORM_SUCCESS)
         return st;
     if (c.dtype != ADDRMSNORM_FLOAT16 && c.dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the QK norm takes float16 or bfloat16",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "qkv has dtype %s; the QK norm takes float16 or bfloat16",
                     dtype_name(c.dtype));
     if (c.weight_dtype != c.dtype && c.weight_dtype != ADDRMSNORM_FLOAT32)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; it must be x_dtype (%s) or float32",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "q_weight has dtype %s; it must be qkv's dtype (%s) or float32",
                     dtype_name(c.weight_dtype), dtype_name(c.dtype));
     if (c.head_dim <= 0 || c.head_dim > kQkMaxHeadDim)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
@@ -731,11 +739,11 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                              (int)a.numerics);
         ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with quant: the quantized calls write no rstd");
         if (a.residual != nullptr && a.residual_dtype != a.x_dtype)
-            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype must be x_dtype with quant, got %d and %d",
-                        (int)a.residual_dtype, (int)a.x_dtype);
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is %s; quantized outputs need x_dtype (%s)",
+                        dtype_name(a.residual_dtype), dtype_name(a.x_dtype));
         if (a.weight_dtype != a.x_dtype)
-            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype must be x_dtype with quant, got %d and %d",
-                        (int)a.weight_dtype, (int)a.x_dtype);
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; quantized outputs need x_dtype (%s)",
+                        dtype_name(a.weight_dtype), dtype_name(a.x_dtype));
         n->quant_desc = *a.quant;
         const bool plain = a.residual == nullptr;
         n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,

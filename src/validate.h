@@ -97,6 +97,10 @@ int dtype_size(addrmsnorm_dtype d);  // 0 if not a valid dtype
 // The quantized forward's checks (validation.check_quant's rules).
 addrmsnorm_status validate_quant(const QuantCall& c);
 
+// The backward's dtypes and dimensions (the first of its checks; the workspace size needs them too).
+addrmsnorm_status check_backward_shape(addrmsnorm_dtype x_dtype, addrmsnorm_dtype residual_dtype,
+                                       addrmsnorm_dtype weight_dtype, int64_t rows, int64_t hidden);
+
 // The backward's checks that need no device (the workspace size needs one: see backward.cpp).
 addrmsnorm_status validate_backward(const BackwardCall& c);
 

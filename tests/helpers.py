@@ -1,6 +1,8 @@
 """Shared test helpers: random inputs, and the checks every forward test makes against the one
 reference in ``addrmsnorm.reference``."""
 
+import re
+
 import torch
 
 from addrmsnorm.reference import (INTERPRETER_BF16_TOLERANCE, RSTD_TOLERANCE, TOLERANCES,
@@ -81,3 +83,25 @@ def assert_refused(exc, match, fn, *tensors):
         fn()
     for t, b in zip(tensors, before):
         assert torch.equal(bits(t), b), "a rejected call changed a tensor"
+
+
+def argument_named(message: str, fields: dict | None = None) -> str:
+    """The argument a refusal names first, in the Python API's terms. The two validators word their
+    rules differently (the C runtime's messages name its struct's fields: residual_dtype, stride_x,
+    hidden, numerics by its enum), so tests that hold the backends together compare the exception's
+    type and this, not the words. ``fields`` maps one call kind's C names to the Python ones (the
+    backward's x_dtype is dy's)."""
+    word = re.split(r"[ :=(,'\-]", message.strip(), maxsplit=1)[0]
+    if word.startswith("ADDRMSNORM_NUMERICS") or word == "numerics":
+        return "numerics"
+    if word.startswith("stride_"):
+        word = word[len("stride_"):]
+    if word.endswith("_dtype"):
+        word = word[: -len("_dtype")]
+    return (fields or FORWARD_FIELDS).get(word, word)
+
+
+FORWARD_FIELDS = {"hidden": "x"}
+BACKWARD_FIELDS = {"hidden": "dy", "x": "dy", "residual": "h"}
+QK_FIELDS = {"x": "qkv", "hidden": "qkv", "weight": "q_weight"}
+QUANT_FIELDS = {"hidden": "x"}

@@ -1,8 +1,9 @@
 """Each error names what the caller passed: the in-place operators name x and residual (the caller passed
 no out or residual_out), the quantized operator into given outputs names out (it takes no quant_dtype),
 the quantized operators' grad refusal says they are for inference, and a CPU call explains a
-TRITON_INTERPRET=1 set after the import. Both backends word them the same (the C ABI and the torch
-extension for "cpp", validation.py and autograd.py for "triton")."""
+TRITON_INTERPRET=1 set after the import. The messages this file checks word for word are ones both
+validators word alike; elsewhere the backends may word a rule differently, and
+test_validation_parity.py holds them to the same exception and the same argument named."""
 
 import os
 import subprocess

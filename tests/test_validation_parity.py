@@ -1,16 +1,19 @@
 """The C ABI's validation and the Python API's agree, case by case.
 
-The same checks live in two languages (addrmsnorm/validation.py for the Python API and
-src/validate.cpp for the C ABI), so these tests draw random calls -- views of one shared buffer
-with random offsets and strides, random dtypes, eps and weight_offset from the whole double range,
-and aliasing -- and ask both whether each is valid: the same verdict and the same exception type
-(ValueError or TypeError), and for the fused forward, the plain norm and the backward the same
-argument named first. `addrmsnorm_norm_check` and `addrmsnorm_norm_backward_check` touch no driver,
-so this runs on the CPU: it needs only the built library (scripts/test.sh builds it before the
-Python suites).
+Each backend runs one validator: the C runtime's (src/validate.cpp) on the C++ backend, where the
+torch extension only maps tensors onto the call's struct, and addrmsnorm/validation.py on the JIT
+backend and under the interpreter, which checks the same mapping and then the C runtime's rules in
+its order. These tests draw random calls -- views of one shared buffer with random offsets and
+strides, random dtypes, eps and weight_offset from the whole double range, and aliasing -- and ask
+both whether each is valid: the same verdict, the same exception type (ValueError or TypeError) and
+the same argument named first (helpers.argument_named), for the fused forward, the plain norm, the
+backward, the QK norm and the quantized calls. The words may differ: the C runtime names its
+struct's fields. `addrmsnorm_norm_check` and `addrmsnorm_norm_backward_check` touch no driver, so
+this runs on the CPU: it needs only the built library (scripts/test.sh builds it before the Python
+suites).
 
 On the GPU, with the C++ extension as the backend, the torch operators of both backends are also
-held to the same exception and the same message for every drawn call.
+held to the same exception naming the same argument for every drawn call.
 """
 
 import math
@@ -25,6 +28,7 @@ from addrmsnorm import jit_backend, validation
 from addrmsnorm import c_library
 
 from conftest import DEVICE
+from helpers import BACKWARD_FIELDS, FORWARD_FIELDS, QK_FIELDS, QUANT_FIELDS, argument_named
 
 LIB_PATH = c_library.library_path()
 pytestmark = [
@@ -66,23 +70,9 @@ def _view_drawer(rng, clustered=False):
 _LAST_PYTHON = [""]
 
 
-def _argument(message: str, fields: dict) -> str:
-    """The argument a refusal names first, in the Python API's terms. The C runtime names its struct's
-    fields where Python names the tensors: a dtype or a stride field (residual_dtype, stride_x), x's
-    last dimension "hidden", numerics by its enum; ``fields`` maps the C names of a call's kind to the
-    Python ones (the backward's x_dtype is dy's)."""
-    word = re.split(r"[ :=(,']", message.strip(), maxsplit=1)[0]
-    if word.startswith("ADDRMSNORM_NUMERICS") or word == "numerics":
-        return "numerics"
-    if word.startswith("stride_"):
-        word = word[len("stride_"):]
-    if word.endswith("_dtype"):
-        word = word[: -len("_dtype")]
-    return fields.get(word, word)
-
-
-_FORWARD_FIELDS = {"hidden": "x"}
-_BACKWARD_FIELDS = {"hidden": "dy", "x": "dy", "residual": "h"}
+_FORWARD_FIELDS = FORWARD_FIELDS
+_BACKWARD_FIELDS = BACKWARD_FIELDS
+_argument = argument_named
 
 
 def _assert_same_argument(lib, verdict: str, fields: dict, context: str) -> None:
@@ -96,9 +86,7 @@ def _assert_same_argument(lib, verdict: str, fields: dict, context: str) -> None
 
 def _python_verdict(x, r, w, out, rout, eps, weight_offset):
     try:  # the checks of the JIT backend, without a launch
-        validation.check_scalar("eps", eps, positive=True)
-        validation.check_scalar("weight_offset", weight_offset, positive=False)
-        validation.check_forward(x, r, w, out, rout)
+        validation.check_forward(x, r, w, out, rout, eps=eps, weight_offset=weight_offset)
         return "ok"
     except (TypeError, ValueError) as e:
         _LAST_PYTHON[0] = str(e)
@@ -151,8 +139,7 @@ def addrmsnorm_last_error(lib):
 
 def _python_backward_verdict(dy, dro, h, rstd, w, weight_offset):
     try:
-        validation.check_scalar("weight_offset", weight_offset, positive=False)
-        validation.check_backward(dy, dro, h, rstd, w)
+        validation.check_backward(dy, dro, h, rstd, w, weight_offset=weight_offset)
         return "ok"
     except (TypeError, ValueError) as e:
         _LAST_PYTHON[0] = str(e)
@@ -201,14 +188,17 @@ def test_random_backward_calls_get_the_same_verdict():
     assert all(v >= 15 for v in seen.values()), seen
 
 
-# ----- the torch operators of both backends: the same exception, word for word -----------------------
+# ----- the torch operators of both backends: the same exception, naming the same argument --------------
 
-def _outcome(fn):
+def _outcome(fn, fields=FORWARD_FIELDS):
+    """(exception type, argument named, message): the backends word a rule differently (the C
+    runtime's words on the C++ backend), so the first two are compared."""
     try:
         fn()
-        return ("ok", "")
+        return ("ok", "", "")
     except (TypeError, ValueError, RuntimeError) as e:
-        return (type(e).__name__, str(e).splitlines()[0])
+        first = str(e).splitlines()[0]
+        return (type(e).__name__, argument_named(first, fields), first)
 
 
 @pytest.mark.skipif(DEVICE != "cuda" or addrmsnorm.backend() != "cpp",
@@ -241,9 +231,10 @@ def test_both_backends_raise_the_same_errors():
         else:
             rstd = torch.ones(N, device=DEVICE)
             dro = view(rd, N, H) if rng.random() < 0.5 else None
-            a = _outcome(lambda: ops_.norm_backward(x, dro, r, rstd, w, weight_offset, True))
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_backward(x, dro, r, rstd, w, weight_offset, True))
-        assert a == b, f"cpp: {a}\ntriton: {b}\n(call {i}: kind {kind}, N={N} H={H} {xd} {rd} {wd} eps={eps} " \
+            a = _outcome(lambda: ops_.norm_backward(x, dro, r, rstd, w, weight_offset, True), BACKWARD_FIELDS)
+            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_backward(x, dro, r, rstd, w, weight_offset, True),
+                         BACKWARD_FIELDS)
+        assert a[:2] == b[:2], f"cpp: {a}\ntriton: {b}\n(call {i}: kind {kind}, N={N} H={H} {xd} {rd} {wd} eps={eps} " \
                        f"weight_offset={weight_offset} hf={hf})"
         seen[a[0]] = seen.get(a[0], 0) + 1
     assert seen.get("ok", 0) >= 30 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen
@@ -253,8 +244,8 @@ def test_both_backends_raise_the_same_errors():
 
 def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False):
     try:
-        validation.check_scalar("eps", eps, positive=True)
-        validation.check_quant(x, r, w, q.dtype, scale, gs, ub, q, rout, scales, y, ue8m0=ue8m0, swizzled=swizzled)
+        validation.check_quant(x, None if rout is None else r, w, q.dtype, scale, gs, ub, q, rout, scales, y,
+                               ue8m0=ue8m0, swizzled=swizzled, eps=eps)
         return "ok"
     except (TypeError, ValueError) as e:
         _LAST_PYTHON[0] = str(e)
@@ -322,7 +313,8 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
             ub = f32(1) if rng.random() < 0.05 else None
             ue8m0 = rng.random() < 0.05
             swizzled = rng.random() < 0.4
-            sdt = torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu
+            # the scales' dtype of the mode the C ABI is given (the group size picks NVFP4 or MXFP4)
+            sdt = torch.float8_e4m3fn if qdt == torch.float4_e2m1fn_x2 and gs == 16 else torch.float8_e8m0fnu
             G = H // gs if H % gs == 0 else 1
             if swizzled:
                 n = validation.swizzled_scales_numel(N, H, gs) if H % gs == 0 else 4
@@ -351,9 +343,7 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
                          f"swizzled={swizzled} scale={scale is not None} "
                          f"strides x{x.stride(0)} r{r.stride(0)} q{q.stride(0)} ro{rout.stride(0) if rout is not None else '-'} "
                          f"scales={None if scales is None else (tuple(scales.shape), scales.stride())}")
-        # The argument named is not compared here: the two validators check the block formats'
-        # scale, group_size and H in different orders (NVFP4's missing scale against H's multiple
-        # of group_size, say), so a call wrong twice is refused for a different one of its faults.
+        _assert_same_argument(lib, py, QUANT_FIELDS, f"N={N} H={H} x={xd} q={qdt} mode={mode} gs={gs}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
 
@@ -361,8 +351,8 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
 @pytest.mark.skipif(DEVICE != "cuda" or addrmsnorm.backend() != "cpp",
                     reason="needs the cpp backend on a GPU, to compare with the Triton backend")
 def test_both_backends_raise_the_same_quantized_errors():
-    """The quantized operators: the C++ extension (its checks, then the C ABI's) and the Triton backend
-    (validation.py) raise the same exception with the same first line, call by call."""
+    """The quantized operators: the C++ extension (its mapping, then the C ABI's validator) and the
+    Triton backend (validation.py) raise the same exception naming the same argument, call by call."""
     ops_ = torch.ops.addrmsnorm
     rng = random.Random(4)
     buf = torch.zeros(1 << 18, dtype=torch.uint8, device=DEVICE)
@@ -398,7 +388,7 @@ def test_both_backends_raise_the_same_quantized_errors():
                                                                    ue8m0, 0.0))
             b = _outcome(lambda: jit_backend.fused_add_rmsnorm_quant_into(x, r, w, out, rout, scales, None, eps, scale,
                                                                            gs, ub, ue8m0, 0.0))
-        assert a == b, f"cpp: {a}\ntriton: {b}\n(call {i}: N={N} H={H} x={xd} q={qd} gs={gs} eps={eps})"
+        assert a[:2] == b[:2], f"cpp: {a}\ntriton: {b}\n(call {i}: N={N} H={H} x={xd} q={qd} gs={gs} eps={eps})"
         seen[a[0]] = seen.get(a[0], 0) + 1
     assert seen.get("ok", 0) >= 10 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen
 
@@ -440,9 +430,7 @@ def test_random_plain_norm_calls_get_the_same_verdict():
         weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.8 else _scalar(rng)
         hf = rng.random() < 0.15
         try:
-            validation.check_scalar("eps", eps, positive=True)
-            validation.check_scalar("weight_offset", weight_offset, positive=False)
-            validation.check_rmsnorm(x, w, out, rstd, hf=hf)
+            validation.check_rmsnorm(x, w, out, rstd, eps=eps, weight_offset=weight_offset, numerics=int(hf))
             py = "ok"
         except (TypeError, ValueError) as e:
             _LAST_PYTHON[0] = str(e)
@@ -478,8 +466,7 @@ def test_random_qk_norm_calls_get_the_same_verdict():
         hf = rng.random() < 0.15
         eps = 1e-6 if rng.random() < 0.85 else _scalar(rng)
         try:
-            validation.check_scalar("eps", eps, positive=True)
-            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, hf=hf)
+            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=eps, numerics=int(hf))
             py = "ok"
         except (TypeError, ValueError) as e:
             _LAST_PYTHON[0] = str(e)
@@ -488,7 +475,6 @@ def test_random_qk_norm_calls_get_the_same_verdict():
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} nq={nq} nk={nk} D={D} "
                          f"stride={stride} x={xd} w={wd} hf={hf} eps={eps}")
-        # Not the argument named: the C runtime checks head_dim before the head counts, and HF's
-        # weight rule before qkv's dtype, where Python checks them the other way round.
+        _assert_same_argument(lib, py, QK_FIELDS, f"T={T} nq={nq} nk={nk} D={D} stride={stride} x={xd} w={wd} hf={hf}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen

@@ -1,16 +1,29 @@
 // The C++ backend of the torch.ops.addrmsnorm operators (their schemas are in addrmsnorm/ops.py).
 //
 // Seven operators (norm, norm_, norm_into, norm_backward, norm_quant, norm_quant_into, qk_rmsnorm_),
-// each with an optional residual: without one, the plain norm. Each checks its tensors here, with
-// the messages of addrmsnorm/validation.py, fills one addrmsnorm_norm_args (or the backward's) and
-// calls addrmsnorm_norm on torch's current stream for the tensors' device. The C ABI then makes the
-// pointer-level checks (overlap, alignment, eps) before it launches. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
+// each with an optional residual: without one, the plain norm. Each maps its tensors onto one
+// addrmsnorm_norm_args (or the backward's) and calls the C ABI on torch's current stream for the
+// tensors' device. The C runtime's validator (src/validate.cpp) is the only one that runs on this
+// path: what this file checks is only what the struct cannot carry, so that the mapping is defined:
+//
+//   1. each tensor's dtype is one the C ABI names (addrmsnorm_dtype, addrmsnorm_quant_dtype);
+//   2. the outputs that have no dtype field of their own have their input's dtype;
+//   3. every tensor has the shape the struct's rows and hidden describe, weights are (hidden,) and
+//      contiguous, rstd and the scales have their one layout;
+//   4. every tensor is on x's device, a CUDA device;
+//   5. each view's last dimension is contiguous and its leading ones flatten to the struct's strides.
+//
+// Every rule on values (eps, numerics, dtype pairings, H, alignment, overlap, the quantized modes) is
+// the C runtime's, in its words. addrmsnorm/validation.py checks the same two layers in the same order
+// for the JIT backend; tests/test_validation_parity.py holds the two to the same verdict, exception
+// and argument named.
+//
+// Errors reach Python as ValueError (INVALID_ARGUMENT: values, shapes, layouts, devices) or TypeError
+// (UNSUPPORTED_DTYPE: dtypes); driver failures as RuntimeError. Nothing is written before every check
+// has passed. Nothing here needs CUDA headers or nvcc: the stream comes from c10's generic
 // device-guard interface, and the library is linked in statically.
 //
 // The Autograd-key kernels of the same operators are in autograd.cpp.
-//
-// Errors reach Python as ValueError (bad values, shapes, layouts, devices) or TypeError (dtypes),
-// as the Python API raises them; driver failures as RuntimeError.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
@@ -18,152 +31,22 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <sstream>
+#include <c10/util/accumulate.h>
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "addrmsnorm/addrmsnorm.h"
 
 namespace {
 
-// Python's spelling of a dtype, so that messages match the JIT backend's.
-const char* torch_name(c10::ScalarType t) {
-    switch (t) {
-        case c10::kHalf: return "torch.float16";
-        case c10::kBFloat16: return "torch.bfloat16";
-        case c10::kFloat: return "torch.float32";
-        case c10::kDouble: return "torch.float64";
-        case c10::kByte: return "torch.uint8";
-        case c10::kChar: return "torch.int8";
-        case c10::kShort: return "torch.int16";
-        case c10::kInt: return "torch.int32";
-        case c10::kLong: return "torch.int64";
-        case c10::kBool: return "torch.bool";
-        case c10::ScalarType::Float8_e4m3fn: return "torch.float8_e4m3fn";
-        case c10::ScalarType::Float8_e5m2: return "torch.float8_e5m2";
-        case c10::ScalarType::Float8_e8m0fnu: return "torch.float8_e8m0fnu";
-        case c10::ScalarType::Float4_e2m1fn_x2: return "torch.float4_e2m1fn_x2";
-        default: return c10::toString(t);
-    }
-}
+using OptTensor = std::optional<at::Tensor>;
+constexpr auto kContiguous = c10::MemoryFormat::Contiguous;
 
-// Python's spelling of a shape: (5, 96), (96,), ().
-std::string shape_str(c10::IntArrayRef s) {
-    std::ostringstream o;
-    o << "(";
-    for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-    if (s.size() == 1) o << ",";
-    o << ")";
-    return o.str();
-}
-
-addrmsnorm_dtype to_dtype(const char* name, const at::Tensor& t) {
-    switch (t.scalar_type()) {
-        case c10::kHalf: return ADDRMSNORM_FLOAT16;
-        case c10::kBFloat16: return ADDRMSNORM_BFLOAT16;
-        case c10::kFloat: return ADDRMSNORM_FLOAT32;
-        default:
-            TORCH_CHECK_TYPE(false, name, " has dtype ", torch_name(t.scalar_type()),
-                             "; supported dtypes are float16, bfloat16 or float32");
-    }
-}
-
-struct RowView {
-    int64_t rows;
-    int64_t stride;  // elements between rows; H when there is at most one row
-};
-
-// The tensor as rows of H with one stride, as t.view(-1, H) would see it, without making the view.
-RowView as_rows(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
-    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ",
-                      shape_str(shape));
-    const int64_t d = t.dim(), H = shape[d - 1];
-    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
-                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
-    int64_t rows = 1, stride = -1, expected = 0;
-    for (int64_t i = d - 2; i >= 0; --i) {
-        const int64_t n = t.size(i);
-        rows *= n;
-        if (n == 1) continue;
-        if (stride < 0) {
-            stride = t.stride(i);
-        } else if (t.stride(i) != expected && t.numel() != 0) {
-            TORCH_CHECK_VALUE(false, name, ": the leading dimensions of a tensor with strides ", shape_str(t.strides()),
-                              " cannot be flattened into rows of one stride; pass a contiguous tensor or a "
-                              "row-strided view");
-        }
-        expected = t.stride(i) * n;
-    }
-    if (rows <= 1 || stride < 0) stride = H;
-    return {rows, stride};
-}
-
-void check_device(const char* name, const at::Tensor& t, const at::Tensor& x) {
-    TORCH_CHECK_VALUE(t.device() == x.device(), name, " is on ", t.device(), " but x is on ", x.device(),
-                      "; all tensors must be on one device");
-}
-
-// weight's shape and layout against H, then residual's and weight's devices (the order of
-// validation.check_forward_meta, which the plain and the quantized operators share).
-void check_weight_and_devices(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, int64_t H) {
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
-                      ", expected (", H, ",)");
-    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
-    check_device("residual", residual, x);
-    check_device("weight", weight, x);
-}
-
-struct Checked {
-    addrmsnorm_dtype xd, rd, wd;
-    RowView x, residual;
-};
-
-// The checks of validation.check_forward that need no pointer arithmetic, in its order (the parity
-// test compares the first failing check's words). out and residual_out are null for the functional
-// form; the C ABI then checks overlap and aliasing.
-Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, bool hf,
-                     const at::Tensor* out = nullptr, const at::Tensor* residual_out = nullptr) {
-    Checked c;
-    c.xd = to_dtype("x", x);
-    c.rd = to_dtype("residual", residual);
-    c.wd = to_dtype("weight", weight);
-    if (out != nullptr) {
-        to_dtype("out", *out);
-        to_dtype("residual_out", *residual_out);
-    }
-    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
-    const int64_t H = x.size(-1);
-    // The dtype pairing before H, in the C ABI's order.
-    TORCH_CHECK_TYPE(c.rd == c.xd || c.rd == ADDRMSNORM_FLOAT32, "residual has dtype ",
-                     torch_name(residual.scalar_type()), "; it must be x's dtype (", torch_name(x.scalar_type()),
-                     ") or float32");
-    TORCH_CHECK_TYPE(!hf || c.rd == c.xd, "numerics='hf' needs residual of x's dtype (", torch_name(x.scalar_type()),
-                     "), got ", torch_name(residual.scalar_type()),
-                     ": HF models carry the residual stream in the model dtype");
-    TORCH_CHECK_TYPE(!hf || weight.scalar_type() == x.scalar_type(), "numerics='hf' needs weight of x's dtype (",
-                     torch_name(x.scalar_type()), "), got ", torch_name(weight.scalar_type()),
-                     ": HF's RMSNorm keeps its weight in the model dtype");
-    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
-    if (out != nullptr) {
-        TORCH_CHECK_TYPE(out->scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out->scalar_type()),
-                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
-        TORCH_CHECK_TYPE(residual_out->scalar_type() == residual.scalar_type(), "residual_out has dtype ",
-                         torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
-                         torch_name(residual.scalar_type()), ")");
-    }
-    check_weight_and_devices(x, residual, weight, H);
-    if (out != nullptr) {
-        check_device("out", *out, x);
-        check_device("residual_out", *residual_out, x);
-    }
-    c.x = as_rows("x", x, x.sizes());
-    c.residual = as_rows("residual", residual, x.sizes());
-    return c;
-}
+// ----- calling the C ABI -----------------------------------------------------------------------------
 
 [[noreturn]] void raise(addrmsnorm_status st) {
     const std::string msg = addrmsnorm_last_error();
@@ -172,16 +55,12 @@ Checked check_inputs(const at::Tensor& x, const at::Tensor& residual, const at::
     TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
 }
 
-// torch's current stream on the tensors' device, as the C ABI takes it.
-addrmsnorm_stream current_stream(const c10::Device& device) {
-    return reinterpret_cast<addrmsnorm_stream>(
-        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
-}
-
-// Runs `call` (a C ABI call) and raises on failure. On a thread where the CUDA runtime has not yet
-// made a context current, it adopts the device's primary context (the one torch uses) and tries once more.
+// Runs `call` (a C ABI call) on `device` and raises on failure. On a thread where the CUDA runtime
+// has not yet made a context current, it adopts the device's primary context (the one torch uses)
+// and tries once more.
 template <typename F>
-void with_context(const c10::Device& device, F call) {
+void on_device(const c10::Device& device, F call) {
+    const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
     addrmsnorm_status st = call();
     if (st == ADDRMSNORM_ERROR_NO_CONTEXT) {
         const addrmsnorm_status adopted = addrmsnorm_use_primary_context(device.index());
@@ -191,507 +70,135 @@ void with_context(const c10::Device& device, F call) {
     if (st != ADDRMSNORM_SUCCESS) raise(st);
 }
 
-// One addrmsnorm_norm call on torch's current stream of `device`.
-void launch_norm_args(const c10::Device& device, const addrmsnorm_norm_args& a) {
-    const c10::DeviceGuard guard(device);  // the C ABI launches in the current context
-    const auto stream = current_stream(device);
-    with_context(device, [&] { return addrmsnorm_norm(&a, stream); });
+// torch's current stream on the tensors' device, as the C ABI takes it.
+addrmsnorm_stream current_stream(const c10::Device& device) {
+    return reinterpret_cast<addrmsnorm_stream>(
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
 }
 
-void launch(const Checked& c, const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-            const at::Tensor& out, const RowView& o, const at::Tensor& residual_out, const RowView& ro,
-            float* rstd, double eps, double weight_offset, bool hf, bool pdl) {
-    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
-    a.x = x.data_ptr();
-    a.residual = residual.data_ptr();
-    a.weight = weight.data_ptr();
-    a.out = out.data_ptr();
-    a.residual_out = residual_out.data_ptr();
-    a.rstd = rstd;
-    a.rows = c.x.rows;
-    a.hidden = x.size(-1);
-    a.stride_x = c.x.stride;
-    a.stride_residual = c.residual.stride;
-    a.stride_out = o.stride;
-    a.stride_residual_out = ro.stride;
-    a.x_dtype = c.xd;
-    a.residual_dtype = c.rd;
-    a.weight_dtype = c.wd;
-    a.eps = eps;
-    a.weight_offset = weight_offset;
-    a.numerics = hf ? ADDRMSNORM_NUMERICS_HF : ADDRMSNORM_NUMERICS_CONTRACT;
-    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    launch_norm_args(x.device(), a);
+void launch(const c10::Device& device, const addrmsnorm_norm_args& a) {
+    on_device(device, [&] { return addrmsnorm_norm(&a, current_stream(device)); });
 }
 
-// Python's repr of a float (1e-06, 0.5, 1e+39, inf), so that messages match validation.py's word
-// for word: the shortest digits that round-trip, fixed notation for decimal exponents in [-4, 16).
-std::string py_repr(double v) {
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-    char buf[64];
-    const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-    const std::string sci(buf, res.ptr);  // [-]d[.ddd]e(+|-)XX
-    const size_t e = sci.find('e');
-    std::string mant = sci.substr(0, e);
-    const int exp10 = std::stoi(sci.substr(e + 1));
-    std::string sign;
-    if (!mant.empty() && mant[0] == '-') {
-        sign = "-";
-        mant.erase(0, 1);
+// An int argument as a C enum field: out-of-range values stay out of range, for the C ABI to refuse.
+int32_t as_field(int64_t v) {
+    return v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max() ? -1
+                                                                                            : static_cast<int32_t>(v);
+}
+
+// A given tensor's data: an empty one may have none, and NULL means "not given" to the C ABI, so an
+// empty tensor passes an aligned address that is never read (with no rows or no hidden the C ABI
+// touches no pointer).
+void* data(const at::Tensor& t) {
+    alignas(16) static char empty[16];
+    void* p = t.data_ptr();
+    return p != nullptr ? p : empty;
+}
+void* data(const at::Tensor* t) { return t != nullptr ? data(*t) : nullptr; }
+
+// ----- the mapping: what the struct cannot carry -----------------------------------------------------
+// In the words of validation.py's mapping layer, which checks the same in the same order: a Python
+// user reads Python's names of dtypes (c10's table of them) and shapes.
+
+std::string dtype_str(c10::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
+// Python's spelling of a shape or strides: (5, 96), (96,), ().
+std::string shape_str(c10::IntArrayRef s) {
+    std::string o = "(";
+    for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + (s.size() == 1 ? ",)" : ")");
+}
+
+// 1. A dtype the C ABI names.
+addrmsnorm_dtype dtype_of(const char* name, const at::Tensor& t) {
+    switch (t.scalar_type()) {
+        case c10::kHalf: return ADDRMSNORM_FLOAT16;
+        case c10::kBFloat16: return ADDRMSNORM_BFLOAT16;
+        case c10::kFloat: return ADDRMSNORM_FLOAT32;
+        default:
+            TORCH_CHECK_TYPE(false, name, " has dtype ", dtype_str(t.scalar_type()),
+                             "; supported dtypes are float16, bfloat16 or float32");
     }
-    std::string digits;
-    for (char c : mant)
-        if (c != '.') digits += c;
-    const int n = static_cast<int>(digits.size()), point = exp10 + 1;  // value = 0.digits * 10^point
-    if (exp10 < -4 || exp10 >= 16) {
-        std::string out = sign + digits.substr(0, 1);
-        if (n > 1) out += "." + digits.substr(1);
-        const int a = exp10 < 0 ? -exp10 : exp10;
-        return out + "e" + (exp10 < 0 ? "-" : "+") + (a < 10 ? "0" : "") + std::to_string(a);
-    }
-    if (point <= 0) return sign + "0." + std::string(-point, '0') + digits;
-    if (point >= n) return sign + digits + std::string(point - n, '0') + ".0";
-    return sign + digits.substr(0, point) + "." + digits.substr(point);
 }
 
-// The C ABI takes eps and weight_offset as fp32: reject values that would not survive the cast, in
-// the words of validation.check_scalar.
-void check_scalar(const char* name, double v, bool positive) {
-    TORCH_CHECK_VALUE(std::isfinite(v), name, " must be finite, got ", py_repr(v));
-    TORCH_CHECK_VALUE(!positive || v > 0.0, name, " must be > 0, got ", py_repr(v));
-    const float f = static_cast<float>(v);  // round to nearest; past the fp32 range, inf
-    TORCH_CHECK_VALUE(!std::isinf(f), name, "=", py_repr(v), " overflows float32");
-    TORCH_CHECK_VALUE(!positive || f != 0.0f, name, "=", py_repr(v), " rounds to 0 in float32; it must be > 0 there");
-}
-
-void check_scalars(double eps, double weight_offset) {
-    check_scalar("eps", eps, true);
-    check_scalar("weight_offset", weight_offset, false);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm(const at::Tensor& x, const at::Tensor& residual,
-                                                                 const at::Tensor& weight, double eps,
-                                                                 double weight_offset, bool return_rstd, bool hf,
-                                                                 bool pdl) {
-    check_scalars(eps, weight_offset);
-    const Checked c = check_inputs(x, residual, weight, hf);
-    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
-    at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(c10::MemoryFormat::Contiguous));
-    at::Tensor rstd = return_rstd ? at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(c10::kFloat))
-                                  : at::empty({0}, x.options().dtype(c10::kFloat));
-    const int64_t H = x.size(-1);
-    if (c.x.rows > 0) {
-        const RowView dense{c.x.rows, H};
-        launch(c, x, residual, weight, out, dense, residual_out, dense,
-               return_rstd ? rstd.data_ptr<float>() : nullptr, eps, weight_offset, hf, pdl);
-    }
-    return {out, residual_out, rstd};
-}
-
-void fused_add_rmsnorm_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                            const at::Tensor& out, const at::Tensor& residual_out, const std::optional<at::Tensor>& rstd,
-                            double eps, double weight_offset, bool hf, bool pdl) {
-    check_scalars(eps, weight_offset);
-    const Checked c = check_inputs(x, residual, weight, hf, &out, &residual_out);
-    if (rstd.has_value()) check_device("rstd", *rstd, x);
-    const RowView o = as_rows("out", out, x.sizes());
-    const RowView ro = as_rows("residual_out", residual_out, x.sizes());
-    float* rstd_ptr = nullptr;
-    if (rstd.has_value()) {
-        const at::Tensor& r = *rstd;
-        TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == x.sizes().slice(0, x.dim() - 1) &&
-                              r.is_contiguous(),
-                          "rstd must be a contiguous float32 tensor of shape ",
-                          shape_str(x.sizes().slice(0, x.dim() - 1)), ", got ", torch_name(r.scalar_type()), " ",
-                          shape_str(r.sizes()));
-        if (r.numel() > 0) rstd_ptr = r.data_ptr<float>();
-    }
-    if (c.x.rows > 0) launch(c, x, residual, weight, out, o, residual_out, ro, rstd_ptr, eps, weight_offset, hf, pdl);
-}
-
-void fused_add_rmsnorm_(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps,
-                        double weight_offset, bool hf, bool pdl) {
-    check_scalars(eps, weight_offset);
-    const Checked c = check_inputs(x, residual, weight, hf);
-    if (c.x.rows > 0)
-        launch(c, x, residual, weight, x, c.x, residual, c.residual, nullptr, eps, weight_offset, hf, pdl);
-}
-
-// ----- backward ----------------------------------------------------------------------------------
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_add_rmsnorm_backward(
-    const at::Tensor& dy, const std::optional<at::Tensor>& dresidual_out, const at::Tensor& h,
-    const at::Tensor& rstd, const at::Tensor& weight, double weight_offset, bool weight_grad) {
-    check_scalar("weight_offset", weight_offset, false);
-    const addrmsnorm_dtype xd = to_dtype("dy", dy), rd = to_dtype("h", h), wd = to_dtype("weight", weight);
-    // The dtype pairing before the shape, in the C ABI's order.
-    TORCH_CHECK_TYPE(rd == xd || rd == ADDRMSNORM_FLOAT32, "h has dtype ", torch_name(h.scalar_type()),
-                     "; it must be dy's dtype (", torch_name(dy.scalar_type()), ") or float32");
-    if (dresidual_out.has_value()) {
-        to_dtype("dresidual_out", *dresidual_out);
-        TORCH_CHECK_TYPE(dresidual_out->scalar_type() == h.scalar_type(), "dresidual_out has dtype ",
-                         torch_name(dresidual_out->scalar_type()), "; it must be h's dtype (",
-                         torch_name(h.scalar_type()), ")");
-    }
-    TORCH_CHECK_VALUE(dy.dim() > 0 && dy.size(-1) > 0, "dy has shape ", shape_str(dy.sizes()),
-                      "; it must be (..., H) with H > 0");
-    const int64_t H = dy.size(-1);
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H && (H <= 1 || weight.stride(0) == 1),
-                      "weight must be a contiguous (", H, ",) tensor, got shape ", shape_str(weight.sizes()));
-    const auto lead = dy.sizes().slice(0, dy.dim() - 1);
-    TORCH_CHECK_VALUE(rstd.scalar_type() == c10::kFloat && rstd.sizes() == lead && rstd.is_contiguous(),
-                      "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
-                      torch_name(rstd.scalar_type()), " ", shape_str(rstd.sizes()));
-    check_device("h", h, dy);
-    check_device("rstd", rstd, dy);
-    check_device("weight", weight, dy);
-    const RowView vdy = as_rows("dy", dy, dy.sizes()), vh = as_rows("h", h, dy.sizes());
-    RowView vdro{vdy.rows, H};
-    const void* dro_ptr = nullptr;
-    if (dresidual_out.has_value()) {
-        const at::Tensor& g = *dresidual_out;
-        check_device("dresidual_out", g, dy);
-        vdro = as_rows("dresidual_out", g, dy.sizes());
-        dro_ptr = g.data_ptr();
-    }
-    TORCH_CHECK_VALUE(dy.is_cuda(), "dy is on ", dy.device(), "; this is the CUDA backend");
-    const bool separate = xd != rd;
-    at::Tensor dres = at::empty(dy.sizes(), h.options().memory_format(c10::MemoryFormat::Contiguous));
-    at::Tensor dx = at::empty(separate ? dy.sizes() : c10::IntArrayRef{0},
-                              dy.options().memory_format(c10::MemoryFormat::Contiguous));
-    at::Tensor dweight = at::empty(weight_grad ? weight.sizes() : c10::IntArrayRef{0}, weight.options());
-    const c10::Device device = dy.device();
-    const c10::DeviceGuard guard(device);
-    const auto stream = current_stream(device);
-    addrmsnorm_norm_backward_args a = addrmsnorm_norm_backward_args_init();
-    a.rows = vdy.rows;
-    a.hidden = H;
-    a.x_dtype = xd;
-    a.residual_dtype = rd;
-    a.weight_dtype = wd;
-    uint64_t bytes = 0;
-    with_context(device, [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
-    at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
-    a.dy = dy.data_ptr();
-    a.stride_dy = vdy.stride;
-    a.dresidual_out = dro_ptr;
-    a.stride_dresidual_out = vdro.stride;
-    a.h = h.data_ptr();
-    a.stride_h = vh.stride;
-    a.rstd = rstd.data_ptr<float>();
-    a.weight = weight.data_ptr();
-    a.dresidual = dres.data_ptr();
-    a.stride_dresidual = H;
-    a.dx = separate ? dx.data_ptr() : nullptr;
-    a.stride_dx = H;
-    a.dweight = weight_grad ? dweight.data_ptr() : nullptr;
-    a.workspace = workspace.data_ptr();
-    a.workspace_bytes = bytes;
-    a.weight_offset = weight_offset;
-    with_context(device, [&] { return addrmsnorm_norm_backward(&a, stream); });
-    return {dres, dx, dweight};
-}
-
-// ----- quantized outputs ---------------------------------------------------------------------------
-// validation.check_quant_meta's rules in its order and words; the C ABI then checks alignment and
-// overlap. Scales are laid out as validation.alloc_scales lays them out.
-
-constexpr int64_t kTmaRowMultiple = 4;  // validation.TMA_ROW_MULTIPLE
-
-// The quantized dtype: quant_dtype's, or (into given outputs, where the caller passes no quant_dtype) out's.
-addrmsnorm_quant_dtype to_quant_dtype(c10::ScalarType t, bool from_out = false) {
+// The quantized dtype: quant_dtype's, or (into given outputs, where the caller passes none) out's.
+addrmsnorm_quant_dtype quant_dtype_of(c10::ScalarType t, bool of_out) {
     if (t == c10::kChar) return ADDRMSNORM_QUANT_INT8;
     if (t == c10::ScalarType::Float8_e4m3fn) return ADDRMSNORM_QUANT_FLOAT8_E4M3;
     if (t == c10::ScalarType::Float4_e2m1fn_x2) return ADDRMSNORM_QUANT_FLOAT4_E2M1;
-    if (from_out)
-        TORCH_CHECK_TYPE(false, "out has dtype ", torch_name(t),
-                         "; the quantized output must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2");
-    TORCH_CHECK_TYPE(false, "quant_dtype must be torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2, got ",
-                     torch_name(t));
+    constexpr const char* kDtypes = "torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2";
+    if (of_out) TORCH_CHECK_TYPE(false, "out has dtype ", dtype_str(t), "; the quantized output must be ", kDtypes);
+    TORCH_CHECK_TYPE(false, "quant_dtype must be ", kDtypes, ", got ", dtype_str(t));
 }
 
-// The QUANT mode (configs.quant_kernel_mode): 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4.
-int quant_mode(c10::ScalarType q, bool has_scale, int64_t group_size) {
-    if (q == c10::ScalarType::Float4_e2m1fn_x2) return group_size == 16 ? 4 : 6;
-    if (q == c10::ScalarType::Float8_e4m3fn && group_size == 32) return 5;
-    return has_scale ? 1 : group_size ? 3 : 2;
-}
-constexpr const char* kModeNames[7] = {"", "STATIC", "TOKEN", "GROUP", "NVFP4", "MXFP8", "MXFP4"};
-
-// A block-scaled mode's scales: e4m3 (NVFP4) or e8m0 bytes.
-c10::ScalarType block_scale_dtype(int mode) {
-    return mode == 4 ? c10::ScalarType::Float8_e4m3fn : c10::ScalarType::Float8_e8m0fnu;
+// 2. An output whose dtype the struct takes from its input.
+void dtype_is(const char* name, const at::Tensor& t, const char* input, const at::Tensor& ref) {
+    TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, " has dtype ", dtype_str(t.scalar_type()),
+                     "; it must be ", input, "'s dtype (", dtype_str(ref.scalar_type()), ")");
 }
 
-// validation.swizzled_scales_numel: rows rounded up to 128, blocks to 4.
-int64_t swizzled_scales_numel(int64_t rows, int64_t H, int64_t group_size) {
-    return (rows + 127) / 128 * 128 * ((H / group_size + 3) / 4 * 4);
+// 3. A weight: (H,), contiguous.
+void weight_of(const char* name, const at::Tensor& w, int64_t H) {
+    TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == H, name, " has shape ", shape_str(w.sizes()), ", expected (", H,
+                      ",)");
+    TORCH_CHECK_VALUE(H <= 1 || w.stride(0) == 1, name, " must be contiguous, got stride ", w.stride(0));
 }
 
-int64_t leading_rows(c10::IntArrayRef shape) {
-    int64_t n = 1;
-    for (size_t i = 0; i + 1 < shape.size(); ++i) n *= shape[i];
-    return n;
+// 3. rstd: contiguous float32 of x's leading shape.
+float* rstd_of(const at::Tensor* rstd, c10::IntArrayRef lead) {
+    if (rstd == nullptr) return nullptr;
+    const at::Tensor& r = *rstd;
+    TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == lead && r.is_contiguous(),
+                      "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
+                      dtype_str(r.scalar_type()), " ", shape_str(r.sizes()));
+    return static_cast<float*>(data(r));
 }
 
-// q's shape: x's, or (..., H / 2) for fp4 (validation.q_shape).
-std::vector<int64_t> q_shape(c10::IntArrayRef shape, c10::ScalarType q) {
-    std::vector<int64_t> s(shape.begin(), shape.end());
-    if (q == c10::ScalarType::Float4_e2m1fn_x2) s.back() /= 2;
-    return s;
+// 4. One device, a CUDA one: each tensor on the first's (x, dy or qkv).
+void same_device(const char* name, const at::Tensor* t, const at::Tensor& x, const char* first = "x") {
+    if (t == nullptr) return;
+    TORCH_CHECK_VALUE(t->device() == x.device(), name, " is on ", t->device(), " but ", first, " is on ", x.device(),
+                      "; all tensors must be on one device");
 }
 
-void check_scale_tensor(const char* name, const at::Tensor& t, const at::Tensor& x) {
-    TORCH_CHECK_TYPE(t.scalar_type() == c10::kFloat && t.numel() == 1, name,
-                     " must be a 1-element float32 tensor, got ", torch_name(t.scalar_type()), " of shape ",
-                     shape_str(t.sizes()));
-    TORCH_CHECK_VALUE(t.device() == x.device(), name, " is on ", t.device(), " but x is on ", x.device(),
-                      "; it must be on x's device");
+void cuda_device(const char* name, const at::Tensor& x) {
+    TORCH_CHECK_VALUE(x.is_cuda(), name, " is on ", x.device(), "; this is the CUDA backend");
 }
 
-std::vector<int64_t> scales_shape(c10::IntArrayRef shape, int64_t group_size) {
-    std::vector<int64_t> s(shape.begin(), shape.end() - 1);
-    if (group_size) s.push_back(shape.back() / group_size);
-    return s;
-}
-
-// The checks that need no memory. Returns the mode: 1 static, 2 per token, 3 per group.
-int check_quant_meta(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                     c10::ScalarType quant_dtype, const std::optional<at::Tensor>& scale, int64_t group_size,
-                     const std::optional<at::Tensor>& scale_ub, const at::Tensor* out, const at::Tensor* residual_out,
-                     const std::optional<at::Tensor>* scales_out, const std::optional<at::Tensor>* y, bool ue8m0,
-                     bool column_major, bool swizzled = false) {
-    to_quant_dtype(quant_dtype, out != nullptr);
-    to_dtype("x", x);
-    TORCH_CHECK_TYPE(x.scalar_type() == c10::kHalf || x.scalar_type() == c10::kBFloat16, "x has dtype ",
-                     torch_name(x.scalar_type()), "; quantized outputs take x of float16 or bfloat16");
-    TORCH_CHECK_TYPE(residual.scalar_type() == x.scalar_type(), "residual has dtype ",
-                     torch_name(residual.scalar_type()), "; quantized outputs need residual of x's dtype (",
-                     torch_name(x.scalar_type()), ")");
-    TORCH_CHECK_TYPE(weight.scalar_type() == x.scalar_type(), "weight has dtype ", torch_name(weight.scalar_type()),
-                     "; quantized outputs need weight of x's dtype (", torch_name(x.scalar_type()),
-                     "), as a checkpoint has it");
-    // validation.check_forward_meta(x, residual, weight, None, residual_out)
-    to_dtype("residual", residual);
-    to_dtype("weight", weight);
-    if (residual_out != nullptr) to_dtype("residual_out", *residual_out);
-    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
-    const int64_t H = x.size(-1);
-    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
-    if (residual_out != nullptr)
-        TORCH_CHECK_TYPE(residual_out->scalar_type() == residual.scalar_type(), "residual_out has dtype ",
-                         torch_name(residual_out->scalar_type()), "; it must be residual's dtype (",
-                         torch_name(residual.scalar_type()), ")");
-    check_weight_and_devices(x, residual, weight, H);
-    if (residual_out != nullptr) check_device("residual_out", *residual_out, x);
-    TORCH_CHECK_VALUE(quant_dtype != c10::ScalarType::Float4_e2m1fn_x2 || group_size == 16 || group_size == 32,
-                      "float4_e2m1fn_x2 outputs are block-scaled: group_size must be 16 (NVFP4) or 32 (MXFP4), got ",
-                      group_size);
-    const int mode = quant_mode(quant_dtype, scale.has_value(), group_size);
-    const bool block = mode >= 4;
-    const char* name = kModeNames[mode];
-    TORCH_CHECK_VALUE(!(block && mode != 4 && scale.has_value()), name, " takes no scale (NVFP4 alone has a global scale)");
-    TORCH_CHECK_VALUE(!(mode == 4 && !scale.has_value()), "NVFP4 needs scale, its global scale (a 1-element float32 tensor)");
-    TORCH_CHECK_VALUE(!(scale.has_value() && group_size && !block), "scale (static) and group_size (per group) exclude each other; pass one");
-    TORCH_CHECK_VALUE(!group_size || block || group_size == 64 || group_size == 128,
-                      "group_size must be 64 or 128 (or 32 for MXFP8), got ", group_size);
-    TORCH_CHECK_VALUE(!group_size || H % group_size == 0, "H=", H, " is not a multiple of group_size=", group_size);
-    TORCH_CHECK_VALUE(H % 16 == 0, "H=", H,
-                      " is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 and int8 "
-                      "GEMMs do");
-    if (scale.has_value()) check_scale_tensor("scale", *scale, x);
-    if (scale_ub.has_value()) {
-        TORCH_CHECK_VALUE(mode != 1, "scale_ub bounds a dynamic scale; a static scale takes none");
-        TORCH_CHECK_VALUE(!block, "scale_ub does not apply to ", name);
-        check_scale_tensor("scale_ub", *scale_ub, x);
-    }
-    TORCH_CHECK_VALUE(!(ue8m0 && mode == 1), "ue8m0_scales rounds dynamic scales; a static scale is used as given");
-    TORCH_CHECK_VALUE(!(ue8m0 && block), "ue8m0_scales does not apply to ", name, ": its scales are ",
-                      mode == 4 ? "e4m3" : "e8m0 already");
-    TORCH_CHECK_VALUE(!(column_major && mode != 3), "column_major_scales lays out per-group scales; pass group_size");
-    TORCH_CHECK_VALUE(!(swizzled && !block),
-                      "swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)");
-    if (out != nullptr) {
-        TORCH_CHECK_TYPE(out->scalar_type() == quant_dtype, "out has dtype ", torch_name(out->scalar_type()),
-                         "; it must be quant_dtype (", torch_name(quant_dtype), ")");
-        TORCH_CHECK_VALUE(out->device() == x.device(), "out is on ", out->device(), " but x is on ", x.device(),
-                          "; all tensors must be on one device");
-    }
-    if (y != nullptr && y->has_value()) {
-        const at::Tensor& t = **y;
-        to_dtype("y", t);
-        TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), "y has dtype ", torch_name(t.scalar_type()),
-                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
-        TORCH_CHECK_VALUE(t.device() == x.device(), "y is on ", t.device(), " but x is on ", x.device(),
-                          "; all tensors must be on one device");
-    }
-    if (scales_out != nullptr && scales_out->has_value()) {
-        const at::Tensor& t = **scales_out;
-        TORCH_CHECK_VALUE(mode != 1, "scales_out receives dynamic scales; a static call has none to write");
-        std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
-        if (block && swizzled) want = {swizzled_scales_numel(leading_rows(x.sizes()), H, group_size)};
-        const c10::ScalarType want_dtype = block ? block_scale_dtype(mode) : c10::kFloat;
-        TORCH_CHECK_VALUE(t.scalar_type() == want_dtype && t.sizes() == c10::IntArrayRef(want),
-                          "scales_out must be ", torch_name(want_dtype) + 6, " of shape ", shape_str(want), ", got ",
-                          torch_name(t.scalar_type()), " ", shape_str(t.sizes()));
-        TORCH_CHECK_VALUE(!(block && swizzled && want[0] > 1 && t.stride(0) != 1),
-                          "scales_out: the swizzled layout is one contiguous buffer (stride 1)");
-        TORCH_CHECK_VALUE(t.device() == x.device(), "scales_out is on ", t.device(), " but x is on ", x.device(),
-                          "; all tensors must be on one device");
-    }
-    return mode;
-}
-
-// (row stride, group stride) of scales seen as [rows, groups] (validation._scales_geometry): the
-// leading dimensions must flatten to rows of one stride; the C ABI checks that no two scales share
-// an address.
-std::pair<int64_t, int64_t> scales_geometry(const at::Tensor& t, int64_t groups) {
-    const int64_t nd = groups > 1 ? t.dim() - 1 : t.dim();  // the row dimensions
+// Whether dims [0, end) of t flatten to one stride: (ok, rows, stride; -1 if no dim has size > 1).
+std::tuple<bool, int64_t, int64_t> flatten(const at::Tensor& t, int64_t end) {
     int64_t rows = 1, stride = -1, expected = 0;
-    for (int64_t i = nd - 1; i >= 0; --i) {
+    bool ok = true;
+    for (int64_t i = end - 1; i >= 0; --i) {
         const int64_t n = t.size(i);
         rows *= n;
         if (n == 1) continue;
-        if (stride < 0) {
-            stride = t.stride(i);
-        } else {
-            TORCH_CHECK_VALUE(t.stride(i) == expected || t.numel() == 0, "scales_out: the leading dimensions of a tensor "
-                              "with strides ", shape_str(t.strides()), " cannot be flattened into rows of one stride");
-        }
+        if (stride < 0) stride = t.stride(i);
+        else if (t.stride(i) != expected) ok = false;
         expected = t.stride(i) * n;
     }
-    const int64_t gs = groups > 1 ? t.stride(-1) : 0;
-    return {rows > 1 ? stride : 0, gs};
+    return {ok || t.numel() == 0, rows, stride};
 }
 
-// The scales of a dynamic or block-scaled call (mode 2-6), laid out as validation.alloc_scales lays them out.
-at::Tensor alloc_scales(const at::Tensor& x, int mode, int64_t group_size, bool column_major, bool swizzled = false) {
-    const std::vector<int64_t> want = scales_shape(x.sizes(), group_size);
-    if (mode >= 4) {
-        const auto options = x.options().dtype(block_scale_dtype(mode));
-        if (swizzled) return at::empty({swizzled_scales_numel(leading_rows(x.sizes()), x.size(-1), group_size)}, options);
-        return at::empty(want, options);
-    }
-    if (mode == 3 && column_major) {
-        int64_t n = 1;
-        for (int64_t i = 0; i + 1 < x.dim(); ++i) n *= x.size(i);
-        const int64_t groups = x.size(-1) / group_size;
-        const int64_t n_pad = (n + kTmaRowMultiple - 1) / kTmaRowMultiple * kTmaRowMultiple;
-        return at::empty({groups, n_pad}, x.options().dtype(c10::kFloat)).t().slice(0, 0, n).view(want);
-    }
-    return at::empty(want, x.options().dtype(c10::kFloat));
+// 3 and 5. A tensor of `shape` (..., H) as rows with one stride, as t.view(-1, H) would see it.
+struct RowView {
+    int64_t rows;
+    int64_t stride;  // elements between rows; H when there is at most one row
+};
+
+RowView as_rows(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
+    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ", shape_str(shape));
+    const int64_t d = t.dim(), H = shape[d - 1];
+    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
+                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
+    auto [ok, rows, stride] = flatten(t, d - 1);
+    TORCH_CHECK_VALUE(ok, name, ": the leading dimensions of a tensor with strides ", shape_str(t.strides()),
+                      " cannot be flattened into rows of one stride; pass a contiguous tensor or a row-strided view");
+    return {rows, rows > 1 && stride >= 0 ? stride : H};
 }
 
-// The C ABI's descriptor of a quantized call (the fused and the plain norm's).
-addrmsnorm_quant quant_descriptor(const at::Tensor& q, const std::optional<at::Tensor>& scale, const at::Tensor* scales,
-                                  const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
-                                  int64_t H, bool swizzled = false) {
-    addrmsnorm_quant qd{};
-    qd.mode = static_cast<addrmsnorm_quant_mode>(mode);  // the C ABI's values are the QUANT modes
-    qd.dtype = to_quant_dtype(q.scalar_type());
-    qd.group_size = mode >= 3 ? static_cast<int32_t>(group_size) : 0;
-    qd.flags = (ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u) | (swizzled ? ADDRMSNORM_QUANT_SWIZZLED : 0u);
-    qd.scale = scale.has_value() ? scale->data_ptr<float>() : nullptr;
-    qd.scale_ub = scale_ub.has_value() ? scale_ub->data_ptr<float>() : nullptr;
-    if (scales != nullptr) {
-        qd.scales = scales->data_ptr();
-        if (!swizzled)
-            std::tie(qd.scales_stride_row, qd.scales_stride_group) =
-                scales_geometry(*scales, mode >= 3 ? H / group_size : 1);
-    }
-    return qd;
-}
-
-// One quantized addrmsnorm_norm call: residual and residual_out null for the plain norm's.
-void launch_quant_args(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight, const at::Tensor& q,
-                       const at::Tensor* residual_out, const at::Tensor* y, const RowView& vx, const RowView& vr,
-                       const RowView& vq, const RowView& vro, const RowView& vy, const addrmsnorm_quant& qd, double eps,
-                       double weight_offset, bool pdl) {
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
-    a.x = x.data_ptr();
-    a.weight = weight.data_ptr();
-    a.out = q.data_ptr();
-    a.y = y != nullptr ? y->data_ptr() : nullptr;
-    a.rows = vx.rows;
-    a.hidden = x.size(-1);
-    a.stride_x = vx.stride;
-    a.stride_out = vq.stride;
-    a.stride_y = vy.stride;
-    if (residual != nullptr) {
-        a.residual = residual->data_ptr();
-        a.residual_out = residual_out->data_ptr();
-        a.stride_residual = vr.stride;
-        a.stride_residual_out = vro.stride;
-    }
-    a.x_dtype = a.residual_dtype = a.weight_dtype = to_dtype("x", x);
-    a.eps = eps;
-    a.weight_offset = weight_offset;
-    a.quant = &qd;
-    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    launch_norm_args(x.device(), a);
-}
-
-void launch_quant(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& q,
-                  const at::Tensor& residual_out, const at::Tensor* y, const std::optional<at::Tensor>& scale,
-                  const at::Tensor* scales, const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size,
-                  bool ue8m0, double eps, double weight_offset, bool pdl, bool swizzled) {
-    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    const RowView vx = as_rows("x", x, x.sizes()), vr = as_rows("residual", residual, x.sizes());
-    const RowView vq = as_rows("out", q, q_shape(x.sizes(), q.scalar_type()));
-    const RowView vro = as_rows("residual_out", residual_out, x.sizes());
-    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
-    if (vx.rows == 0) return;
-    const int64_t H = x.size(-1);
-    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
-    launch_quant_args(x, &residual, weight, q, &residual_out, y, vx, vr, vq, vro, vy, qd, eps, weight_offset, pdl);
-}
-
-// Outputs a call does not ask for are None (std::nullopt): scales when static, y without return_y.
-std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> fused_add_rmsnorm_quant(
-    const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
-    const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
-    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
-    check_scalars(eps, weight_offset);
-    const int mode = check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
-                                      nullptr, nullptr, ue8m0_scales, column_major_scales, swizzled_scales);
-    as_rows("x", x, x.sizes());
-    as_rows("residual", residual, x.sizes());
-    const auto contiguous = c10::MemoryFormat::Contiguous;
-    at::Tensor q = at::empty(q_shape(x.sizes(), quant_dtype), x.options().dtype(quant_dtype).memory_format(contiguous));
-    at::Tensor residual_out = at::empty(x.sizes(), residual.options().memory_format(contiguous));
-    std::optional<at::Tensor> y, scales;
-    if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
-    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales, swizzled_scales);
-    launch_quant(x, residual, weight, q, residual_out, y ? &*y : nullptr, scale, scales ? &*scales : nullptr,
-                 scale_ub, mode, group_size, ue8m0_scales, eps, weight_offset, pdl, swizzled_scales);
-    return {q, residual_out, scales, y};
-}
-
-void fused_add_rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                                  const at::Tensor& out, const at::Tensor& residual_out,
-                                  const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y,
-                                  double eps, const std::optional<at::Tensor>& scale, int64_t group_size,
-                                  const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset,
-                                  bool pdl, bool swizzled_scales) {
-    check_scalars(eps, weight_offset);
-    TORCH_CHECK_VALUE(scales_out.has_value() ||
-                          (scale.has_value() && out.scalar_type() != c10::ScalarType::Float4_e2m1fn_x2),
-                      "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
-                      "there");
-    const int mode = check_quant_meta(x, residual, weight, out.scalar_type(), scale, group_size, scale_ub, &out,
-                                      &residual_out, &scales_out, &y, ue8m0_scales, false, swizzled_scales);
-    launch_quant(x, residual, weight, out, residual_out, y.has_value() ? &*y : nullptr, scale,
-                 scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
-                 weight_offset, pdl, swizzled_scales);
-}
-
-// ----- the plain norm --------------------------------------------------------------------------------
-// validation.check_rmsnorm's rules in its order and words; the C ABI checks overlap (validate_rmsnorm).
-
-// A tensor of shape (..., H) as [groups, heads, H] rows of two leading strides (validation.as_grouped_rows):
-// one row stride where its leading dimensions flatten to one (heads 1), else groups of shape[-2] rows.
+// A tensor of shape (..., H) as [groups, heads, H] rows of two leading strides: one row stride where
+// its leading dimensions flatten to one (heads 1), else groups of shape[-2] rows.
 struct Grouped {
     int64_t rows;         // all rows: groups * heads
     int64_t heads;        // rows per group
@@ -709,331 +216,394 @@ Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape
     const int64_t d = t.dim(), H = shape[d - 1];
     TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
                       ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
-    // Whether dims [0, end) flatten to one stride: (ok, rows, stride), stride -1 if no dim has size > 1.
-    auto flatten = [&](int64_t end) {
-        int64_t rows = 1, stride = -1, expected = 0;
-        bool ok = true;
-        for (int64_t i = end - 1; i >= 0; --i) {
-            const int64_t n = t.size(i);
-            rows *= n;
-            if (n == 1) continue;
-            if (stride < 0) stride = t.stride(i);
-            else if (t.stride(i) != expected) ok = false;
-            expected = t.stride(i) * n;
-        }
-        return std::make_tuple(ok || t.numel() == 0, rows, stride);
-    };
-    auto [one, rows, stride] = flatten(d - 1);
-    if (one) {
-        stride = rows > 1 ? stride : std::max<int64_t>(H, 1);
-        TORCH_CHECK_VALUE(stride >= 0, name, ": negative row stride ", stride);
-        return {rows, 1, stride, 0};
-    }
+    auto [one, rows, stride] = flatten(t, d - 1);
+    if (one) return {rows, 1, rows > 1 && stride >= 0 ? stride : std::max<int64_t>(H, 1), 0};
     // d >= 3 here: a 2-D tensor always flattens.
-    auto [outer_ok, groups, outer] = flatten(d - 2);
+    auto [outer_ok, groups, outer] = flatten(t, d - 2);
     TORCH_CHECK_VALUE(outer_ok, name, ": a tensor with strides ", shape_str(t.strides()),
                       " cannot be addressed as rows of two leading strides (the dimensions before the last two must "
                       "flatten to one stride); pass a contiguous tensor or a view");
     const int64_t heads = t.size(d - 2), inner = t.stride(d - 2);
     if (groups <= 1) outer = heads * inner;  // one group: its stride is never used
-    TORCH_CHECK_VALUE(outer >= 0 && inner >= 0, name, ": negative strides ", shape_str(t.strides()));
     return {groups * heads, heads, outer, inner};
 }
 
-// The plain-norm operators' numerics (configs.PLAIN_NUMERICS' index: 0 contract, 1 hf, 2 hf_round_once) as
-// the C ABI's addrmsnorm_numerics (the same values); validation.plain_numerics' words.
-addrmsnorm_numerics checked_numerics(int64_t numerics) {
-    TORCH_CHECK_VALUE(numerics >= 0 && numerics <= 2, "numerics must be 0 (contract), 1 (hf) or 2 (hf_round_once), got ",
-                      numerics);
-    return static_cast<addrmsnorm_numerics>(numerics);
+// ----- the norm: fused (residual given) or plain -----------------------------------------------------
+
+// The into forms' pairing of residual and residual_out: both given, or neither.
+void residual_outputs(const OptTensor& residual, const OptTensor& residual_out) {
+    TORCH_CHECK_VALUE(residual || !residual_out,
+                      "residual_out is given but residual is None: the plain norm writes no residual");
+    TORCH_CHECK_VALUE(!residual || residual_out,
+                      "residual_out is None but residual is given: the fused norm writes h there");
 }
 
-addrmsnorm_dtype check_norm_meta(const at::Tensor& x, const at::Tensor& weight, bool hf, const at::Tensor* out,
-                                 const at::Tensor* rstd) {
-    const addrmsnorm_dtype xd = to_dtype("x", x);
-    to_dtype("weight", weight);
-    if (out != nullptr) to_dtype("out", *out);
+// One norm call into given outputs (the functional forms allocate them first). The plain norm has no
+// residual; a residual_out without one goes to the C ABI, which refuses it.
+void norm_call(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+                                             const at::Tensor* out, const at::Tensor* residual_out,
+                                             const at::Tensor* rstd, double eps, double weight_offset,
+                                             int64_t numerics, bool pdl) {
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x_dtype = dtype_of("x", x);
+    a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
+    a.weight_dtype = dtype_of("weight", weight);
+    if (out != nullptr) dtype_of("out", *out);
+    if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
-    TORCH_CHECK_TYPE(!hf || weight.scalar_type() == x.scalar_type(), "numerics='hf' needs weight of x's dtype (",
-                     torch_name(x.scalar_type()), "), got ", torch_name(weight.scalar_type()),
-                     ": HF's RMSNorm keeps its weight in the model dtype");
-    TORCH_CHECK_VALUE(H > 0, "x has H = 0 (an empty last dimension); H must be > 0");
-    if (out != nullptr)
-        TORCH_CHECK_TYPE(out->scalar_type() == x.scalar_type(), "out has dtype ", torch_name(out->scalar_type()),
-                         "; it must be x's dtype (", torch_name(x.scalar_type()), ")");
-    TORCH_CHECK_VALUE(weight.dim() == 1 && weight.size(0) == H, "weight has shape ", shape_str(weight.sizes()),
-                      ", expected (", H, ",)");
-    TORCH_CHECK_VALUE(H <= 1 || weight.stride(0) == 1, "weight must be contiguous, got stride ", weight.stride(0));
-    check_device("weight", weight, x);
-    if (out != nullptr) check_device("out", *out, x);
-    if (rstd != nullptr) check_device("rstd", *rstd, x);
-    return xd;
-}
-
-void launch_norm(const at::Tensor& x, const Grouped& gx, const at::Tensor& weight, const at::Tensor& out,
-                 const Grouped& go, float* rstd, double eps, double weight_offset, addrmsnorm_numerics numerics,
-                 bool pdl) {
-    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    if (gx.rows == 0) return;
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
-    a.x = x.data_ptr();
-    a.weight = weight.data_ptr();
-    a.out = out.data_ptr();
-    a.rstd = rstd;
-    a.rows = gx.rows / gx.heads;
-    a.groups = gx.heads;
-    a.hidden = x.size(-1);
-    a.stride_x = gx.stride;
-    a.stride_x_group = gx.head_stride;
-    a.stride_out = go.stride;
-    a.stride_out_group = go.head_stride;
-    a.x_dtype = a.residual_dtype = to_dtype("x", x);
-    a.weight_dtype = to_dtype("weight", weight);
+    if (out != nullptr) dtype_is("out", *out, "x", x);
+    if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
+    weight_of("weight", weight, H);
+    same_device("residual", residual, x);
+    same_device("weight", &weight, x);
+    same_device("out", out, x);
+    same_device("residual_out", residual_out, x);
+    same_device("rstd", rstd, x);
+    cuda_device("x", x);
+    const auto lead = x.sizes().slice(0, x.dim() - 1);
+    if (residual != nullptr || residual_out != nullptr) {
+        const RowView vx = as_rows("x", x, x.sizes());
+        a.rows = vx.rows;
+        a.stride_x = vx.stride;
+        if (residual != nullptr) a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
+        a.stride_out = as_rows("out", *out, x.sizes()).stride;
+        if (residual_out != nullptr) a.stride_residual_out = as_rows("residual_out", *residual_out, x.sizes()).stride;
+    } else {
+        Grouped gx = as_grouped("x", x, x.sizes());
+        Grouped go = out->is_same(x) ? gx : as_grouped("out", *out, x.sizes());
+        const int64_t g = std::max(gx.heads, go.heads);
+        gx = gx.as_group_of(g);
+        go = go.as_group_of(g);
+        a.rows = gx.rows / g;
+        a.groups = g;
+        a.stride_x = gx.stride;
+        a.stride_x_group = gx.head_stride;
+        a.stride_out = go.stride;
+        a.stride_out_group = go.head_stride;
+    }
+    a.rstd = rstd_of(rstd, lead);
+    a.hidden = H;
+    a.x = data(x);
+    a.residual = data(residual);
+    a.weight = data(weight);
+    a.out = data(out);
+    a.residual_out = data(residual_out);
     a.eps = eps;
     a.weight_offset = weight_offset;
-    a.numerics = numerics;
+    a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    launch_norm_args(x.device(), a);
+    launch(x.device(), a);
 }
 
-float* checked_rstd(const std::optional<at::Tensor>& rstd, const at::Tensor& x) {
-    if (!rstd.has_value()) return nullptr;
-    const at::Tensor& r = *rstd;
-    const auto lead = x.sizes().slice(0, x.dim() - 1);
-    TORCH_CHECK_VALUE(r.scalar_type() == c10::kFloat && r.sizes() == lead && r.is_contiguous(),
-                      "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
-                      torch_name(r.scalar_type()), " ", shape_str(r.sizes()));
-    return r.numel() > 0 ? r.data_ptr<float>() : nullptr;
-}
-
-std::tuple<at::Tensor, at::Tensor> rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                           double weight_offset, bool return_rstd, int64_t numerics, bool pdl) {
-    check_scalars(eps, weight_offset);
-    const addrmsnorm_numerics n = checked_numerics(numerics);
-    check_norm_meta(x, weight, n != ADDRMSNORM_NUMERICS_CONTRACT, nullptr, nullptr);
-    const Grouped gx = as_grouped("x", x, x.sizes());
-    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
-    at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, x.dim() - 1) : c10::IntArrayRef{0},
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const OptTensor& residual,
+                                                    const at::Tensor& weight, double eps, double weight_offset,
+                                                    bool return_rstd, int64_t numerics, bool pdl) {
+    // The outputs first (contiguous; freed again if the call is refused), then the one mapping.
+    const at::Tensor* res = residual ? &*residual : nullptr;
+    at::Tensor residual_out = res != nullptr ? at::empty(x.sizes(), res->options().memory_format(kContiguous))
+                                             : at::empty({0}, x.options());
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(kContiguous));
+    at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1)
+                                            : c10::IntArrayRef{0},
                                 x.options().dtype(c10::kFloat));
+    norm_call(x, res, weight, &out, res != nullptr ? &residual_out : nullptr, return_rstd ? &rstd : nullptr, eps,
+              weight_offset, numerics, pdl);
+    return {out, residual_out, rstd};
+}
+
+void norm_(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, double eps,
+           double weight_offset, int64_t numerics, bool pdl) {
+    const at::Tensor* res = residual ? &*residual : nullptr;
+    norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl);
+}
+
+void norm_into(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, const at::Tensor& out,
+               const OptTensor& residual_out, const OptTensor& rstd, double eps, double weight_offset,
+               int64_t numerics, bool pdl) {
+    residual_outputs(residual, residual_out);
+    norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
+              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl);
+}
+
+// ----- the backward ----------------------------------------------------------------------------------
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& dy, const OptTensor& dresidual_out,
+                                                             const at::Tensor& h, const at::Tensor& rstd,
+                                                             const at::Tensor& weight, double weight_offset,
+                                                             bool weight_grad) {
+    addrmsnorm_norm_backward_args a = addrmsnorm_norm_backward_args_init();
+    const at::Tensor* dro = dresidual_out ? &*dresidual_out : nullptr;
+    a.x_dtype = dtype_of("dy", dy);
+    a.residual_dtype = dtype_of("h", h);
+    a.weight_dtype = dtype_of("weight", weight);
+    if (dro != nullptr) dtype_of("dresidual_out", *dro);
+    TORCH_CHECK_VALUE(dy.dim() > 0, "dy must have at least one dimension (..., H)");
+    const int64_t H = dy.size(-1);
+    if (dro != nullptr) dtype_is("dresidual_out", *dro, "h", h);
+    weight_of("weight", weight, H);
+    same_device("h", &h, dy, "dy");
+    same_device("rstd", &rstd, dy, "dy");
+    same_device("weight", &weight, dy, "dy");
+    same_device("dresidual_out", dro, dy, "dy");
+    cuda_device("dy", dy);
+    const RowView vdy = as_rows("dy", dy, dy.sizes());
+    a.stride_h = as_rows("h", h, dy.sizes()).stride;
+    if (dro != nullptr) a.stride_dresidual_out = as_rows("dresidual_out", *dro, dy.sizes()).stride;
+    a.rstd = rstd_of(&rstd, dy.sizes().slice(0, dy.dim() - 1));
+    a.rows = vdy.rows;
+    a.hidden = H;
+    a.stride_dy = vdy.stride;
+    a.weight_offset = weight_offset;
+    uint64_t bytes = 0;
+    on_device(dy.device(), [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
+    const bool separate = a.x_dtype != a.residual_dtype;
+    at::Tensor dres = at::empty(dy.sizes(), h.options().memory_format(kContiguous));
+    at::Tensor dx = at::empty(separate ? dy.sizes() : c10::IntArrayRef{0}, dy.options().memory_format(kContiguous));
+    at::Tensor dweight = at::empty(weight_grad ? weight.sizes() : c10::IntArrayRef{0}, weight.options());
+    at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
+    a.dy = data(dy);
+    a.dresidual_out = data(dro);
+    a.h = data(h);
+    a.weight = data(weight);
+    a.dresidual = data(dres);
+    a.stride_dresidual = H;
+    a.dx = separate ? data(dx) : nullptr;
+    a.stride_dx = H;
+    a.dweight = weight_grad ? data(dweight) : nullptr;
+    a.workspace = data(workspace);
+    a.workspace_bytes = bytes;
+    on_device(dy.device(), [&] { return addrmsnorm_norm_backward(&a, current_stream(dy.device())); });
+    return {dres, dx, dweight};
+}
+
+// ----- quantized outputs -----------------------------------------------------------------------------
+
+constexpr int64_t kTmaRowMultiple = 4;  // column-major scales: the column stride, rows rounded up to 4
+
+// The C ABI's mode for the operator's arguments (configs.quant_kernel_mode): fp4 is NVFP4 (block 16) or
+// MXFP4, fp8 with block 32 MXFP8; otherwise static with a scale, per group with a group size, else per
+// token. The C ABI checks the mode against the dtype, the group size and the scale.
+addrmsnorm_quant_mode mode_of(addrmsnorm_quant_dtype q, bool has_scale, int64_t group_size) {
+    if (q == ADDRMSNORM_QUANT_FLOAT4_E2M1) return group_size == 16 ? ADDRMSNORM_QUANT_NVFP4 : ADDRMSNORM_QUANT_MXFP4;
+    if (q == ADDRMSNORM_QUANT_FLOAT8_E4M3 && group_size == 32) return ADDRMSNORM_QUANT_MXFP8;
+    return has_scale ? ADDRMSNORM_QUANT_STATIC : group_size ? ADDRMSNORM_QUANT_PER_GROUP : ADDRMSNORM_QUANT_PER_TOKEN;
+}
+
+bool is_block(addrmsnorm_quant_mode m) { return m >= ADDRMSNORM_QUANT_NVFP4; }
+
+// The scales' shape where the arguments define one: [rows] per token; [rows, H / group_size] per group
+// and block-scaled (a group size that divides H); the swizzled layout as one padded run of bytes.
+std::optional<std::vector<int64_t>> scales_shape(c10::IntArrayRef shape, addrmsnorm_quant_mode mode,
+                                                 int64_t group_size, bool swizzled) {
+    const int64_t H = shape.back();
+    std::vector<int64_t> s(shape.begin(), shape.end() - 1);
+    if (mode == ADDRMSNORM_QUANT_PER_TOKEN) return s;
+    if (group_size <= 0 || H % group_size != 0) return std::nullopt;  // the C ABI refuses the group size
+    if (is_block(mode) && swizzled) {
+        int64_t rows = 1;
+        for (int64_t n : s) rows *= n;
+        return std::vector<int64_t>{(rows + 127) / 128 * 128 * ((H / group_size + 3) / 4 * 4)};
+    }
+    s.push_back(H / group_size);
+    return s;
+}
+
+c10::ScalarType scales_dtype(addrmsnorm_quant_mode mode) {
+    if (mode == ADDRMSNORM_QUANT_NVFP4) return c10::ScalarType::Float8_e4m3fn;
+    if (is_block(mode)) return c10::ScalarType::Float8_e8m0fnu;
+    return c10::kFloat;
+}
+
+std::vector<int64_t> q_shape(c10::IntArrayRef shape, addrmsnorm_quant_dtype q) {
+    std::vector<int64_t> s(shape.begin(), shape.end());
+    if (q == ADDRMSNORM_QUANT_FLOAT4_E2M1) s.back() /= 2;
+    return s;
+}
+
+void scale_tensor(const char* name, const at::Tensor* t) {
+    if (t == nullptr) return;
+    TORCH_CHECK_TYPE(t->scalar_type() == c10::kFloat && t->numel() == 1, name,
+                     " must be a 1-element float32 tensor, got ", dtype_str(t->scalar_type()), " of shape ",
+                     shape_str(t->sizes()));
+}
+
+// scales_out seen as [rows, groups]: (row stride, group stride), its leading dimensions flattened to
+// rows of one stride. The C ABI checks that no two scales share an address.
+std::pair<int64_t, int64_t> scales_strides(const at::Tensor& t, int64_t groups) {
+    const int64_t nd = groups > 1 ? t.dim() - 1 : t.dim();
+    auto [ok, rows, stride] = flatten(t, nd);
+    TORCH_CHECK_VALUE(ok, "scales_out: the leading dimensions of a tensor with strides ", shape_str(t.strides()),
+                      " cannot be flattened into rows of one stride");
+    return {rows > 1 ? stride : 0, groups > 1 ? t.stride(-1) : 0};
+}
+
+// One quantized call. out null: the functional form, which allocates q, residual_out, the scales (as
+// column_major_scales says) and y (return_y) once the inputs are mapped.
+struct QuantOutputs {
+    at::Tensor q, residual_out;
+    OptTensor scales, y;
+};
+
+QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+                        std::optional<c10::ScalarType> quant_dtype, const at::Tensor* out,
+                        const at::Tensor* residual_out, const at::Tensor* scales_out, const at::Tensor* y,
+                        const at::Tensor* scale, int64_t group_size, const at::Tensor* scale_ub, bool ue8m0,
+                        bool swizzled, double eps, double weight_offset, bool pdl, bool column_major = false,
+                        bool return_y = false) {
+    const bool functional = out == nullptr;
+    addrmsnorm_quant qd{};
+    qd.dtype = quant_dtype_of(functional ? *quant_dtype : out->scalar_type(), !functional);
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x_dtype = dtype_of("x", x);
+    a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
+    a.weight_dtype = dtype_of("weight", weight);
+    if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
+    if (y != nullptr) dtype_of("y", *y);
+    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
-    const Grouped go = Grouped{gx.rows, 1, H, 0}.as_group_of(gx.heads);
-    launch_norm(x, gx, weight, out, go, return_rstd && rstd.numel() ? rstd.data_ptr<float>() : nullptr, eps,
-                weight_offset, n, pdl);
-    return {out, rstd};
+    if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
+    if (y != nullptr) dtype_is("y", *y, "x", x);
+    weight_of("weight", weight, H);
+    same_device("residual", residual, x);
+    same_device("weight", &weight, x);
+    same_device("out", out, x);
+    same_device("residual_out", residual_out, x);
+    same_device("y", y, x);
+    same_device("scales_out", scales_out, x);
+    same_device("scale", scale, x);
+    same_device("scale_ub", scale_ub, x);
+    cuda_device("x", x);
+    scale_tensor("scale", scale);
+    scale_tensor("scale_ub", scale_ub);
+    qd.mode = mode_of(qd.dtype, scale != nullptr, group_size);
+    qd.group_size = as_field(group_size);
+    qd.flags = (ue8m0 ? ADDRMSNORM_QUANT_UE8M0 : 0u) | (swizzled ? ADDRMSNORM_QUANT_SWIZZLED : 0u);
+    const auto want = scales_shape(x.sizes(), qd.mode, group_size, swizzled);
+    QuantOutputs o;
+    if (functional) {
+        TORCH_CHECK_VALUE(!column_major || qd.mode == ADDRMSNORM_QUANT_PER_GROUP,
+                          "column_major_scales lays out per-group scales; pass group_size");
+        o.q = at::empty(q_shape(x.sizes(), qd.dtype), x.options().dtype(*quant_dtype).memory_format(kContiguous));
+        out = &o.q;
+        if (residual != nullptr) {
+            o.residual_out = at::empty(x.sizes(), residual->options().memory_format(kContiguous));
+            residual_out = &o.residual_out;
+        } else {
+            o.residual_out = at::empty({0}, x.options());
+        }
+        if (return_y) y = &o.y.emplace(at::empty(x.sizes(), x.options().memory_format(kContiguous)));
+        if (qd.mode != ADDRMSNORM_QUANT_STATIC && want) {
+            const auto options = x.options().dtype(scales_dtype(qd.mode));
+            if (qd.mode == ADDRMSNORM_QUANT_PER_GROUP && column_major) {
+                // [groups, rows rounded up to 4], transposed: the TMA-aligned layout DeepGEMM reads.
+                const int64_t groups = want->back();
+                const int64_t n = c10::multiply_integers(x.sizes().begin(), x.sizes().end() - 1);
+                const int64_t n_pad = (n + kTmaRowMultiple - 1) / kTmaRowMultiple * kTmaRowMultiple;
+                o.scales = at::empty({groups, n_pad}, options).t().slice(0, 0, n).view(*want);
+            } else {
+                o.scales = at::empty(*want, options);
+            }
+            scales_out = &*o.scales;
+        }
+    } else if (scales_out != nullptr && qd.mode != ADDRMSNORM_QUANT_STATIC) {
+        // A static call's scales_out goes to the C ABI, which refuses it.
+        // Its shape where the group size defines one (else the C ABI refuses the group size).
+        const c10::ScalarType sd = scales_dtype(qd.mode);
+        TORCH_CHECK_VALUE(scales_out->scalar_type() == sd, "scales_out has dtype ", dtype_str(scales_out->scalar_type()),
+                          "; it must be ", c10::getDtypeNames(sd).first);
+        TORCH_CHECK_VALUE(!want || scales_out->sizes() == c10::IntArrayRef(*want), "scales_out has shape ",
+                          shape_str(scales_out->sizes()), ", expected ",
+                          shape_str(want ? c10::IntArrayRef(*want) : c10::IntArrayRef{}));
+        TORCH_CHECK_VALUE(!(is_block(qd.mode) && swizzled && scales_out->numel() > 1 && scales_out->stride(0) != 1),
+                          "scales_out: the swizzled layout is one contiguous buffer (stride 1)");
+    }
+    const RowView vx = as_rows("x", x, x.sizes());
+    if (residual != nullptr) a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
+    a.stride_out = as_rows("out", *out, q_shape(x.sizes(), qd.dtype)).stride;
+    if (residual_out != nullptr) a.stride_residual_out = as_rows("residual_out", *residual_out, x.sizes()).stride;
+    if (y != nullptr) a.stride_y = as_rows("y", *y, x.sizes()).stride;
+    if (scales_out != nullptr) {
+        const bool grouped = qd.mode == ADDRMSNORM_QUANT_PER_GROUP || is_block(qd.mode);
+        if (!(is_block(qd.mode) && swizzled) && qd.mode != ADDRMSNORM_QUANT_STATIC)
+            std::tie(qd.scales_stride_row, qd.scales_stride_group) =
+                scales_strides(*scales_out, grouped && want ? H / group_size : 1);
+        qd.scales = data(*scales_out);
+    }
+    qd.scale = static_cast<const float*>(data(scale));
+    qd.scale_ub = static_cast<const float*>(data(scale_ub));
+    a.rows = vx.rows;
+    a.hidden = H;
+    a.stride_x = vx.stride;
+    a.x = data(x);
+    a.residual = data(residual);
+    a.weight = data(weight);
+    a.out = data(out);
+    a.residual_out = data(residual_out);
+    a.y = data(y);
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.quant = &qd;
+    a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    launch(x.device(), a);
+    return o;
 }
 
-void rmsnorm_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
-                  const std::optional<at::Tensor>& rstd, double eps, double weight_offset, int64_t numerics,
-                  bool pdl) {
-    check_scalars(eps, weight_offset);
-    const addrmsnorm_numerics n = checked_numerics(numerics);
-    check_norm_meta(x, weight, n != ADDRMSNORM_NUMERICS_CONTRACT, &out, rstd.has_value() ? &*rstd : nullptr);
-    Grouped gx = as_grouped("x", x, x.sizes());
-    Grouped go = out.is_same(x) ? gx : as_grouped("out", out, x.sizes());
-    const int64_t g = std::max(gx.heads, go.heads);
-    gx = gx.as_group_of(g);
-    go = go.as_group_of(g);
-    float* r = checked_rstd(rstd, x);
-    launch_norm(x, gx, weight, out, go, r, eps, weight_offset, n, pdl);
+std::tuple<at::Tensor, at::Tensor, OptTensor, OptTensor> norm_quant(
+    const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
+    const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool column_major_scales,
+    bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
+    QuantOutputs o = quant_call(x, residual ? &*residual : nullptr, weight, quant_dtype, nullptr, nullptr, nullptr,
+                                nullptr, scale ? &*scale : nullptr, group_size, scale_ub ? &*scale_ub : nullptr,
+                                ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, column_major_scales, return_y);
+    return {o.q, o.residual_out, o.scales, o.y};
 }
 
-void rmsnorm_(const at::Tensor& x, const at::Tensor& weight, double eps, double weight_offset, int64_t numerics,
-              bool pdl) {
-    rmsnorm_into(x, weight, x, std::nullopt, eps, weight_offset, numerics, pdl);
+void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, const at::Tensor& out,
+                     const OptTensor& residual_out, const OptTensor& scales_out, const OptTensor& y, double eps,
+                     const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales,
+                     double weight_offset, bool pdl, bool swizzled_scales) {
+    residual_outputs(residual, residual_out);
+    quant_call(x, residual ? &*residual : nullptr, weight, std::nullopt, &out, residual_out ? &*residual_out : nullptr,
+               scales_out ? &*scales_out : nullptr, y ? &*y : nullptr, scale ? &*scale : nullptr, group_size,
+               scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl);
 }
+
+// ----- the QK norm: q's heads, then k's, as the groups of one call; k's weight from num_q_heads on -----
 
 void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight, double eps,
                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
                  bool pdl) {
-    check_scalars(eps, weight_offset);
-    const addrmsnorm_numerics numerics_value = checked_numerics(numerics);
-    const bool hf = numerics_value != ADDRMSNORM_NUMERICS_CONTRACT;
-    // validation.check_qk_rmsnorm_meta, in its order and words.
-    const addrmsnorm_dtype xd = to_dtype("qkv", qkv), wd = to_dtype("q_weight", q_weight);
-    to_dtype("k_weight", k_weight);
-    TORCH_CHECK_TYPE(xd == ADDRMSNORM_FLOAT16 || xd == ADDRMSNORM_BFLOAT16, "qkv has dtype ",
-                     torch_name(qkv.scalar_type()), "; the QK norm takes float16 or bfloat16");
-    TORCH_CHECK_TYPE(wd == xd || wd == ADDRMSNORM_FLOAT32, "q_weight has dtype ", torch_name(q_weight.scalar_type()),
-                     "; it must be qkv's dtype (", torch_name(qkv.scalar_type()), ") or float32");
-    TORCH_CHECK_TYPE(k_weight.scalar_type() == q_weight.scalar_type(), "k_weight has dtype ",
-                     torch_name(k_weight.scalar_type()), "; it must be q_weight's (", torch_name(q_weight.scalar_type()),
-                     ")");
-    TORCH_CHECK_TYPE(!hf || q_weight.scalar_type() == qkv.scalar_type(), "numerics='hf' needs weight of x's dtype (",
-                     torch_name(qkv.scalar_type()), "), got ", torch_name(q_weight.scalar_type()),
-                     ": HF's RMSNorm keeps its weight in the model dtype");
-    TORCH_CHECK_VALUE(num_q_heads >= 1 && num_kv_heads >= 1, "num_q_heads and num_kv_heads must be >= 1, got ",
-                      num_q_heads, " and ", num_kv_heads);
-    TORCH_CHECK_VALUE(head_dim >= 1 && head_dim <= 512, "head_dim must be in [1, 512], got ", head_dim,
-                      "; for wider rows normalize the q and k views with rmsnorm_");
+    const addrmsnorm_dtype x_dtype = dtype_of("qkv", qkv);
+    const addrmsnorm_dtype weight_dtype = dtype_of("q_weight", q_weight);
+    dtype_of("k_weight", k_weight);
+    dtype_is("k_weight", k_weight, "q_weight", q_weight);
     TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
+    if (head_dim >= 1) {  // else the C runtime's head_dim rule names the argument the caller got wrong
+        weight_of("q_weight", q_weight, head_dim);
+        weight_of("k_weight", k_weight, head_dim);
+    }
+    same_device("q_weight", &q_weight, qkv, "qkv");
+    same_device("k_weight", &k_weight, qkv, "qkv");
+    cuda_device("qkv", qkv);
+    // The columns past the q and k heads (v, or nothing) are never touched; the C ABI checks the
+    // head counts and head_dim, then that the rows of that width are apart.
     const int64_t width = (num_q_heads + num_kv_heads) * head_dim;
-    TORCH_CHECK_VALUE(qkv.size(1) >= width, "qkv has width ", qkv.size(1), ", less than the q and k heads' (",
-                      num_q_heads, " + ", num_kv_heads, ") * ", head_dim, " = ", width);
+    TORCH_CHECK_VALUE(num_q_heads < 1 || num_kv_heads < 1 || head_dim < 1 || qkv.size(1) >= width, "qkv has width ",
+                      qkv.size(1), ", less than the q and k heads' (", num_q_heads, " + ", num_kv_heads, ") * ",
+                      head_dim, " = ", width);
     TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
                       "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
-    for (const auto& [name, w] : {std::pair<const char*, const at::Tensor*>{"q_weight", &q_weight},
-                                  std::pair<const char*, const at::Tensor*>{"k_weight", &k_weight}}) {
-        TORCH_CHECK_VALUE(w->dim() == 1 && w->size(0) == head_dim, name, " has shape ", shape_str(w->sizes()),
-                          ", expected (", head_dim, ",)");
-        TORCH_CHECK_VALUE(head_dim <= 1 || w->stride(0) == 1, name, " must be contiguous, got stride ", w->stride(0));
-    }
-    check_device("q_weight", q_weight, qkv);
-    check_device("k_weight", k_weight, qkv);
-    TORCH_CHECK_VALUE(qkv.is_cuda(), "x is on ", qkv.device(), "; this is the CUDA backend");
     const int64_t tokens = qkv.size(0);
-    const int64_t stride = tokens > 1 ? qkv.stride(0) : qkv.size(1);
-    TORCH_CHECK_VALUE(tokens <= 1 || stride >= width, "qkv: row stride ", stride, " < the q and k heads' width ", width,
-                      ", so its rows overlap");
-    if (tokens == 0) return;
-    // q's heads, then k's, as the groups of one call; k's weight from num_q_heads on.
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
-    a.x = a.out = qkv.data_ptr();
-    a.weight = q_weight.data_ptr();
-    a.weight2 = k_weight.data_ptr();
-    a.weight2_from_group = num_q_heads;
-    a.rows = tokens;
-    a.groups = num_q_heads + num_kv_heads;
-    a.hidden = head_dim;
-    a.stride_x = a.stride_out = stride;
-    a.stride_x_group = a.stride_out_group = head_dim;
-    a.x_dtype = a.residual_dtype = xd;
-    a.weight_dtype = wd;
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(data(qkv), data(q_weight), data(k_weight), tokens, num_q_heads,
+                                                     num_kv_heads, head_dim, tokens > 1 ? qkv.stride(0) : qkv.size(1));
+    a.x_dtype = a.residual_dtype = x_dtype;
+    a.weight_dtype = weight_dtype;
     a.eps = eps;
     a.weight_offset = weight_offset;
-    a.numerics = numerics_value;
+    a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    launch_norm_args(qkv.device(), a);
-}
-
-void launch_plain_quant(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& q, const at::Tensor* y,
-                        const std::optional<at::Tensor>& scale, const at::Tensor* scales,
-                        const std::optional<at::Tensor>& scale_ub, int mode, int64_t group_size, bool ue8m0,
-                        double eps, double weight_offset, bool pdl, bool swizzled) {
-    TORCH_CHECK_VALUE(x.is_cuda(), "x is on ", x.device(), "; this is the CUDA backend");
-    const RowView vx = as_rows("x", x, x.sizes());
-    const RowView vq = as_rows("out", q, q_shape(x.sizes(), q.scalar_type()));
-    const RowView vy = y != nullptr ? as_rows("y", *y, x.sizes()) : RowView{vx.rows, x.size(-1)};
-    if (vx.rows == 0) return;
-    const int64_t H = x.size(-1);
-    const addrmsnorm_quant qd = quant_descriptor(q, scale, scales, scale_ub, mode, group_size, ue8m0, H, swizzled);
-    launch_quant_args(x, nullptr, weight, q, nullptr, y, vx, vx, vq, vx, vy, qd, eps, weight_offset, pdl);
-}
-
-std::tuple<at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> rmsnorm_quant(
-    const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
-    const std::optional<at::Tensor>& scale, int64_t group_size, const std::optional<at::Tensor>& scale_ub,
-    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
-    check_scalars(eps, weight_offset);
-    // The fused checks with residual = x (every rule on residual holds as it does on x).
-    const int mode = check_quant_meta(x, x, weight, quant_dtype, scale, group_size, scale_ub, nullptr, nullptr,
-                                      nullptr, nullptr, ue8m0_scales, column_major_scales, swizzled_scales);
-    as_rows("x", x, x.sizes());
-    const auto contiguous = c10::MemoryFormat::Contiguous;
-    at::Tensor q = at::empty(q_shape(x.sizes(), quant_dtype), x.options().dtype(quant_dtype).memory_format(contiguous));
-    std::optional<at::Tensor> y, scales;
-    if (return_y) y = at::empty(x.sizes(), x.options().memory_format(contiguous));
-    if (mode != 1) scales = alloc_scales(x, mode, group_size, column_major_scales, swizzled_scales);
-    launch_plain_quant(x, weight, q, y ? &*y : nullptr, scale, scales ? &*scales : nullptr, scale_ub, mode, group_size,
-                       ue8m0_scales, eps, weight_offset, pdl, swizzled_scales);
-    return {q, scales, y};
-}
-
-void rmsnorm_quant_into(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& out,
-                        const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y, double eps,
-                        const std::optional<at::Tensor>& scale, int64_t group_size,
-                        const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
-                        bool swizzled_scales) {
-    check_scalars(eps, weight_offset);
-    TORCH_CHECK_VALUE(scales_out.has_value() ||
-                          (scale.has_value() && out.scalar_type() != c10::ScalarType::Float4_e2m1fn_x2),
-                      "scales_out is required for dynamic quantization (no scale given): the kernel writes the scales "
-                      "there");
-    const int mode = check_quant_meta(x, x, weight, out.scalar_type(), scale, group_size, scale_ub, &out, nullptr,
-                                      &scales_out, &y, ue8m0_scales, false, swizzled_scales);
-    launch_plain_quant(x, weight, out, y.has_value() ? &*y : nullptr, scale,
-                       scales_out.has_value() ? &*scales_out : nullptr, scale_ub, mode, group_size, ue8m0_scales, eps,
-                       weight_offset, pdl, swizzled_scales);
-}
-
-// ----- the operators: one per form, the residual optional (none: the plain norm) ---------------------
-// jit_backend.norm & co., the same shells with the same words.
-
-bool fused_hf(int64_t numerics) {
-    const addrmsnorm_numerics n = checked_numerics(numerics);
-    TORCH_CHECK_VALUE(n != ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
-                      "numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a residual, "
-                      "numerics is 0 (contract) or 1 (hf)");
-    return n == ADDRMSNORM_NUMERICS_HF;
-}
-
-void no_residual_out(const std::optional<at::Tensor>& residual_out) {
-    TORCH_CHECK_VALUE(!residual_out.has_value(),
-                      "residual_out is given but residual is None: the plain norm writes no residual");
-}
-
-const at::Tensor& residual_out_of(const std::optional<at::Tensor>& residual_out) {
-    TORCH_CHECK_VALUE(residual_out.has_value(),
-                      "residual_out is None but residual is given: the fused norm writes h there");
-    return *residual_out;
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const std::optional<at::Tensor>& residual,
-                                                    const at::Tensor& weight, double eps, double weight_offset,
-                                                    bool return_rstd, int64_t numerics, bool pdl) {
-    if (!residual.has_value()) {
-        auto [y, rstd] = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl);
-        return {y, at::empty({0}, x.options()), rstd};
-    }
-    return fused_add_rmsnorm(x, *residual, weight, eps, weight_offset, return_rstd, fused_hf(numerics), pdl);
-}
-
-void norm_(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight, double eps,
-           double weight_offset, int64_t numerics, bool pdl) {
-    if (!residual.has_value()) return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl);
-    fused_add_rmsnorm_(x, *residual, weight, eps, weight_offset, fused_hf(numerics), pdl);
-}
-
-void norm_into(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight,
-               const at::Tensor& out, const std::optional<at::Tensor>& residual_out,
-               const std::optional<at::Tensor>& rstd, double eps, double weight_offset, int64_t numerics, bool pdl) {
-    if (!residual.has_value()) {
-        no_residual_out(residual_out);
-        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl);
-    }
-    const at::Tensor& ro = residual_out_of(residual_out);
-    fused_add_rmsnorm_into(x, *residual, weight, out, ro, rstd, eps, weight_offset, fused_hf(numerics), pdl);
-}
-
-std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::optional<at::Tensor>> norm_quant(
-    const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight, double eps,
-    c10::ScalarType quant_dtype, const std::optional<at::Tensor>& scale, int64_t group_size,
-    const std::optional<at::Tensor>& scale_ub, bool column_major_scales, bool ue8m0_scales, double weight_offset,
-    bool return_y, bool pdl, bool swizzled_scales) {
-    if (!residual.has_value()) {
-        auto [q, scales, y] = rmsnorm_quant(x, weight, eps, quant_dtype, scale, group_size, scale_ub,
-                                            column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
-                                            swizzled_scales);
-        return {q, at::empty({0}, x.options()), scales, y};
-    }
-    return fused_add_rmsnorm_quant(x, *residual, weight, eps, quant_dtype, scale, group_size, scale_ub,
-                                   column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales);
-}
-
-void norm_quant_into(const at::Tensor& x, const std::optional<at::Tensor>& residual, const at::Tensor& weight,
-                     const at::Tensor& out, const std::optional<at::Tensor>& residual_out,
-                     const std::optional<at::Tensor>& scales_out, const std::optional<at::Tensor>& y, double eps,
-                     const std::optional<at::Tensor>& scale, int64_t group_size,
-                     const std::optional<at::Tensor>& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
-                     bool swizzled_scales) {
-    if (!residual.has_value()) {
-        no_residual_out(residual_out);
-        return rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale, group_size, scale_ub, ue8m0_scales,
-                                  weight_offset, pdl, swizzled_scales);
-    }
-    const at::Tensor& ro = residual_out_of(residual_out);
-    fused_add_rmsnorm_quant_into(x, *residual, weight, out, ro, scales_out, y, eps, scale, group_size, scale_ub,
-                                 ue8m0_scales, weight_offset, pdl, swizzled_scales);
+    launch(qkv.device(), a);
 }
 
 }  // namespace
@@ -1042,7 +612,7 @@ TORCH_LIBRARY_IMPL(addrmsnorm, CUDA, m) {
     m.impl("norm", &norm);
     m.impl("norm_", &norm_);
     m.impl("norm_into", &norm_into);
-    m.impl("norm_backward", &fused_add_rmsnorm_backward);
+    m.impl("norm_backward", &norm_backward);
     m.impl("norm_quant", &norm_quant);
     m.impl("norm_quant_into", &norm_quant_into);
     m.impl("qk_rmsnorm_", &qk_rmsnorm_);

@@ -256,6 +256,29 @@ static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {
     return a;
 }
 
+/* The QK norm's layout, the one place it is written: q's heads, then k's, of a [tokens, width]
+ * buffer as the groups of one in-place call (groups of head_dim, k_weight from num_q_heads on).
+ * stride_qkv is the buffer's row stride, in elements. The dtypes, eps, weight_offset, numerics and
+ * flags are the caller's to set. */
+static inline addrmsnorm_norm_args addrmsnorm_norm_args_qk(const void *qkv, const void *q_weight, const void *k_weight,
+                                                           int64_t tokens, int64_t num_q_heads, int64_t num_kv_heads,
+                                                           int64_t head_dim, int64_t stride_qkv) {
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    a.x = qkv;
+    a.out = (void *)qkv;
+    a.weight = q_weight;
+    a.weight2 = k_weight;
+    a.weight2_from_group = num_q_heads;
+    a.rows = tokens;
+    a.groups = num_q_heads + num_kv_heads;
+    a.hidden = head_dim;
+    a.stride_x = stride_qkv;
+    a.stride_out = stride_qkv;
+    a.stride_x_group = head_dim;
+    a.stride_out_group = head_dim;
+    return a;
+}
+
 /* Launch one norm call on `stream`, in the calling thread's current CUDA context (the stream must
  * belong to it). Arguments are checked first, with nothing written on error. */
 ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_norm_args *args, addrmsnorm_stream stream);

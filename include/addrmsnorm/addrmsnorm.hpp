@@ -193,17 +193,9 @@ inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_
                                  uint32_t flags = 0, float weight_offset = 0.0f,
                                  addrmsnorm_stream stream = nullptr,
                                  addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT) {
-    addrmsnorm_norm_args c = addrmsnorm_norm_args_init();
-    c.x = qkv;
-    c.out = qkv;
-    c.weight = q_weight;
-    c.weight2 = k_weight;
-    c.weight2_from_group = num_q_heads;
-    c.rows = tokens;
-    c.groups = num_q_heads + num_kv_heads;
-    c.hidden = head_dim;
-    c.stride_x = c.stride_out = stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv;
-    c.stride_x_group = c.stride_out_group = head_dim;
+    addrmsnorm_norm_args c = addrmsnorm_norm_args_qk(
+        qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim,
+        stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv);
     c.x_dtype = c.residual_dtype = detail::c_dtype(dtype);
     c.weight_dtype = detail::c_dtype(weight_dtype);
     c.eps = eps;

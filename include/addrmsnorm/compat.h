@@ -177,11 +177,14 @@ static inline addrmsnorm_norm_args addrmsnorm_compat_qk(
     const void *qkv, const void *q_weight, const void *k_weight, int64_t tokens, int64_t num_q_heads,
     int64_t num_kv_heads, int64_t head_dim, int64_t stride_qkv, addrmsnorm_dtype dtype, addrmsnorm_dtype weight_dtype,
     float eps, float weight_offset, uint32_t flags) {
-    addrmsnorm_norm_args a = addrmsnorm_compat_plain(qkv, q_weight, qkv, NULL, tokens, num_q_heads + num_kv_heads,
-                                                     head_dim, stride_qkv, head_dim, stride_qkv, head_dim, dtype,
-                                                     weight_dtype, eps, weight_offset, flags);
-    a.weight2 = k_weight;
-    a.weight2_from_group = num_q_heads;
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads,
+                                                     head_dim, stride_qkv);
+    a.x_dtype = dtype;
+    a.residual_dtype = dtype;
+    a.weight_dtype = weight_dtype;
+    a.eps = eps;
+    a.weight_offset = weight_offset;
+    a.numerics = addrmsnorm_compat_numerics(flags, &a.flags);
     return a;
 }
 

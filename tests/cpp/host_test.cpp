@@ -601,7 +601,7 @@ TEST(QuantValidation, BlockScaledFormats) {
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "NVFP4 reads its global scale there");
     c.quant.scale = g;
     c.quant.group_size = 32;
-    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "NVFP4 takes group_size 16 (its block), got 32");
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 16 for NVFP4 (its block), got 32");
     c.quant.group_size = 16;
     c.quant.flags = ADDRMSNORM_QUANT_UE8M0;
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales does not apply to NVFP4");
@@ -657,7 +657,7 @@ TEST(QuantValidation, CppLayerDescriptorsAndCalls) {
     a.quant = addrmsnorm::quant_mxfp4(s, c.hidden);
     a.quant.group_size = 16;
     st = addrmsnorm::fused_add_rmsnorm_quant(a);
-    EXPECT_NE(st.message.find("MXFP4 takes group_size 32"), std::string::npos) << st.message;
+    EXPECT_NE(st.message.find("group_size must be 32 for MXFP4"), std::string::npos) << st.message;
 }
 
 TEST(QuantValidation, BadCalls) {
