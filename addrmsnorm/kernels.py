@@ -295,6 +295,15 @@ def _store_q(q_ptr, row_off, col0, v, mask_rows, H, QUANT: tl.constexpr, R: tl.c
 
 
 @triton.jit
+def _aligned(v, ALIGN: tl.constexpr):
+    """v, which the launcher promises is a multiple of ALIGN, written as one: (v // ALIGN) * ALIGN tells
+    the compiler that rows start on ALIGN-element boundaries and that a mask is uniform over ALIGN
+    columns, so it can use accesses of ALIGN elements (up to 16 bytes). Each kernel's H and row strides
+    pass through it first."""
+    return (v // ALIGN) * ALIGN
+
+
+@triton.jit
 def _row_offset(rows, stride_row, group_rows, stride_group, GROUPED: tl.constexpr):
     """Elements from a tensor's start to each row (int64). GROUPED: the rows of a 3-D view (groups,
     group_rows, H) with two leading strides, as a head's row inside a fused QKV buffer is; else rows of
@@ -316,16 +325,21 @@ def _out_rows(rows_2d, rows, stride_row, group_rows, stride_group, GROUPED: tl.c
 
 @triton.jit
 def _single_pass_rows(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
     n_rows, H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-    eps, weight_offset, write_rstd, weight_dtype,
-    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
-    HF_NUMERICS: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EVICT_LAST: tl.constexpr,
-    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-    group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
-    group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
-    weight2_ptr, group_split, SPLIT: tl.constexpr, scale_rows=0, swizzled=0,
+    eps, weight_offset, weight_dtype,
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EVICT_LAST: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    # The unquantized forward: rstd (stored if write_rstd) and HF's roundings.
+    rstd_ptr=None, write_rstd=0, HF_NUMERICS: tl.constexpr = 0,
+    # GROUPED: rows as (group, row in group), two leading strides; SPLIT: the QK norm's second weight.
+    GROUPED: tl.constexpr = False, group_rows=1, stride_x_group=0, stride_out_group=0,
+    SPLIT: tl.constexpr = False, weight2_ptr=None, group_split=0,
+    # The quantized epilogue (QUANT != 0, configs.QUANT_MODES): q in out's place, y if write_y.
+    QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
+    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, scale_rows=0,
+    swizzled=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -418,15 +432,17 @@ def _loads_before_stores():
 
 @triton.jit
 def _looped_row(
-    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+    x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
     H,
     stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-    eps, weight_offset, write_rstd, weight_dtype,
-    BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr, KEEP_H: tl.constexpr,
-    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-    group_size, write_y, has_ub, ue8m0, QUANT: tl.constexpr,
-    group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
-    n_rows=0, swizzled=0,
+    eps, weight_offset, weight_dtype,
+    BLOCK_H: tl.constexpr, KEEP_H: tl.constexpr, RESIDUAL: tl.constexpr,
+    # As _single_pass_rows's groups (the looped path has no SPLIT).
+    rstd_ptr=None, write_rstd=0, HF_NUMERICS: tl.constexpr = 0,
+    GROUPED: tl.constexpr = False, group_rows=1, stride_x_group=0, stride_out_group=0,
+    QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
+    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, n_rows=0,
+    swizzled=0,
 ):
     # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
@@ -472,7 +488,8 @@ def _looped_row(
             u = tl.abs(h_stored.to(tl.float32) * w)
             u_max = tl.maximum(u_max, tl.max(tl.reshape(u, [BLOCK_H // 8, 8]), axis=1))
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
-    tl.store(rstd_ptr + row, rstd, mask=(write_rstd != 0) & data)
+    if rstd_ptr is not None:  # the unquantized forward: a predicated store
+        tl.store(rstd_ptr + row, rstd, mask=(write_rstd != 0) & data)
 
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
@@ -625,37 +642,36 @@ def fused_add_rmsnorm_fwd(
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
         gdc_launch_dependents()
-    # (v // ALIGN) * ALIGN == v by the launcher's promise; written this way, it tells the compiler
-    # that rows start on ALIGN-element boundaries and that the mask is uniform over ALIGN columns,
-    # so it can use accesses of ALIGN elements (up to 16 bytes).
-    H = (H // ALIGN) * ALIGN
-    stride_x_row = (stride_x_row // ALIGN) * ALIGN
-    stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
-    stride_out_row = (stride_out_row // ALIGN) * ALIGN
-    stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
+    H = _aligned(H, ALIGN)
+    stride_x_row = _aligned(stride_x_row, ALIGN)
+    stride_residual_row = _aligned(stride_residual_row, ALIGN)
+    stride_out_row = _aligned(stride_out_row, ALIGN)
+    stride_residual_out_row = _aligned(stride_residual_out_row, ALIGN)
     if GROUPED:
-        stride_x_group = (stride_x_group // ALIGN) * ALIGN
-        stride_out_group = (stride_out_group // ALIGN) * ALIGN
+        stride_x_group = _aligned(stride_x_group, ALIGN)
+        stride_out_group = _aligned(stride_out_group, ALIGN)
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
                     group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
     elif LOOPED:
-        _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+        _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                    eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS, KEEP_H,
-                    out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0,
-                    group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
+                    eps, weight_offset, weight_dtype, BLOCK_H, KEEP_H, RESIDUAL,
+                    rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS,
+                    GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
+                    stride_out_group=stride_out_group)
     else:
-        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
+        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
-                          eps, weight_offset, write_rstd, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, HF_NUMERICS, WEIGHT_FIRST, EVICT_LAST,
-                          out_ptr, 0, rstd_ptr, rstd_ptr, rstd_ptr, 0, 0, 0, 0, 0, 0, 0,
-                          group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED,
-                          weight2_ptr, group_split, SPLIT)
+                          eps, weight_offset, weight_dtype,
+                          BLOCK_H, ROWS_PER_PROGRAM, WEIGHT_FIRST, EVICT_LAST, RESIDUAL,
+                          rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS,
+                          GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
+                          stride_out_group=stride_out_group,
+                          SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -692,27 +708,30 @@ def fused_add_rmsnorm_quant_fwd(
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
-    H = (H // ALIGN) * ALIGN
-    stride_x_row = (stride_x_row // ALIGN) * ALIGN
-    stride_residual_row = (stride_residual_row // ALIGN) * ALIGN
-    stride_q_row = (stride_q_row // ALIGN) * ALIGN
-    stride_residual_out_row = (stride_residual_out_row // ALIGN) * ALIGN
-    stride_y_row = (stride_y_row // ALIGN) * ALIGN
+    H = _aligned(H, ALIGN)
+    stride_x_row = _aligned(stride_x_row, ALIGN)
+    stride_residual_row = _aligned(stride_residual_row, ALIGN)
+    stride_q_row = _aligned(stride_q_row, ALIGN)
+    stride_residual_out_row = _aligned(stride_residual_out_row, ALIGN)
+    stride_y_row = _aligned(stride_y_row, ALIGN)
     if LOOPED:
-        _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
+        _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
-                    eps, weight_offset, 0, weight_dtype, BLOCK_H, 0, KEEP_H,
-                    y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
-                    group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False, n_rows, swizzled)
+                    eps, weight_offset, weight_dtype, BLOCK_H, KEEP_H, RESIDUAL,
+                    QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y, scale_ptr=scale_ptr,
+                    scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr, stride_s_row=stride_s_row,
+                    stride_s_group=stride_s_group, group_size=group_size, has_ub=has_ub, ue8m0=ue8m0,
+                    n_rows=n_rows, swizzled=swizzled)
     else:
-        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr, scales_ptr,
+        _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                           n_rows, H,
                           stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
-                          eps, weight_offset, 0, weight_dtype,
-                          BLOCK_H, ROWS_PER_PROGRAM, 0, WEIGHT_FIRST, EVICT_LAST,
-                          y_ptr, stride_y_row, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
-                          stride_s_group, group_size, write_y, has_ub, ue8m0, QUANT, 1, 0, 0, RESIDUAL, False,
-                          weight_ptr, 0, False, scale_rows, swizzled)
+                          eps, weight_offset, weight_dtype,
+                          BLOCK_H, ROWS_PER_PROGRAM, WEIGHT_FIRST, EVICT_LAST, RESIDUAL,
+                          QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y,
+                          scale_ptr=scale_ptr, scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr,
+                          stride_s_row=stride_s_row, stride_s_group=stride_s_group, group_size=group_size,
+                          has_ub=has_ub, ue8m0=ue8m0, scale_rows=scale_rows, swizzled=swizzled)
 
 
 # ----- backward ------------------------------------------------------------------------------------
@@ -845,12 +864,12 @@ def fused_add_rmsnorm_bwd(
     ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements
     STAGES: tl.constexpr = 1,   # software-pipelining depth of the row (looped: chunk) loops (1: none)
 ):
-    H = (H // ALIGN) * ALIGN
-    stride_dy_row = (stride_dy_row // ALIGN) * ALIGN
-    stride_dres_out_row = (stride_dres_out_row // ALIGN) * ALIGN
-    stride_h_row = (stride_h_row // ALIGN) * ALIGN
-    stride_dres_row = (stride_dres_row // ALIGN) * ALIGN
-    stride_dx_row = (stride_dx_row // ALIGN) * ALIGN
+    H = _aligned(H, ALIGN)
+    stride_dy_row = _aligned(stride_dy_row, ALIGN)
+    stride_dres_out_row = _aligned(stride_dres_out_row, ALIGN)
+    stride_h_row = _aligned(stride_h_row, ALIGN)
+    stride_dres_row = _aligned(stride_dres_row, ALIGN)
+    stride_dx_row = _aligned(stride_dx_row, ALIGN)
     if LOOPED:
         _bwd_looped(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
                     n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,

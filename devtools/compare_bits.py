@@ -122,8 +122,8 @@ def grid():
              dict(quant_dtype=torch.float8_e4m3fn, group_size=32),
              dict(quant_dtype=torch.float8_e4m3fn, group_size=32, swizzled_scales=True),
              dict(quant_dtype=torch.float4_e2m1fn_x2, group_size=32, swizzled_scales=True)]
-    for H in _sizes(2048, 4096, 7168):
-        for N in _sizes(1, 33):
+    for H, Ns in _sizes((2048, (1, 33)), (4096, (1, 33)), (7168, (1, 33)), (65536, (3,))):  # 65536: looped
+        for N in _sizes(*Ns):
             for xd in (BF, FP16):
                 x, r, w = inp((N, H), xd), inp((N, H), xd), inp((H,), xd)
                 for m in modes:
