@@ -29,9 +29,9 @@ AOT_MAX_MIB_PER_ARCH = 30
 
 
 @dataclass(frozen=True)
-class ForwardConfig:
-    """Constexpr specialization and launch shape of a kernel: ``kernels.fused_add_rmsnorm_fwd``'s
-    (FORWARD_TABLE), or ``kernels.fused_add_rmsnorm_bwd``'s (BACKWARD_TABLE, which also sets
+class KernelConfig:
+    """Constexpr specialization and launch shape of a kernel: ``kernels.rmsnorm_fwd``'s
+    (FORWARD_TABLE), or ``kernels.rmsnorm_bwd``'s (BACKWARD_TABLE, which also sets
     ``stages`` and ``programs_per_sm``)."""
 
     block_h: int           # power of two; >= H on the single-pass path, the chunk width when looped
@@ -51,11 +51,11 @@ class ForwardConfig:
 
 
 @dataclass(frozen=True)
-class ForwardRule:
+class TableRule:
     """One row of the table: serves every H up to ``h_max`` (None: no bound) for its stream width,
     or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
     beyond their first, so they always run ALIGN = 1). With ``quant_modes`` it serves the quantized
-    forward alone (``kernels.fused_add_rmsnorm_quant_fwd``), in those of its modes (QUANT_MODES); the
+    forward alone (``kernels.rmsnorm_quant_fwd``), in those of its modes (QUANT_MODES); the
     plain forward and the other modes skip it. With
     ``vector_typed_only`` it serves only plain calls that take 16-byte accesses (ALIGN is the
     vector), with the weight of x's dtype and the contract's numerics: the calls whose kernels at
@@ -63,7 +63,7 @@ class ForwardRule:
 
     act_bytes: int         # widest of x and residual, in bytes per element (2 or 4)
     h_max: int | None
-    config: ForwardConfig
+    config: KernelConfig
     odd_h_only: bool = False
     quant_modes: tuple[int, ...] = ()
     vector_typed_only: bool = False
@@ -104,18 +104,18 @@ _QUANT_ALL = {"quant_modes": QUANT_MODES}
 _QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant
 
 
-def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> ForwardConfig:
+def _single(block_h: int, rows: int, warps: int, weight_first: bool = False, evict_last: bool = True) -> KernelConfig:
     # evict_last: measured on every row (the note before the rows)
-    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False,
+    return KernelConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False,
                          weight_first=weight_first, evict_last=evict_last)
 
 
-def _looped(chunk: int, warps: int, keep_h: bool = False) -> ForwardConfig:
-    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, keep_h=keep_h)
+def _looped(chunk: int, warps: int, keep_h: bool = False) -> KernelConfig:
+    return KernelConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, keep_h=keep_h)
 
 
-def _reread(chunk: int, warps: int) -> ForwardConfig:
-    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, reread=True)
+def _reread(chunk: int, warps: int) -> KernelConfig:
+    return KernelConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True, reread=True)
 
 
 # Widest H kept whole in registers. Above it each row is walked twice in chunks.
@@ -151,10 +151,10 @@ def _small_h_rows(act_bytes: int) -> list:
     ]
 
 
-def _table(large_h_rows) -> tuple[ForwardRule, ...]:
+def _table(large_h_rows) -> tuple[TableRule, ...]:
     """Both stream widths' rules: the shared small-H rows, then large_h_rows(act_bytes); a row is
-    (h_max, config) or (h_max, config, {ForwardRule's flags})."""
-    return tuple(ForwardRule(act_bytes, row[0], row[1], **(row[2] if len(row) > 2 else {}))
+    (h_max, config) or (h_max, config, {TableRule's flags})."""
+    return tuple(TableRule(act_bytes, row[0], row[1], **(row[2] if len(row) > 2 else {}))
                  for act_bytes in (2, 4) for row in _small_h_rows(act_bytes) + large_h_rows(act_bytes))
 
 
@@ -192,7 +192,7 @@ def _forward_large_h_rows(act_bytes: int) -> list:
     ]
 
 
-FORWARD_TABLE: tuple[ForwardRule, ...] = _table(_forward_large_h_rows)
+FORWARD_TABLE: tuple[TableRule, ...] = _table(_forward_large_h_rows)
 
 # Element sizes the kernels accept, in bytes: fp16/bf16 and fp32.
 SUPPORTED_ITEMSIZES = (2, 4)
@@ -258,7 +258,7 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int, round_once: b
     once = round_once or abs(weight_offset) > 2.0 ** -150
     return HF_GEMMA if once and x_itemsize == 2 else HF_LLAMA
 
-# Quantized outputs (kernels.fused_add_rmsnorm_quant_fwd): QUANT 1 (static scale), 2 (per token)
+# Quantized outputs (kernels.rmsnorm_quant_fwd): QUANT 1 (static scale), 2 (per token)
 # and 3 (per group of 64 or 128 columns, the group size a runtime argument), for 16-bit activations
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
@@ -276,29 +276,29 @@ def quant_dtypes_of(mode: int) -> tuple[str, ...]:
 # The QUANT constexpr (QUANT_MODES, above the table: its rows may serve some modes alone).
 
 
-# Register caps (ptxas maxnreg), per arch and kernel kind ("fwd" the forward, "qfwd" the quantized
-# forward), by (block_h, rows_per_program, num_warps): a cap raises the programs that fit on an SM
+# Register caps (ptxas maxnreg), per arch and kernel kind ("forward", "quant_forward" or "backward"), by
+# (block_h, rows_per_program, num_warps): a cap raises the programs that fit on an SM
 # (65536 registers per SM) where the kernel would otherwise hold more registers than it needs. Only
 # for the arch it was measured on, and only where no kernel of the config spills under the cap: the
 # AOT build refuses a capped kernel with stack, and tests/test_aot.py compiles every capped kernel.
-# "qfwd": the plain forward's programs per SM at that config. Per-token int8 at block 8192 with 16
+# "quant_forward": the plain forward's programs per SM at that config. Per-token int8 at block 8192 with 16
 # warps held 49 registers (2 programs per SM against 3) and reached 88% of the roofline at 16384 x
 # 7168; capped at 40, 98.6%. Block 4096 with 8 warps would spill at 40 on sm_90, and block 8192 with
 # 8 warps at 64 (fp16 -> int8 per token on sm_90, fp8 per token on sm_100), so per-token int8 at
 # H = 5120 keeps its 71 registers.
-# "fwd": none yet. devtools/tune.py caps measures candidates (MAX_REGISTERS_OVERRIDE below).
+# "forward": none yet. devtools/tune.py caps measures candidates (MAX_REGISTERS_OVERRIDE below).
 MAX_REGISTERS = {
     90: {
-        "qfwd": {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 16): 40},
-        "fwd": {},
-        "bwd": {},
+        "quant_forward": {(128, 16, 4): 40, (512, 4, 4): 48, (2048, 1, 4): 40, (8192, 1, 16): 40},
+        "forward": {},
+        "backward": {},
     },
 }
 
 
-def max_registers(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
-    """The maxnreg kernels of kind ("fwd", "qfwd" or "bwd") are compiled with at cfg for arch (e.g. 90), or
-    None (no cap)."""
+def max_registers(kind: str, cfg: KernelConfig, arch: int) -> int | None:
+    """The maxnreg kernels of kind ("forward", "quant_forward" or "backward") are compiled with at cfg for
+    arch (e.g. 90), or None (no cap)."""
     return MAX_REGISTERS.get(arch, {}).get(kind, {}).get((cfg.block_h, cfg.rows_per_program, cfg.num_warps))
 
 
@@ -387,7 +387,7 @@ def pdl_compiled(arch: int) -> bool:
 
 
 # ----- backward --------------------------------------------------------------------------------
-# The backward kernel takes the same ForwardConfig fields (a config is a tile shape), from its own
+# The backward kernel takes the same KernelConfig fields (a config is a tile shape), from its own
 # rows: it holds dy, h, n and g for a tile where the forward holds h, so it leaves the single pass
 # at a narrower H (8192 for 4-byte streams, 16384 for 16-bit ones, whose widest pass spills; below).
 #
@@ -412,13 +412,13 @@ BACKWARD_SINGLE_PASS_MAX_H_16 = 16384
 BACKWARD_SPILLS_MEASURED = {(BACKWARD_SINGLE_PASS_MAX_H_16, 1, 32)}
 
 
-def _bwd(block_h: int, rows: int, warps: int, stages: int, programs_per_sm: int) -> ForwardConfig:
-    return ForwardConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False, stages=stages,
+def _bwd(block_h: int, rows: int, warps: int, stages: int, programs_per_sm: int) -> KernelConfig:
+    return KernelConfig(block_h=block_h, rows_per_program=rows, num_warps=warps, looped=False, stages=stages,
                          programs_per_sm=programs_per_sm)
 
 
-def _bwd_looped(chunk: int, warps: int, programs_per_sm: int) -> ForwardConfig:
-    return ForwardConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True,
+def _bwd_looped(chunk: int, warps: int, programs_per_sm: int) -> KernelConfig:
+    return KernelConfig(block_h=chunk, rows_per_program=1, num_warps=warps, looped=True,
                          programs_per_sm=programs_per_sm)
 
 
@@ -453,8 +453,8 @@ def _backward_rows(act_bytes: int) -> list:
     ]
 
 
-BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
-    ForwardRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
+BACKWARD_TABLE: tuple[TableRule, ...] = tuple(
+    TableRule(act_bytes=act_bytes, h_max=h_max, config=cfg)
     for act_bytes in (2, 4) for h_max, cfg in _backward_rows(act_bytes))
 
 # The dweight reduction: tile of partials x columns, and its warps. Each program sums its columns
@@ -465,18 +465,18 @@ BACKWARD_TABLE: tuple[ForwardRule, ...] = tuple(
 DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 
 
-def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> ForwardConfig:
+def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> KernelConfig:
     """The backward's dispatch rule: as ``select_forward_config``, over ``BACKWARD_TABLE``."""
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
-def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int) -> int:
+def backward_programs(n_rows: int, cfg: KernelConfig, n_sms: int) -> int:
     """Programs of the persistent backward grid (also the number of dweight partials)."""
     blocks = -(-n_rows // cfg.rows_per_program)
     return max(1, min(blocks, n_sms * cfg.programs_per_sm))
 
 
-def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: int) -> int:
+def backward_workspace_floats(n_rows: int, H: int, cfg: KernelConfig, n_sms: int) -> int:
     """fp32 elements of backward workspace: the dweight partials, then (looped) a mean per row."""
     return backward_programs(n_rows, cfg, n_sms) * H + (n_rows if cfg.looped else 0)
 
@@ -495,7 +495,7 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: ForwardConfig, n_sms: in
 # 64 and 256 follow their neighbours' 32 elements per thread (not measured). fp32 x moves the fused
 # 16-bit forward's bytes per element and keeps the fused table's 4-byte rows (not tuned for the plain
 # norm). The quantized forward's plain calls keep the fused rows too.
-PLAIN_TABLE = tuple(ForwardRule(2, *row) for row in (
+PLAIN_TABLE = tuple(TableRule(2, *row) for row in (
     (64, _single(64, 32, 2)),
     (128, _single(128, 16, 2)),
     (256, _single(256, 8, 2)),
@@ -529,13 +529,13 @@ QK_MAX_HEAD_DIM = 512
 PLAIN_TABLES = {2: "PLAIN_TABLE", 4: "FORWARD_TABLE"}
 
 
-def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> ForwardConfig:
+def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> KernelConfig:
     """The plain norm's config: the row of PLAIN_TABLES[x_itemsize] for (x, x) that admits H."""
     return _select(globals()[PLAIN_TABLES[x_itemsize]], H, x_itemsize, x_itemsize, 0, vector_typed)
 
 
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
-                          vector_typed: bool = False) -> ForwardConfig:
+                          vector_typed: bool = False) -> KernelConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
 
     ``quant``: 0 for the plain forward, else the quantized forward's mode (one of QUANT_MODES,
@@ -557,7 +557,7 @@ def is_vector_typed(align: int, x_itemsize: int, residual_itemsize: int, weight_
 
 
 def contiguous_forward_config(H: int, x_itemsize: int, residual_itemsize: int,
-                              weight_is_x_dtype: bool = True) -> ForwardConfig:
+                              weight_is_x_dtype: bool = True) -> KernelConfig:
     """The config the launcher picks for a plain, contract-numerics call on fresh contiguous buffers
     (16-byte aligned, rows of H): ALIGN by align_elems, then select_forward_config. For tools and
     the demo, which name the path a call takes without launching it."""
@@ -567,7 +567,7 @@ def contiguous_forward_config(H: int, x_itemsize: int, residual_itemsize: int,
 
 
 def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
-            vector_typed: bool = False) -> ForwardConfig:
+            vector_typed: bool = False) -> KernelConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
     if isinstance(quant, bool) or quant not in _QUANT_ARGS:  # a bool would pass as mode 1

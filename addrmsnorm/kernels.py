@@ -1,7 +1,7 @@
 """Triton kernels for the fused residual-add + RMSNorm forward pass.
 
 This file is the one kernel source of addrmsnorm. The JIT launcher (``launcher.py``) and the
-ahead-of-time C++ build both compile ``fused_add_rmsnorm_fwd`` from here, with the constexpr
+ahead-of-time C++ build both compile ``rmsnorm_fwd`` from here, with the constexpr
 specializations listed in ``configs.py``.
 
 The contract, per row of H elements:
@@ -135,7 +135,7 @@ def _scale(h, rstd, w, out_dtype, HF_NUMERICS: tl.constexpr):
     return h * rstd * w
 
 
-# ----- quantized outputs (fused_add_rmsnorm_quant_fwd) ----------------------------------------------
+# ----- quantized outputs (rmsnorm_quant_fwd) ----------------------------------------------
 #
 # y is the contract's fp32 value. QUANT 1 (static): q = quant(y * (1 / scale)), the scale read from
 # memory. QUANT 2 (per token) and QUANT 3 (per group of 64 or 128 columns; group_size, a runtime
@@ -603,7 +603,7 @@ _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stri
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
-def fused_add_rmsnorm_fwd(
+def rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
     weight_ptr,               # [H] RMSNorm weight, typed, or the int16 bits of an fp16/bf16 weight
@@ -678,7 +678,7 @@ def fused_add_rmsnorm_fwd(
                                "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
                                "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype", "scale_rows",
                                "swizzled"])
-def fused_add_rmsnorm_quant_fwd(
+def rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
     weight_ptr,               # [H] RMSNorm weight, typed as x, or fp32
@@ -745,7 +745,7 @@ def fused_add_rmsnorm_quant_fwd(
 #
 # dweight is reduced without atomics, so the same inputs always give the same bits: each program
 # owns a contiguous block of rows and writes its partial column sums, in fp32, to its own row of a
-# workspace; `fused_add_rmsnorm_dweight` then sums the partials column by column in a fixed order.
+# workspace; `rmsnorm_dweight` then sums the partials column by column in a fixed order.
 # The grid is persistent (a few programs per SM, see configs.backward_programs) so that the
 # partials stay few. On the looped path (wide rows) pass 1 stores each row's mean(g * n) in the
 # workspace, and pass 2 walks the program's rows chunk by chunk, so that a chunk's dweight partial
@@ -844,7 +844,7 @@ _BWD_RUNTIME_ARGS = ("n_rows", "H", "stride_dy_row", "stride_dres_out_row", "str
 
 
 @triton.jit(do_not_specialize=_BWD_RUNTIME_ARGS)
-def fused_add_rmsnorm_bwd(
+def rmsnorm_bwd(
     dy_ptr,               # [n_rows, H] gradient of y (x's dtype)
     dres_out_ptr,         # [n_rows, H] gradient of residual_out (residual's dtype); read if has_dres_out
     h_ptr,                # [n_rows, H] residual_out as the forward wrote it (residual's dtype)
@@ -889,19 +889,19 @@ def fused_add_rmsnorm_bwd(
 # groups its elements: the looped path that re-reads x and residual summed the squares of 5 x 11111
 # fp16 rows in another order through the JIT than through the C++ runtime (the H200 suite's
 # test_backends_give_identical_bits). These handles compile exactly what the AOT build compiles.
-fused_add_rmsnorm_fwd_unaligned = triton.jit(
-    fused_add_rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
+rmsnorm_fwd_unaligned = triton.jit(
+    rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
                                     "rstd_ptr", "weight2_ptr"))
-fused_add_rmsnorm_bwd_unaligned = triton.jit(
-    fused_add_rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
+rmsnorm_bwd_unaligned = triton.jit(
+    rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",
                                     "dx_ptr", "partial_ptr", "mean_ptr"))
 
 
 @triton.jit(do_not_specialize=["n_partials", "H"])
-def fused_add_rmsnorm_dweight(
-    partial_ptr,          # [n_partials, H] fp32, from fused_add_rmsnorm_bwd
+def rmsnorm_dweight(
+    partial_ptr,          # [n_partials, H] fp32, from rmsnorm_bwd
     dweight_ptr,          # [H] out, the weight's dtype
     n_partials: tl.int32, H: tl.int32,
     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,

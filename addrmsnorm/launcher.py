@@ -14,12 +14,12 @@ import torch
 import triton
 
 from . import configs, register_plan
-from .configs import ForwardConfig, align_elems, select_forward_config
-from .kernels import (fused_add_rmsnorm_bwd, fused_add_rmsnorm_bwd_unaligned, fused_add_rmsnorm_dweight,
-                      fused_add_rmsnorm_fwd, fused_add_rmsnorm_fwd_unaligned, fused_add_rmsnorm_quant_fwd)
+from .configs import KernelConfig, align_elems, select_forward_config
+from .kernels import (rmsnorm_bwd, rmsnorm_bwd_unaligned, rmsnorm_dweight,
+                      rmsnorm_fwd, rmsnorm_fwd_unaligned, rmsnorm_quant_fwd)
 
 # True when TRITON_INTERPRET=1 was set before import: the kernels then run on CPU tensors.
-INTERPRETED = type(fused_add_rmsnorm_fwd).__name__ == "InterpretedFunction"
+INTERPRETED = type(rmsnorm_fwd).__name__ == "InterpretedFunction"
 
 
 # The C ABI's addrmsnorm_dtype codes: the kernels' runtime weight_dtype argument.
@@ -68,9 +68,9 @@ def launch_forward(
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
     weight2: torch.Tensor | None = None, group_split: int = 0,
-    config: ForwardConfig | None = None, max_registers: int | None = None,
+    config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
-    """Launch ``fused_add_rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
+    """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
 
     ``residual`` None is the plain norm (RESIDUAL off: h = x, nothing but out and rstd written;
     residual_out and the residual strides are ignored). It always runs GROUPED: row r of x at
@@ -111,7 +111,7 @@ def launch_forward(
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
-    cap = _planned_cap("fwd", cfg, arch) if max_registers is None else max_registers
+    cap = _planned_cap("forward", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     if plain:  # the plain norm is always GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
@@ -122,7 +122,7 @@ def launch_forward(
     grid = (cfg.grid(n_rows),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
-        kernel = fused_add_rmsnorm_fwd if align > 1 else fused_add_rmsnorm_fwd_unaligned
+        kernel = rmsnorm_fwd if align > 1 else rmsnorm_fwd_unaligned
         compiled = kernel[grid](
             x, residual, w_arg, out, residual_out,
             _no_rstd(x.device) if rstd is None else rstd,
@@ -144,7 +144,7 @@ def launch_forward(
             **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
-        _check_cap("fwd", cfg, arch, cap, compiled)
+        _check_cap("forward", cfg, arch, cap, compiled)
 
 
 def launch_quant_forward(
@@ -154,9 +154,9 @@ def launch_quant_forward(
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
     eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False,
-    config: ForwardConfig | None = None, max_registers: int | None = None,
+    config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
-    """Launch ``fused_add_rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
+    """Launch ``rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
     16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
     else 2 per token (group_size 0) or 3 per group; the block-scaled formats by q's dtype and group_size
     (``scale`` NVFP4's global scale; fp4 q and the scale bytes are passed as uint8, ``swizzled`` the
@@ -183,14 +183,14 @@ def launch_quant_forward(
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
-    cap = _planned_cap("qfwd", cfg, arch) if max_registers is None else max_registers
+    cap = _planned_cap("quant_forward", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     if plain:
         extra["RESIDUAL"] = False
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
-        compiled = fused_add_rmsnorm_quant_fwd[(cfg.grid(scale_rows),)](
+        compiled = rmsnorm_quant_fwd[(cfg.grid(scale_rows),)](
             x, residual, weight, q, residual_out, x if y is None else y,
             f32 if scale is None else scale, f32 if scales is None else scales,
             f32 if scale_ub is None else scale_ub,
@@ -204,7 +204,7 @@ def launch_quant_forward(
             num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
-        _check_cap("qfwd", cfg, arch, cap, compiled)
+        _check_cap("quant_forward", cfg, arch, cap, compiled)
 
 
 # ----- the register plan under the Triton that is here (register_plan.py) -------------------------
@@ -220,13 +220,13 @@ def _degraded(what: str) -> None:
                   f"{configs.AOT_TRITON_VERSION}; results are the same, only slower.", RuntimeWarning, stacklevel=3)
 
 
-def _planned_cap(kind: str, cfg: ForwardConfig, arch: int) -> int | None:
+def _planned_cap(kind: str, cfg: KernelConfig, arch: int) -> int | None:
     if _UNCAPPED and (kind, cfg, arch) in _UNCAPPED:  # empty unless a plan broke: no hashing per call
         return None
     return configs.max_registers(kind, cfg, arch)
 
 
-def _check_cap(kind: str, cfg: ForwardConfig, arch: int, cap: int, compiled) -> None:
+def _check_cap(kind: str, cfg: KernelConfig, arch: int, cap: int, compiled) -> None:
     _CHECKED.add(compiled)
     problem = register_plan.cap_problem(compiled.n_regs, compiled.n_spills, cap)
     if problem:
@@ -235,7 +235,7 @@ def _check_cap(kind: str, cfg: ForwardConfig, arch: int, cap: int, compiled) -> 
                   f"holds {problem} on sm_{arch}: it is compiled without the cap from now on")
 
 
-def _check_backward(cfg: ForwardConfig, arch: int, compiled) -> None:
+def _check_backward(cfg: KernelConfig, arch: int, compiled) -> None:
     fit = register_plan.backward_fit(compiled.n_regs, compiled.metadata.shared, cfg.num_warps, arch,
                                      cfg.programs_per_sm)
     if fit is not None and fit < _BACKWARD_FIT.get((cfg, arch), cfg.programs_per_sm):
@@ -245,7 +245,7 @@ def _check_backward(cfg: ForwardConfig, arch: int, compiled) -> None:
                   f"plans {cfg.programs_per_sm}: its grid launches {max(1, fit)} per SM from now on")
 
 
-def backward_programs(n_rows: int, cfg: ForwardConfig, n_sms: int, device: torch.device) -> int:
+def backward_programs(n_rows: int, cfg: KernelConfig, n_sms: int, device: torch.device) -> int:
     """configs.backward_programs, with the programs per SM that fit where the plan broke (never more
     than configs.backward_workspace_floats sized the workspace for)."""
     fit = _BACKWARD_FIT.get((cfg, _arch(device))) if _BACKWARD_FIT else None
@@ -325,10 +325,10 @@ def launch_backward(
                                     dres.data_ptr(), dx_t.data_ptr()), H, strides, xs, rs)
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace
-    cap = _planned_cap("bwd", cfg, arch)
+    cap = _planned_cap("backward", cfg, arch)
     extra = {"maxnreg": cap} if cap else {}  # the AOT build compiles with the same cap
     with _device_guard(dy.device):
-        kernel = fused_add_rmsnorm_bwd if align > 1 else fused_add_rmsnorm_bwd_unaligned  # as the forward
+        kernel = rmsnorm_bwd if align > 1 else rmsnorm_bwd_unaligned  # as the forward
         compiled = kernel[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
@@ -339,12 +339,12 @@ def launch_backward(
         if arch and (compiled, cfg) not in _CHECKED:  # per config: programs_per_sm is not in the kernel
             _CHECKED.add((compiled, cfg))
             if cap:
-                _check_cap("bwd", cfg, arch, cap, compiled)
+                _check_cap("backward", cfg, arch, cap, compiled)
             if align > 1:  # the plan covers the aligned kernels (tools/aot_build.py)
                 _check_backward(cfg, arch, compiled)
         if dweight is not None:
             bc = configs.DWEIGHT_BLOCK_C
-            fused_add_rmsnorm_dweight[(-(-H // bc),)](
+            rmsnorm_dweight[(-(-H // bc),)](
                 partial, dweight, programs, H,
                 BLOCK_P=configs.DWEIGHT_BLOCK_P, BLOCK_C=bc, num_warps=configs.DWEIGHT_WARPS,
                 enable_fp_fusion=configs.FP_FUSION,

@@ -60,7 +60,7 @@ from addrmsnorm.bench.baseline import one_row_
 from addrmsnorm.bench.byte_model import forward_bytes
 from addrmsnorm.bench.timing import measure_roofline, sets_for_cold_l2, time_graph
 from addrmsnorm import configs
-from addrmsnorm.configs import ForwardConfig, select_forward_config
+from addrmsnorm.configs import KernelConfig, select_forward_config
 from addrmsnorm.launcher import launch_forward
 from addrmsnorm.reference import TOLERANCES, assert_close, fused_add_rmsnorm_ref, quantize_ref
 
@@ -77,14 +77,14 @@ def _launch(x, r, w, cfg, pdl=False, out=None, cap=None):
                    max_registers=cap)
 
 
-def _tag(cfg: ForwardConfig) -> str:
+def _tag(cfg: KernelConfig) -> str:
     return (f"{'looped' if cfg.looped else 'single'} b{cfg.block_h} r{cfg.rows_per_program} w{cfg.num_warps}"
             + (" weight-first" if cfg.weight_first else "") + (" evict-last" if cfg.evict_last else "")
             + (" re-read" if cfg.reread else "") + (" h kept" if cfg.keep_h else "")
             + (f" stages {cfg.stages}" if cfg.stages != 1 else ""))
 
 
-def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
+def candidates(H: int, chosen: KernelConfig) -> list[KernelConfig]:
     """The table's config and its neighbours: warps halved and doubled, rows per program halved and
     doubled, the weight loaded first or not, evict-last or not; for wide rows, looped chunks and warps."""
     b = triton.next_power_of_2(H)
@@ -94,17 +94,17 @@ def candidates(H: int, chosen: ForwardConfig) -> list[ForwardConfig]:
         out.append(replace(chosen, evict_last=not chosen.evict_last))
         for w in (chosen.num_warps // 2, chosen.num_warps * 2):
             if 1 <= w <= 32 and chosen.rows_per_program * b // (32 * w) >= 2:
-                out.append(ForwardConfig(b, chosen.rows_per_program, w, False, evict_last=chosen.evict_last))
+                out.append(KernelConfig(b, chosen.rows_per_program, w, False, evict_last=chosen.evict_last))
         for rows in (chosen.rows_per_program // 2, chosen.rows_per_program * 2):
             if rows >= 1 and rows * b <= 16384:
-                out.append(ForwardConfig(b, rows, chosen.num_warps, False, evict_last=chosen.evict_last))
+                out.append(KernelConfig(b, rows, chosen.num_warps, False, evict_last=chosen.evict_last))
     if 8192 <= H:
         for chunk, w in ((4096, 8), (8192, 8), (8192, 16), (16384, 16), (16384, 32), (32768, 32)):
-            c = ForwardConfig(chunk, 1, w, True, keep_h=chosen.keep_h)
+            c = KernelConfig(chunk, 1, w, True, keep_h=chosen.keep_h)
             if chunk < H and c not in out:
                 out.append(c)
     if chosen.looped and b <= 32768:
-        out.append(ForwardConfig(b, 1, 32, False))
+        out.append(KernelConfig(b, 1, 32, False))
     return out
 
 
@@ -148,7 +148,7 @@ def bench_bulk(H, xd, rd, roof, out, rows=None, extra=(), out_of_place=False, co
     return results
 
 
-def _plain_candidates(H: int) -> list[ForwardConfig]:
+def _plain_candidates(H: int) -> list[KernelConfig]:
     b = triton.next_power_of_2(H)
     out = [configs.contiguous_forward_config(H, 2, 2)]  # the fused table's choice first
     if H <= configs.SINGLE_PASS_MAX_H:
@@ -156,14 +156,14 @@ def _plain_candidates(H: int) -> list[ForwardConfig]:
             for w in (1, 2, 4, 8, 16):
                 per_thread = b * rows // (32 * w)
                 if 16 <= per_thread <= 64 and rows * b <= 32768:
-                    c = ForwardConfig(b, rows, w, False, evict_last=True)
+                    c = KernelConfig(b, rows, w, False, evict_last=True)
                     if c not in out:
                         out.append(c)
     if H >= 8192:
         for chunk, w in ((2048, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 8), (16384, 16),
                          (8192, 32), (16384, 32)):
             for keep in (False, True):
-                c = ForwardConfig(chunk, 1, w, True, keep_h=keep)
+                c = KernelConfig(chunk, 1, w, True, keep_h=keep)
                 if chunk < H and c not in out:
                     out.append(c)
     return out
@@ -211,7 +211,7 @@ def plain(hs, dtypes, roof, out, rows=None, qk=True):
         for w in (1, 2, 4, 8):
             if not 16 <= D * rows // (32 * w) <= 64:
                 continue
-            cfg = ForwardConfig(D, rows, w, False, evict_last=True)
+            cfg = KernelConfig(D, rows, w, False, evict_last=True)
 
             def call(i, cfg=cfg):
                 q = qkvs[i]
@@ -225,7 +225,7 @@ def plain(hs, dtypes, roof, out, rows=None, qk=True):
                   file=out, flush=True)
 
 
-def _fits(cfg: ForwardConfig, H: int) -> bool:
+def _fits(cfg: KernelConfig, H: int) -> bool:
     """Whether an --extra config is one to try at H: a looped chunk narrower than H, or a single pass
     whose block is H's next power of two."""
     return cfg.block_h < H if cfg.looped else cfg.block_h == triton.next_power_of_2(H)
@@ -355,7 +355,7 @@ def parse_bwd(spec: str):
     if not m:
         raise SystemExit(f"bad backward candidate {spec!r}")
     kind, block, rows, warps, stages, pps, cap, at = m.groups()
-    cfg = ForwardConfig(int(block), int(rows or 1), int(warps), kind == "l", stages=int(stages or 1))
+    cfg = KernelConfig(int(block), int(rows or 1), int(warps), kind == "l", stages=int(stages or 1))
     return cfg, int(pps) if pps else None, int(cap) if cap else None, int(at) if at else None
 
 
@@ -375,7 +375,7 @@ def bwd(hs, extra, roof, out, rounds=3):
         # rule still sees the table's config.
         patched = replace(cfg, programs_per_sm=pps) if pps else cfg
         configs.select_backward_config = lambda *_: patched
-        configs.max_registers = lambda kind, c, arch: (cap if kind == "bwd" and cap else
+        configs.max_registers = lambda kind, c, arch: (cap if kind == "backward" and cap else
                                                        table_caps(kind, cfg if c == patched else c, arch))
 
     try:
@@ -445,7 +445,7 @@ def decode(out, chain=64, extra=()):
                 kernels.append((f"addrmsnorm table: {_tag(chosen)}" + (" PDL" if pdl else ""),
                                 lambda pdl=pdl: _launch(x, r, w, chosen, pdl)))
             for warps, wf in [(w_, False) for w_ in sorted({chosen.num_warps, 4, 8, 16})] + [(8, True), (16, True)]:
-                cfg = ForwardConfig(chosen.block_h, chosen.rows_per_program, warps, chosen.looped, weight_first=wf)
+                cfg = KernelConfig(chosen.block_h, chosen.rows_per_program, warps, chosen.looped, weight_first=wf)
                 tag = f"addrmsnorm w{warps}" + (" weight-first" if wf else "") + (" (table)" if cfg == chosen else "")
                 for pdl in (False, True):
                     kernels.append((tag + (" PDL" if pdl else ""),
@@ -562,8 +562,8 @@ def main():
         if not m:
             raise SystemExit(f"bad candidate {e!r}")
         b, r, w, flags, chunk, lw, lflags = m.groups()
-        extra.append(ForwardConfig(int(b), int(r), int(w), False, weight_first="f" in flags, evict_last="e" in flags)
-                     if b else ForwardConfig(int(chunk), 1, int(lw), True, reread="x" in lflags, keep_h="k" in lflags))
+        extra.append(KernelConfig(int(b), int(r), int(w), False, weight_first="f" in flags, evict_last="e" in flags)
+                     if b else KernelConfig(int(chunk), 1, int(lw), True, reread="x" in lflags, keep_h="k" in lflags))
     if args.what == "decode":
         return decode(out, extra=extra)
     roof = measure_roofline()

@@ -52,7 +52,7 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     st = get_built_kernel(*d, variant, "kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
-    const ForwardConfig& cfg = kConfigs[config];
+    const KernelConfig& cfg = kConfigs[config];
     ForwardParams p;
     p.x_ptr = devptr(x);
     p.residual_ptr = devptr(residual);
@@ -130,7 +130,7 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     st = get_built_kernel(*d, variant, "quantized kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
-    const ForwardConfig& cfg = kConfigs[config];
+    const KernelConfig& cfg = kConfigs[config];
     const void* residual = c.plain ? c.x : c.residual;
     const void* residual_out = c.plain ? c.x : c.residual_out;
     // Absent pointers are passed as present ones the kernel does not touch (it branches on the flags).
@@ -200,8 +200,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     LoadedKernel k;
     st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
-    const ForwardConfig& cfg = kConfigs[config];
-    // fused_add_rmsnorm_fwd with RESIDUAL off: x stands in for residual, and out for residual_out.
+    const KernelConfig& cfg = kConfigs[config];
+    // rmsnorm_fwd with RESIDUAL off: x stands in for residual, and out for residual_out.
     ForwardParams p;
     p.x_ptr = devptr(x);
     p.residual_ptr = devptr(x);

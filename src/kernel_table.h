@@ -7,31 +7,11 @@
 namespace addrmsnorm {
 namespace detail {
 
-struct ForwardConfig {
+struct KernelConfig {
     int block_h;           // columns per tile (single pass: >= H; looped: the chunk)
     int rows_per_program;  // rows per program
     int num_warps;
     bool looped;
-};
-
-// What a variant is (kind, config, dtypes, weight slot, alignment class, numerics, quantization): the
-// host tests hold the dispatch indices to it (the generated variants.inc); the runtime never reads it.
-struct KernelVariant {
-    int kind;              // 0: forward, 1: backward, 2: dweight reduction, 3: quantized forward, and the
-                           // plain norm's: 4 forward (RESIDUAL off, GROUPED), 5 quantized forward, 6 the QK
-                           // norm's forward (4 with SPLIT)
-    int config;            // index into kConfigs (forward) or kBackwardConfigs
-    int x_dtype, residual_dtype;  // addrmsnorm_dtype values
-    int weight;            // forward: the weight slot (weight_slot below); backward: -1 (any weight,
-                           // by its runtime dtype); dweight reduction: the weight's addrmsnorm_dtype
-    int align_class;       // forward: ALIGN = 1 << align_class (configs.align_classes); backward: 0
-                           // (ALIGN 1) or 1 (the vector). ALIGN > 1 also promises 16-byte aligned
-                           // pointers, and H and strides multiples of ALIGN
-    int numerics;          // HF_NUMERICS: 0 the contract, 1 HF LlamaRMSNorm's roundings, 2 HF's
-                           // offset-weight (Gemma) norm's; see numerics_mode below
-    int quant;             // quantized forward: QUANT (configs.QUANT_MODES: 1 static, 2 per token, 3 per group,
-                           // 4 NVFP4, 5 MXFP8, 6 MXFP4); else 0
-    int quant_dtype;       // quantized forward: addrmsnorm_quant_dtype of q; else -1
 };
 
 struct CubinImage {
@@ -50,7 +30,7 @@ extern const int kNumArchs;
 extern const int kArchs[];
 extern const char kArchList[];
 extern const int kNumConfigs;
-extern const ForwardConfig kConfigs[];
+extern const KernelConfig kConfigs[];
 extern const int kNumVariants;
 extern const CubinImage kImages[];  // [variant * kNumArchs + arch index]
 extern const int kNumDtypes;
@@ -62,7 +42,7 @@ extern const short kVariantIndex[];  // [config][x][residual][weight slot][align
 // The backward: its configs and dispatch rule, [config][x][residual][aligned] -> variant (one for
 // every weight dtype), and the dweight reduction's variant per weight dtype.
 extern const int kNumBackwardConfigs;
-extern const ForwardConfig kBackwardConfigs[];
+extern const KernelConfig kBackwardConfigs[];
 extern const short kBackwardIndex[];
 extern const short kDweightIndex[];
 extern const int kNumQuantDtypes;

@@ -101,8 +101,9 @@ from triton.runtime.jit import create_function_from_signature
 import aot_build as a
 backend = make_backend(GPUTarget("cuda", 90, 32))
 t = torch.empty(64, dtype=torch.bfloat16)
-for spec in (a.Spec("fwd", 0, "bf16", "bf16", "bf16", 8), a.Spec("qfwd", 0, "bf16", "bf16", "bf16", 8, quant=2, q="int8"),
-             a.Spec("bwd", 0, "bf16", "bf16", "any", 8), a.Spec("dw", 0, "fp32", "fp32", "bf16", 1)):
+for spec in (a.Spec("forward", 0, "bf16", "bf16", "bf16", 8),
+             a.Spec("quant_forward", 0, "bf16", "bf16", "bf16", 8, quant=2, q="int8"),
+             a.Spec("backward", 0, "bf16", "bf16", "any", 8), a.Spec("dweight", 0, "fp32", "fp32", "bf16", 1)):
     k = a.kernel_of(spec.kind)
     want = a.signature(spec)
     args = [t if n.endswith("_ptr") else (1e-6 if want[n] == "fp32" else 16) for n in k.arg_names]
@@ -131,16 +132,16 @@ import aot_build as a
 C = a.configs
 cfgs = a.unique_configs(C.FORWARD_TABLE + C.PLAIN_TABLE)
 specs = a.all_specs(cfgs, a.unique_configs(C.BACKWARD_TABLE))
-quant = {(s.config, s.quant) for s in specs if s.kind == "qfwd"}
+quant = {(s.config, s.quant) for s in specs if s.kind == "quant_forward"}
 quant_reached = {(cfgs.index(C.select_forward_config(H, 2, 2, quant=m)), m) for H in range(16, 262145, 16)
                  for m in C.QUANT_MODES}
 assert quant == quant_reached, (sorted(quant), sorted(quant_reached))
-plain = {s.config for s in specs if s.kind == "fwd" and s.x == s.residual and s.x in ("fp16", "bf16")}
+plain = {s.config for s in specs if s.kind == "forward" and s.x == s.residual and s.x in ("fp16", "bf16")}
 plain_reached = {cfgs.index(C.select_forward_config(H, 2, 2, vector_typed=vt)) for H in range(1, 262145)
                  for vt in (False, True)}
 assert plain == plain_reached, (sorted(plain), sorted(plain_reached))
 # The plain norm's 16-bit kernels: exactly the configs its rule reaches (configs.PLAIN_TABLE).
-norm = {s.config for s in specs if s.kind == "pfwd" and s.x in ("fp16", "bf16")}
+norm = {s.config for s in specs if s.kind == "plain_forward" and s.x in ("fp16", "bf16")}
 norm_reached = {cfgs.index(C.select_plain_config(H, 2, vt)) for H in range(1, 262145) for vt in (False, True)}
 assert norm == norm_reached, (sorted(norm), sorted(norm_reached))
 assert any(r.quant_only and r.h_max and r.h_max < C.QUANT_SINGLE_PASS_MAX_H for r in C.FORWARD_TABLE)  # the case it covers

@@ -55,7 +55,7 @@ def test_bad_dispatch_inputs(args):
 
 
 def test_grid():
-    cfg = configs.ForwardConfig(block_h=128, rows_per_program=8, num_warps=4, looped=False)
+    cfg = configs.KernelConfig(block_h=128, rows_per_program=8, num_warps=4, looped=False)
     assert [cfg.grid(n) for n in (1, 8, 9, 16, 17)] == [1, 1, 2, 2, 3]
 
 

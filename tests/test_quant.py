@@ -127,7 +127,7 @@ def test_looped_dynamic_amax_is_exact(keep_h, group_size):
     fp32. With power-of-two weights y is exact too; then a weight of 2**100 where h is 0; then random
     bf16 weights, where y = (h * w) * rstd is rounded and rows hold near-ties. Every scale and every q
     must equal the reference's, which takes the amax of that y, computed in fp32 in that order."""
-    from addrmsnorm.configs import ForwardConfig
+    from addrmsnorm.configs import KernelConfig
     from addrmsnorm.launcher import launch_quant_forward
 
     N, H = 6, 256
@@ -164,7 +164,7 @@ def test_looped_dynamic_amax_is_exact(keep_h, group_size):
                              stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=s.stride(0),
                              stride_s_group=s.stride(-1) if group_size else 0, group_size=group_size or 0,
                              ue8m0=False, eps=1e-6, weight_offset=0.0,
-                             config=ForwardConfig(128 if group_size else 64, 1, 4, True, keep_h=keep_h))
+                             config=KernelConfig(128 if group_size else 64, 1, 4, True, keep_h=keep_h))
         assert torch.equal(bits(s), bits(s_ref)), (weights, s, s_ref)
         assert torch.equal(q, q_ref), weights
 

@@ -49,11 +49,11 @@ def test_a_cap_that_spills_is_dropped_once_with_a_warning(monkeypatch, fresh_pla
     arch = launcher._arch(x.device)
     want = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)  # the table's plan
     # A cap no kernel keeps: 24 registers for every thread of this config.
-    monkeypatch.setattr(configs, "MAX_REGISTERS", {arch: {"qfwd": {(cfg.block_h, cfg.rows_per_program,
+    monkeypatch.setattr(configs, "MAX_REGISTERS", {arch: {"quant_forward": {(cfg.block_h, cfg.rows_per_program,
                                                                     cfg.num_warps): 24}}})
     with pytest.warns(RuntimeWarning, match="compiled without the cap from now on"):
         first = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)
-    assert ("qfwd", cfg, arch) in launcher._UNCAPPED
+    assert ("quant_forward", cfg, arch) in launcher._UNCAPPED
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once
         second = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)

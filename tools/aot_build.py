@@ -76,29 +76,32 @@ ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str         # "fwd", "qfwd", "bwd" (fused_add_rmsnorm_bwd), "dw" (fused_add_rmsnorm_dweight), and the
-                      # plain norm's "pfwd" and "pqfwd": fwd and qfwd with RESIDUAL off (pfwd GROUPED)
-    config: int       # index into the deduplicated config list of its kind (0 for "dw")
+    kind: str         # "forward" and "quant_forward" (rmsnorm_fwd, rmsnorm_quant_fwd), "backward" (rmsnorm_bwd),
+                      # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
+                      # (the two forwards with RESIDUAL off, plain_forward GROUPED), and "qk_forward" (SPLIT too)
+    config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
-    weight: str       # fwd: the weight pointer's type (configs.forward_weight_arg); bwd: "any"; dw: its dtype
+    weight: str       # forward: the weight pointer's type (configs.forward_weight_arg); backward: "any";
+                      # dweight: its dtype
     align: int        # the ALIGN constexpr; > 1 also promises 16-byte aligned pointers
-    numerics: int = 0  # HF_NUMERICS (fwd): configs.CONTRACT, HF_LLAMA or HF_GEMMA
-    quant: int = 0     # QUANT (qfwd): one of configs.QUANT_MODES
-    q: str = ""        # qfwd: the quantized output's dtype, one of configs.QUANT_DTYPES
+    numerics: int = 0  # HF_NUMERICS (forward): configs.CONTRACT, HF_LLAMA or HF_GEMMA
+    quant: int = 0     # QUANT (quant_forward): one of configs.QUANT_MODES
+    q: str = ""        # quant_forward: the quantized output's dtype, one of configs.QUANT_DTYPES
 
     @property
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
-        return {"pfwd": "fwd", "qkfwd": "fwd", "pqfwd": "qfwd"}.get(self.kind, self.kind)
+        return {"plain_forward": "forward", "qk_forward": "forward",
+                "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
     def align_class(self) -> int:
         """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward;
         0 for the quantized forward (built for the vector alone)."""
-        if self.kind == "bwd":
+        if self.kind == "backward":
             return int(self.align > 1)
-        if self.base == "qfwd":
+        if self.base == "quant_forward":
             return 0
         return self.align.bit_length() - 1
 
@@ -133,7 +136,7 @@ def _plain_widths(cfg) -> list:
 def _kinds(x: str, res: str) -> tuple:
     """The forward kinds built at a fused config for a dtype pair: the plain norm of fp32 x there too
     (its rows are the fused fp32 stream's; 16-bit x has configs.PLAIN_TABLE)."""
-    return ("fwd", "pfwd") if x == res == "fp32" else ("fwd",)
+    return ("forward", "plain_forward") if x == res == "fp32" else ("forward",)
 
 
 def _serves_quant(cfg, mode: int) -> bool:
@@ -163,9 +166,9 @@ def all_specs(cfgs, bcfgs):
             for x, res in configs.ACTIVATION_PAIRS[act_bytes]:
                 v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
                 for align in (1, v):
-                    specs.append(Spec("bwd", ci, x, res, "any", align))
+                    specs.append(Spec("backward", ci, x, res, "any", align))
     for w in configs.WEIGHT_DTYPES:
-        specs.append(Spec("dw", 0, "fp32", "fp32", w, 1))
+        specs.append(Spec("dweight", 0, "fp32", "fp32", w, 1))
     for ci, cfg in enumerate(cfgs):
         for act_bytes in _plain_widths(cfg):
             odd_only = _odd_h_only(cfg, act_bytes)  # odd rows run ALIGN 1 only
@@ -193,32 +196,33 @@ def all_specs(cfgs, bcfgs):
             continue
         odd_only = all(r.odd_h_only for r in rules)
         if all(r.vector_typed_only for r in rules):
-            specs += [Spec("pfwd", ci, x, x, x, configs.vector_elems(2, 2)) for x in ("fp16", "bf16")]
+            specs += [Spec("plain_forward", ci, x, x, x, configs.vector_elems(2, 2)) for x in ("fp16", "bf16")]
             continue
         for x in ("fp16", "bf16"):
             for w in configs.forward_weight_args(x):
                 for align in configs.align_classes(2, 2, ends_only=w == configs.WEIGHT_W16):
                     if align == 1 or not odd_only:
-                        specs.append(Spec("pfwd", ci, x, x, w, align))
+                        specs.append(Spec("plain_forward", ci, x, x, w, align))
             for mode in (configs.HF_LLAMA, configs.HF_GEMMA):
                 for align in configs.align_classes(2, 2, ends_only=True):
                     if align == 1 or not odd_only:
-                        specs.append(Spec("pfwd", ci, x, x, x, align, numerics=mode))
+                        specs.append(Spec("plain_forward", ci, x, x, x, align, numerics=mode))
     for ci, cfg in enumerate(cfgs):  # the QK norm (SPLIT): PLAIN_TABLE's single passes up to QK_MAX_HEAD_DIM
         if not any(r.config == cfg and not r.odd_h_only and not r.vector_typed_only and r.h_max is not None
                    and r.h_max <= configs.QK_MAX_HEAD_DIM for r in configs.PLAIN_TABLE):
             continue
         for x in ("fp16", "bf16"):
             for align in configs.align_classes(2, 2, ends_only=True):
-                specs += [Spec("qkfwd", ci, x, x, w, align) for w in (x, "fp32")]
-                specs += [Spec("qkfwd", ci, x, x, x, align, numerics=m) for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
+                specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
+                specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
+                          for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in modes:
                 for q in configs.quant_dtypes_of(mode):
                     specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q)
-                              for k in ("qfwd", "pqfwd")]
+                              for k in ("quant_forward", "plain_quant_forward")]
     return specs
 
 
@@ -228,20 +232,20 @@ BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr"
 def kernel_of(kind: str):
     """The @triton.jit kernel of a Spec kind."""
     k = _load("kernels")
-    return {"fwd": k.fused_add_rmsnorm_fwd, "qfwd": k.fused_add_rmsnorm_quant_fwd, "bwd": k.fused_add_rmsnorm_bwd,
-            "dw": k.fused_add_rmsnorm_dweight, "pfwd": k.fused_add_rmsnorm_fwd, "qkfwd": k.fused_add_rmsnorm_fwd,
-            "pqfwd": k.fused_add_rmsnorm_quant_fwd}[kind]
+    return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
+            "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
+            "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
 def _pointer_types(spec: Spec) -> dict:
     ptr = lambda d: "*" + TRITON_TYPES[d]  # noqa: E731
-    if spec.kind == "bwd":
+    if spec.kind == "backward":
         return {"dy_ptr": ptr(spec.x), "dres_out_ptr": ptr(spec.residual), "h_ptr": ptr(spec.residual),
                 "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
                 "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
-    if spec.kind == "dw":
+    if spec.kind == "dweight":
         return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight)}
-    if spec.base == "qfwd":
+    if spec.base == "quant_forward":
         return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
                 "scale_ptr": "*fp32", "scales_ptr": "*u8" if spec.quant in configs.BLOCK_QUANT_MODES else "*fp32",
@@ -272,7 +276,7 @@ def signature(spec: Spec) -> dict:
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.max_registers(spec.base, cfg, arch) if cfg and spec.kind != "dw" else None
+    maxnreg = configs.max_registers(spec.base, cfg, arch) if cfg and spec.kind != "dweight" else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg,
                        "line_info": os.environ.get(LINE_INFO_ENV) != "1"}, sort_keys=True)
@@ -297,33 +301,33 @@ def compile_one(job):
     sig = signature(spec)
     n_args = sum(t != "constexpr" for t in sig.values())
     attrs, align = {}, spec.align
-    if spec.kind == "dw":
+    if spec.kind == "dweight":
         constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
         num_warps = configs.DWEIGHT_WARPS
     else:
-        aligned_args = {"bwd": BACKWARD_ALIGNED_POINTER_ARGS, "fwd": configs.ALIGNED_POINTER_ARGS,
-                        "qfwd": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.base]
+        aligned_args = {"backward": BACKWARD_ALIGNED_POINTER_ARGS, "forward": configs.ALIGNED_POINTER_ARGS,
+                        "quant_forward": configs.QUANT_ALIGNED_POINTER_ARGS}[spec.base]
         if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
             attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
                      for a in aligned_args}
-        if spec.kind == "bwd":
+        if spec.kind == "backward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
-        elif spec.base == "qfwd":
+        elif spec.base == "quant_forward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h,
-                          "RESIDUAL": spec.kind == "qfwd"}
+                          "RESIDUAL": spec.kind == "quant_forward"}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
-                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "fwd", "GROUPED": spec.kind != "fwd",
-                          "SPLIT": spec.kind == "qkfwd"}
+                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "forward", "GROUPED": spec.kind != "forward",
+                          "SPLIT": spec.kind == "qk_forward"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
-    cap = configs.max_registers(spec.base, cfg, arch) if spec.kind != "dw" else None
+    cap = configs.max_registers(spec.base, cfg, arch) if spec.kind != "dweight" else None
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -333,7 +337,7 @@ def compile_one(job):
         problem = register_plan.cap_problem(regs, stack, options["maxnreg"])
         if problem:
             problems.append(f"{problem}; configs.MAX_REGISTERS must not cap this config")
-    if spec.kind == "bwd" and spec.align > 1 and arch in register_plan.SM_LIMITS:
+    if spec.kind == "backward" and spec.align > 1 and arch in register_plan.SM_LIMITS:
         problem = _check_backward_fit(spec, cfg, arch, compiled)
         if problem:
             problems.append(f"{problem}; configs.BACKWARD_TABLE must plan what fits, with no spill outside "
@@ -352,7 +356,7 @@ def compile_one(job):
     meta = {"name": md.name, "num_warps": md.num_warps, "shared": md.shared,
             "global_scratch_size": md.global_scratch_size, "global_scratch_align": md.global_scratch_align,
             "profile_scratch_size": md.profile_scratch_size, "num_params": n_params,
-            "grid_dependency": spec.base in ("fwd", "qfwd") and configs.pdl_compiled(arch)}
+            "grid_dependency": spec.base in ("forward", "quant_forward") and configs.pdl_compiled(arch)}
     tmp = cubin_path.with_suffix(".tmp")
     tmp.write_bytes(compiled.asm["cubin"])
     tmp.replace(cubin_path)
@@ -439,8 +443,29 @@ def _call_rules(n_align_classes: int) -> list[str]:
         lines.append(f"    if (x_itemsize == {xs}) return {rule[table]}(H, {xs}, {xs}, 0, vector_typed);")
     lines += ["    return -1;", "}"]
     return lines
-KINDS = {"fwd": 0, "bwd": 1, "dw": 2, "qfwd": 3, "pfwd": 4, "pqfwd": 5, "qkfwd": 6}  # KernelVariant::kind
+# The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
+KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
+         "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward"}
 
+
+
+def _variants_header() -> list:
+    """The head of variants.inc: what each variant of kernel_table.cpp is, in its order, for the host tests
+    alone (the runtime reads only the dispatch indices). The array's rows follow."""
+    return ["// Generated by tools/aot_build.py: kernel_table.cpp's variants, in order (tests/cpp/host_test.cpp).",
+            f"enum class KernelKind {{ {', '.join(KINDS.values())} }};",
+            "struct KernelVariant {",
+            "    KernelKind kind;",
+            "    int config;            // index into kConfigs (the forwards) or kBackwardConfigs",
+            "    int x_dtype, residual_dtype;  // addrmsnorm_dtype values",
+            "    int weight;            // the forwards: the weight slot (weight_slot); backward: -1 (any weight, by",
+            "                           // its runtime dtype); dweight reduction: the weight's addrmsnorm_dtype",
+            "    int align_class;       // forward: ALIGN = 1 << align_class; backward: 0 (ALIGN 1) or 1 (the vector)",
+            "    int numerics;          // HF_NUMERICS (configs.numerics_mode)",
+            "    int quant;             // the quantized forwards: QUANT (configs.QUANT_MODES); else 0",
+            "    int quant_dtype;       // the quantized forwards: addrmsnorm_quant_dtype of q; else -1",
+            "};",
+            "const KernelVariant kVariants[] = {"]
 
 ITEMSIZE_PAIRS = ((2, 2), (2, 4), (4, 2), (4, 4))
 
@@ -511,8 +536,8 @@ def _backward_grid_rules(bcfgs) -> list[str]:
 # The C++ type of each kernel parameter as kernels.py annotates it ("" is a pointer), and the launches'
 # parameter structs (kernel_params.h): one per kernel function, the constexprs left out.
 C_PARAM_TYPES = {"": "CUdeviceptr", "i32": "int32_t", "i64": "int64_t", "fp32": "float"}
-PARAM_STRUCTS = (("ForwardParams", "fwd"), ("QuantForwardParams", "qfwd"), ("BackwardParams", "bwd"),
-                 ("DweightParams", "dw"))
+PARAM_STRUCTS = (("ForwardParams", "forward"), ("QuantForwardParams", "quant_forward"), ("BackwardParams", "backward"),
+                 ("DweightParams", "dweight"))
 
 
 def _kernel_params_header() -> str:
@@ -669,11 +694,11 @@ addrmsnorm_cubin_blob:
 """)
 
     n_d = len(configs.DTYPES)
-    n_a = max(s.align_class for s in specs if s.kind == "fwd") + 1
+    n_a = max(s.align_class for s in specs if s.kind == "forward") + 1
     n_w = WEIGHT_SLOTS
     dense = [-1] * (len(cfgs) * n_d * n_d * n_w * n_a * N_NUMERICS)
     for si, s in enumerate(specs):
-        if s.kind != "fwd":
+        if s.kind != "forward":
             continue
         idx = ((((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * n_w
                 + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS + s.numerics
@@ -686,18 +711,20 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kArchs[] = {{{', '.join(str(a) for a in archs)}}};")
     lines.append(f'const char kArchList[] = "{", ".join(f"sm_{a}" for a in archs)}";')
     lines.append(f"const int kNumConfigs = {len(cfgs)};")
-    lines.append("const ForwardConfig kConfigs[] = {")
+    lines.append("const KernelConfig kConfigs[] = {")
     for c in cfgs:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
     lines.append(f"const int kNumVariants = {len(specs)};")
     # What each variant is, for the host tests alone (the runtime reads only the dispatch indices).
-    variants = ["// Generated by tools/aot_build.py: kernel_table.cpp's variants, in order (tests/cpp/host_test.cpp)"]
+    variants = _variants_header()
     for s in specs:
-        weight = weight_slot(s) if s.base in ("fwd", "qfwd") else -1 if s.kind == "bwd" else DTYPE_INDEX[s.weight]
+        weight = (weight_slot(s) if s.base in ("forward", "quant_forward") else -1 if s.kind == "backward"
+                  else DTYPE_INDEX[s.weight])
         q = configs.QUANT_DTYPES.index(s.q) if s.q else -1
-        variants.append(f"{{{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
+        variants.append(f"    {{KernelKind::{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
                         f"{weight}, {s.align_class}, {s.numerics}, {s.quant}, {q}}},")
+    variants.append("};")
     _write_if_changed(out / "variants.inc", "\n".join(variants) + "\n")
     lines.append("// [variant * kNumArchs + arch]")
     lines.append("const CubinImage kImages[] = {")
@@ -715,7 +742,7 @@ addrmsnorm_cubin_blob:
     # The plain norm: [config][x][weight slot][align_class][numerics] -> variant.
     pdense = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS)
     for si, s in enumerate(specs):
-        if s.kind == "pfwd":
+        if s.kind == "plain_forward":
             idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS \
                 + s.numerics
             assert pdense[idx] == -1, s
@@ -723,7 +750,7 @@ addrmsnorm_cubin_blob:
     lines += _short_array("kPlainIndex", "[config][x][weight slot][align_class][numerics]", pdense)
     qkdense = [-1] * len(pdense)
     for si, s in enumerate(specs):
-        if s.kind == "qkfwd":
+        if s.kind == "qk_forward":
             qkdense[(((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS
                     + s.numerics] = si
     lines += _short_array("kQkIndex", "the QK norm's: [config][x][weight slot][align_class][numerics]", qkdense)
@@ -732,12 +759,12 @@ addrmsnorm_cubin_blob:
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
     for si, s in enumerate(specs):
-        if s.kind == "bwd":
+        if s.kind == "backward":
             bdense[((s.config * n_d + DTYPE_INDEX[s.x]) * n_d + DTYPE_INDEX[s.residual]) * 2 + s.align_class] = si
-        elif s.kind == "dw":
+        elif s.kind == "dweight":
             dw_index[DTYPE_INDEX[s.weight]] = si
     lines.append(f"const int kNumBackwardConfigs = {len(bcfgs)};")
-    lines.append("const ForwardConfig kBackwardConfigs[] = {")
+    lines.append("const KernelConfig kBackwardConfigs[] = {")
     for c in bcfgs:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
@@ -749,8 +776,8 @@ addrmsnorm_cubin_blob:
     qdense = [-1] * (len(cfgs) * n_d * n_q * n_m)
     pqdense = list(qdense)
     for si, s in enumerate(specs):
-        if s.base == "qfwd":
-            (qdense if s.kind == "qfwd" else pqdense)[
+        if s.base == "quant_forward":
+            (qdense if s.kind == "quant_forward" else pqdense)[
                 ((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m + s.quant - 1] = si
     lines.append(f"const int kNumQuantDtypes = {n_q};")
     lines.append(f"const int kNumQuantModes = {n_m};")
@@ -871,17 +898,18 @@ def main():
     cfgs = unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE)
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
-    kernel_key = "/".join(k.cache_key for k in (kernels.fused_add_rmsnorm_fwd, kernels.fused_add_rmsnorm_bwd,
-                                                 kernels.fused_add_rmsnorm_dweight,
-                                                 kernels.fused_add_rmsnorm_quant_fwd))
+    kernel_key = "/".join(k.cache_key for k in (kernels.rmsnorm_fwd, kernels.rmsnorm_bwd,
+                                                 kernels.rmsnorm_dweight,
+                                                 kernels.rmsnorm_quant_fwd))
     kernel_key += f"/dw{configs.DWEIGHT_BLOCK_P},{configs.DWEIGHT_BLOCK_C},{configs.DWEIGHT_WARPS}"
     if args.list:
         for arch in archs:
-            built = [s for s in specs if s.base != "qfwd" or configs.quant_built_for(s.q, arch)]
+            built = [s for s in specs if s.base != "quant_forward" or configs.quant_built_for(s.q, arch)]
             kinds = {k: sum(1 for s in built if s.kind == k) for k in KINDS}
-            print(f"sm_{arch}: {len(built)} kernels ({kinds['fwd']} forward, {kinds['bwd']} backward, "
-                  f"{kinds['dw']} dweight reduction, {kinds['qfwd']} quantized forward, {kinds['pfwd']} plain norm, "
-                  f"{kinds['qkfwd']} QK norm, {kinds['pqfwd']} plain quantized)")
+            print(f"sm_{arch}: {len(built)} kernels ({kinds['forward']} forward, {kinds['backward']} backward, "
+                  f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
+                  f"{kinds['plain_forward']} plain norm, "
+                  f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized)")
         return
     if args.sample or args.jit_check:
         picked = []
@@ -889,12 +917,12 @@ def main():
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         if args.jit_check:  # the kernels a register plan covers
-            picked += [s for s in specs if (s.kind == "bwd" and s.align > 1) or (s.kind != "dw" and any(
-                configs.max_registers(s.base, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs))]
+            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or (s.kind != "dweight" and any(
+                configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs))]
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind != "dw" and any(
-            configs.max_registers(s.base, (bcfgs if s.kind == "bwd" else cfgs)[s.config], a) for a in archs)]
+        specs = [s for s in specs if s.kind != "dweight" and any(
+            configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
     out: Path = args.out.resolve()
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
     # determines a cubin, the Triton release included).
@@ -903,9 +931,10 @@ def main():
     cache_dir.mkdir(parents=True, exist_ok=True)
     keys, jobs = {}, []
     for si, spec in enumerate(specs):
-        cfg = {"fwd": cfgs, "qfwd": cfgs, "bwd": bcfgs}[spec.base][spec.config] if spec.kind != "dw" else None
+        cfg = ({"forward": cfgs, "quant_forward": cfgs, "backward": bcfgs}[spec.base][spec.config]
+               if spec.kind != "dweight" else None)
         for arch in archs:
-            if spec.base == "qfwd" and not configs.quant_built_for(spec.q, arch):
+            if spec.base == "quant_forward" and not configs.quant_built_for(spec.q, arch):
                 continue
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key

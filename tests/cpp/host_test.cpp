@@ -12,10 +12,8 @@
 #include "kernel_table.h"
 
 namespace {
-// What each variant is, in kernel_table.cpp's order: generated for these tests alone.
-const addrmsnorm::detail::KernelVariant kVariants[] = {
+// What each variant is (KernelVariant, kVariants), in kernel_table.cpp's order: generated for these tests alone.
 #include "variants.inc"
-};
 }  // namespace
 
 namespace {
@@ -289,7 +287,7 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                         const int cfg = select_forward_config(H, xs, rs, 0, vt);
                         const int v = variant_index(cfg, p[0], p[1], w, align_class, numerics);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
-                        EXPECT_EQ(kVariants[v].kind, 0);
+                        EXPECT_EQ(kVariants[v].kind, KernelKind::Forward);
                         EXPECT_EQ(kVariants[v].config, cfg);
                         EXPECT_EQ(kVariants[v].x_dtype, p[0]);
                         EXPECT_EQ(kVariants[v].residual_dtype, p[1]);
@@ -316,7 +314,7 @@ TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
                 const int cfg = select_backward_config(H, xs, rs);
                 const int v = backward_variant_index(cfg, p[0], p[1], aligned);
                 ASSERT_GE(v, 0) << "H=" << H;
-                EXPECT_EQ(kVariants[v].kind, 1);
+                EXPECT_EQ(kVariants[v].kind, KernelKind::Backward);
                 EXPECT_EQ(kVariants[v].config, cfg);
                 EXPECT_EQ(kVariants[v].x_dtype, p[0]);
                 EXPECT_EQ(kVariants[v].residual_dtype, p[1]);
@@ -329,7 +327,7 @@ TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
             }
     for (int w = 0; w < 3; ++w) {
         ASSERT_GE(kDweightIndex[w], 0);
-        EXPECT_EQ(kVariants[kDweightIndex[w]].kind, 2);
+        EXPECT_EQ(kVariants[kDweightIndex[w]].kind, KernelKind::Dweight);
         EXPECT_EQ(kVariants[kDweightIndex[w]].weight, w);
     }
 }
@@ -516,7 +514,7 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
                     const int cfg = select_forward_config(H, 2, 2, mode, false);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
-                    EXPECT_EQ(kVariants[v].kind, 3);
+                    EXPECT_EQ(kVariants[v].kind, KernelKind::QuantForward);
                     EXPECT_EQ(kVariants[v].config, cfg);
                     EXPECT_EQ(kVariants[v].x_dtype, x);
                     EXPECT_EQ(kVariants[v].quant, mode);
@@ -725,7 +723,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
                             const int cfg = select_plain_config(H, xs, vt);
                             const int v = plain_variant_index(cfg, x, w, align_class, numerics);
                             ASSERT_GE(v, 0) << "H=" << H << " x " << x << " weight " << w << " class " << align_class;
-                            EXPECT_EQ(kVariants[v].kind, 4);
+                            EXPECT_EQ(kVariants[v].kind, KernelKind::PlainForward);
                             EXPECT_EQ(kVariants[v].config, cfg);
                             EXPECT_EQ(kVariants[v].x_dtype, x);
                             EXPECT_EQ(kVariants[v].align_class, align_class);
@@ -740,7 +738,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
                     const int cfg = select_forward_config(H, 2, 2, mode, false);
                     const int v = quant_variant_index(cfg, x, q, mode, true);
                     ASSERT_GE(v, 0) << "H=" << H;
-                    EXPECT_EQ(kVariants[v].kind, 5);
+                    EXPECT_EQ(kVariants[v].kind, KernelKind::PlainQuantForward);
                     EXPECT_EQ(kVariants[v].quant, mode);
                 }
 }
@@ -760,7 +758,7 @@ TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
                             ASSERT_FALSE(kConfigs[cfg].looped) << "D=" << D;
                             const int v = qk_variant_index(cfg, x, w, align_class, numerics);
                             ASSERT_GE(v, 0) << "D=" << D << " x " << x << " weight " << w << " class " << align_class;
-                            EXPECT_EQ(kVariants[v].kind, 6);
+                            EXPECT_EQ(kVariants[v].kind, KernelKind::QkForward);
                             for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
                         }
 }
@@ -783,7 +781,7 @@ TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
                                                                  w, 0.0f, hf, false, qk, &config);
                                 ASSERT_GE(v, 0) << "H=" << H << " strides " << strides << " offset " << offset
                                                 << " qk " << qk;
-                                EXPECT_EQ(kVariants[v].kind, qk ? 6 : 4);
+                                EXPECT_EQ(kVariants[v].kind, qk ? KernelKind::QkForward : KernelKind::PlainForward);
                             }
 }
 
