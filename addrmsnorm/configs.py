@@ -101,6 +101,10 @@ BLOCK_SCALE_DTYPE = {QUANT_NVFP4: "e4m3", QUANT_MXFP8: "e8m0", QUANT_MXFP4: "e8m
 SWIZZLE_ROWS, SWIZZLE_BLOCKS = 128, 4
 QUANT_MODES = (QUANT_STATIC, QUANT_PER_TOKEN, QUANT_PER_GROUP) + BLOCK_QUANT_MODES
 _QUANT_ALL = {"quant_modes": QUANT_MODES}
+# The fp4 epilogues (NVFP4, MXFP4): their e2m1 rounding and nibble packing make them instruction-bound,
+# so they take half the warps of the rows below at 4096 and 8192 (twice the elements per thread, the
+# row's reductions and addressing spread over more of them).
+_QUANT_FP4 = {"quant_modes": (QUANT_NVFP4, QUANT_MXFP4)}
 _QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant
 
 
@@ -161,14 +165,16 @@ def _table(large_h_rows) -> tuple[TableRule, ...]:
 def _forward_large_h_rows(act_bytes: int) -> list:
     # Each row's measurements: docs/perf-notes.md, "The forward table, row by row".
     return [
-        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps, the weight loaded with x (decode);
-        # 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
+        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps (the fp4 epilogues 4), the weight loaded
+        # with x (decode); 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
+        *([(4096, _single(4096, 1, 4, weight_first=True), _QUANT_FP4)] if act_bytes == 2 else []),
         (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # 4096 < H <= 6144, 16-bit streams: 8 warps, the weight after the reduction.
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
-        # 6144 < H <= 8192: 16 warps; the plain forward loads the weight first, the quantized one after
-        # the reduction (its kernels would spill under MAX_REGISTERS otherwise).
-        *([(8192, _single(8192, 1, 16), _QUANT_ALL),
+        # 6144 < H <= 8192: 16 warps (the fp4 epilogues 8); the plain forward loads the weight first, the
+        # quantized one after the reduction (its kernels would spill under MAX_REGISTERS otherwise).
+        *([(8192, _single(8192, 1, 8), _QUANT_FP4),
+           (8192, _single(8192, 1, 16), _QUANT_ALL),
            (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams up to 16384 (2-byte accesses): the re-read path, 2048-wide chunks.

@@ -3,7 +3,7 @@
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py decode
     PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile] [--extra s8192r1w16]
-    PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0] [--modes group]
+    PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0] [--modes group] [--plain]
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py plain  [--h 128,4096] [--dtypes bf16]     # the plain norm (no residual)
@@ -24,8 +24,9 @@ between them shows; with --compile, torch.compile of the contract beside them. A
 refused by the AOT build, so check a winner with ``tools/aot_build.py --capped`` before it goes
 into configs.MAX_REGISTERS.
 
-quant: the quantized forward (static fp8, per-token fp8 and int8, per group of 128 fp8) at N * H =
-2**26, bf16, into given outputs: the table's config, then --extra configs, each under the table's cap
+quant: the quantized forward (static fp8, per-token fp8 and int8, per group of 128 fp8, and the block
+formats NVFP4, MXFP8, MXFP4; with --plain the plain norm's, no residual) at N * H = 2**26, bf16, into
+given outputs: the table's config, then --extra configs, each under the table's cap
 and each of --caps (0: none), interleaved in rounds; q checked against the table config's (residual_out
 bit-exact, q equal in all but 0.1% of elements: another config may sum the squares in another order).
 
@@ -284,7 +285,10 @@ def caps(hs, dtypes, cap_values, roof, out, compile_ref=False, rounds=3, extra=(
 
 
 QUANT_MODES = {"static fp8": (torch.float8_e4m3fn, True, 0), "per-token fp8": (torch.float8_e4m3fn, False, 0),
-               "per-token int8": (torch.int8, False, 0), "per-group 128 fp8": (torch.float8_e4m3fn, False, 128)}
+               "per-token int8": (torch.int8, False, 0), "per-group 128 fp8": (torch.float8_e4m3fn, False, 128),
+               "nvfp4": (torch.float4_e2m1fn_x2, True, 16), "mxfp8": (torch.float8_e4m3fn, False, 32),
+               "mxfp4": (torch.float4_e2m1fn_x2, False, 32)}
+BLOCK_MODES = ("nvfp4", "mxfp8", "mxfp4")  # scales one byte per block; checked against the table config's q
 
 
 def _launch_quant(x, r, w, q, h, scales, scale, group_size, cfg, cap):
@@ -293,54 +297,65 @@ def _launch_quant(x, r, w, q, h, scales, scale, group_size, cfg, cap):
     N, H = x.shape
     groups = H // group_size if group_size else 1
     launch_quant_forward(x, r, w, q, h, None, scale, scales, None, n_rows=N, H=H, stride_x=H, stride_residual=H,
-                         stride_q=H, stride_residual_out=H, stride_y=H, stride_s_row=groups,
+                         stride_q=q.shape[1], stride_residual_out=H, stride_y=H, stride_s_row=groups,
                          stride_s_group=1 if group_size else 0, group_size=group_size, ue8m0=False, eps=1e-6,
                          weight_offset=0.0, config=cfg, max_registers=cap)
 
 
-def quant(hs, extra, cap_values, roof, out, rounds=3, modes=()):
+def quant(hs, extra, cap_values, roof, out, rounds=3, modes=(), plain=False):
     """The quantized forward's configs and caps, into given outputs, interleaved in rounds; modes: words
-    that select QUANT_MODES by name (none: every mode)."""
+    that select QUANT_MODES by name (none: every mode); plain: the plain norm's epilogues (no residual)."""
     print("| shape | mode | variant | round | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|---|---|",
           file=out, flush=True)
     for H in hs:
         N = max(16384, (1 << 26) // H) if H <= 16384 else max(1, (1 << 28) // H)
-        nbytes_base = N * H * 7 + 2 * H
+        nbytes_base = N * H * (2 if plain else 6) + 2 * H  # x (and residual, residual_out), the weight
         gen = torch.Generator(device="cuda").manual_seed(H)
-        n_sets = sets_for_cold_l2(nbytes_base)
+        n_sets = sets_for_cold_l2(nbytes_base + N * H)
         sets = [(torch.randn(N, H, device="cuda", generator=gen).to(torch.bfloat16),
-                 (4 * torch.randn(N, H, device="cuda", generator=gen)).to(torch.bfloat16)) for _ in range(n_sets)]
+                 None if plain else (4 * torch.randn(N, H, device="cuda", generator=gen)).to(torch.bfloat16))
+                for _ in range(n_sets)]
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
         scale = torch.tensor([0.01], device="cuda")
         for mode, (qd, static, gs) in QUANT_MODES.items():
             if modes and not any(m in mode for m in modes):
                 continue
-            chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs))
+            block = mode in BLOCK_MODES
+            q_name = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}[qd]
+            chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs, q_name))
             groups = H // gs if gs else 1
-            nbytes = nbytes_base + (4 if static else 4 * N * groups)
-            outs = [(torch.empty(N, H, dtype=qd, device="cuda"), torch.empty_like(r),
-                     None if static else torch.empty(N, groups, device="cuda")) for _, r in sets]
-            ref = fused_add_rmsnorm_ref(sets[0][0], sets[0][1], w, 1e-6)
-            q_ref, _ = quantize_ref(ref.y.float(), qd, scale=scale if static else None, group_size=gs or None)
+            q_cols = H // 2 if qd == torch.float4_e2m1fn_x2 else H
+            nbytes = nbytes_base + N * q_cols + (N * groups if block else 4 if static else 4 * N * groups)
+            outs = [(torch.empty(N, q_cols, dtype=qd, device="cuda"), None if plain else torch.empty_like(x),
+                     torch.empty(N, groups, dtype=torch.uint8 if block else torch.float32, device="cuda")
+                     if block or not static else None) for x, _ in sets]
+            ref = fused_add_rmsnorm_ref(sets[0][0], torch.zeros_like(sets[0][0]) if plain else sets[0][1], w, 1e-6)
+            q_ref = None if block else quantize_ref(ref.y.float(), qd, scale=scale if static else None,
+                                                    group_size=gs or None)[0]  # block: the table config's q
             variants = []
             for cfg in [chosen] + [c for c in extra if c != chosen]:
                 for cap in [None] + [c for c in cap_values]:
                     q, h, s = outs[0]
                     _launch_quant(*sets[0], w, q, h, s, scale if static else None, gs, cfg, cap)
                     torch.cuda.synchronize()
-                    assert torch.equal(h, ref.residual_out), f"{mode} {_tag(cfg)} cap {cap}: residual_out differs"
-                    # against quant(the contract's y): the looped path quantizes y from the rounded h
+                    if not plain:
+                        assert torch.equal(h, ref.residual_out), f"{mode} {_tag(cfg)} cap {cap}: residual_out differs"
+                    if q_ref is None:
+                        q_ref = q.clone()
+                    # against quant(the contract's y), or the block formats' table config: the looped path
+                    # quantizes y from the rounded h, and another config may sum the squares in another order
                     differ = (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
                     tag = (f"{'**table** ' if cfg == chosen else ''}{_tag(cfg)} cap "
-                           f"{'table' if cap is None else cap or 'none'} (q off the contract's: {100 * differ:.3f}%)")
+                           f"{'table' if cap is None else cap or 'none'} (q off the "
+                           f"{'table config' if block else 'contract'}'s: {100 * differ:.3f}%)")
                     variants.append((tag, lambda i, cfg=cfg, cap=cap: _launch_quant(
                         *sets[i], w, *outs[i][:2], outs[i][2], scale if static else None, gs, cfg, cap)))
             for rnd in range(rounds):
                 for name, call in variants:
                     t = time_graph(call, n_sets)
                     gbs = nbytes / t.median_us / 1e3
-                    print(f"| {N}x{H} | {mode} | {name} | {rnd} | {t.median_us:.2f} | {gbs:.0f} | "
-                          f"{100 * gbs / roof:.1f}% |", file=out, flush=True)
+                    print(f"| {N}x{H} | {'plain ' if plain else ''}{mode} | {name} | {rnd} | {t.median_us:.2f} | "
+                          f"{gbs:.0f} | {100 * gbs / roof:.1f}% |", file=out, flush=True)
             del outs
         del sets
         torch.cuda.empty_cache()
@@ -543,6 +558,7 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H); plain: N (default 2**26 // H)")
     ap.add_argument("--no-qk", action="store_true", help="plain: skip the QK norm's sweep")
+    ap.add_argument("--plain", action="store_true", help="quant: the plain norm's epilogues (no residual)")
     ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
@@ -580,7 +596,7 @@ def main():
                    roof.gbs, out)
     if args.what == "quant":
         return quant([int(h) for h in args.h.split(",")], extra, [int(c) for c in args.caps.split(",") if c],
-                     roof.gbs, out, modes=[m for m in args.modes.split(",") if m])
+                     roof.gbs, out, modes=[m for m in args.modes.split(",") if m], plain=args.plain)
     if args.what == "caps":
         return caps([int(h) for h in args.h.split(",")], dts, [int(c) for c in args.caps.split(",")], roof.gbs, out,
                     args.compile, extra=extra)

@@ -219,7 +219,10 @@ def test_fp4_out_of_the_wrong_shape_and_scales_of_the_wrong_dtype_are_refused():
 
 
 def test_block_modes_take_the_per_group_rows():
-    for H in (64, 4096, 32768, 65536):
-        for mode in configs.BLOCK_QUANT_MODES:
+    """The per-group rows, except the fp4 epilogues' own at 2048 < H <= 4096 and 6144 < H <= 8192
+    (test_configs)."""
+    for mode in configs.BLOCK_QUANT_MODES:
+        fp4 = mode in (configs.QUANT_NVFP4, configs.QUANT_MXFP4)
+        for H in (64, 2048, 5120, 32768, 65536) if fp4 else (64, 4096, 8192, 32768, 65536):
             assert configs.select_forward_config(H, 2, 2, quant=mode) == \
                 configs.select_forward_config(H, 2, 2, quant=configs.QUANT_PER_GROUP)

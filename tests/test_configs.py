@@ -107,9 +107,26 @@ def test_odd_h_rows_take_the_re_read_path():
 STATIC, PER_TOKEN, PER_GROUP = configs.QUANT_STATIC, configs.QUANT_PER_TOKEN, configs.QUANT_PER_GROUP
 
 
+FP4_MODES = (configs.QUANT_NVFP4, configs.QUANT_MXFP4)
+
+
+def test_the_fp4_epilogues_take_half_the_warps_at_4096_and_8192():
+    """NVFP4 and MXFP4 are instruction-bound (e2m1 and the nibble packing): from 2048 to 4096 and from
+    6144 to 8192 they take the forward's row shape with half its warps; MXFP8 and the other modes keep
+    the forward's config."""
+    for H in (2064, 3072, 4096, 6160, 7168, 8192):
+        f = select_forward_config(H, 2, 2, quant=configs.QUANT_STATIC)
+        for mode in FP4_MODES:
+            q = select_forward_config(H, 2, 2, quant=mode)
+            assert (q.block_h, q.rows_per_program, q.looped, q.weight_first) == (f.block_h, 1, False, f.weight_first)
+            assert q.num_warps * 2 == f.num_warps
+        assert select_forward_config(H, 2, 2, quant=configs.QUANT_MXFP8) == f
+
+
 def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
     """The quantized forward keeps 16-bit rows up to QUANT_SINGLE_PASS_MAX_H whole, where the plain
-    forward loops, in every mode; below 16384 every mode takes the plain forward's config. Above 32768
+    forward loops, in every mode; below 16384 every mode takes the plain forward's config (the fp4
+    epilogues aside: the next test). Above 32768
     each mode has its loop: per token the plain forward's (h kept in L2), static the same loop without
     the hint up to 65536, per group a loop of 8192-wide chunks with the hint. 4-byte streams (which the
     quantized forward does not take) have no such rule."""
@@ -118,7 +135,7 @@ def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
             q = select_forward_config(H, 2, 2, quant=mode)
             assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
             assert select_forward_config(H, 2, 2).looped
-        for H in (16, 4096, 16384):
+        for H in (16, 2048, 5120, 16384) if mode in FP4_MODES else (16, 4096, 16384):
             assert select_forward_config(H, 2, 2, quant=mode) == select_forward_config(H, 2, 2)
     for H in (32784, 65536, 65552, 131072):
         plain = select_forward_config(H, 2, 2)
@@ -188,7 +205,8 @@ def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
         for mode in configs.QUANT_MODES:
             plain, quant = select_forward_config(H, 2, 2), select_forward_config(H, 2, 2, quant=mode)
             assert plain.weight_first and not quant.weight_first
-            assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps,
+            halved = 2 if mode in FP4_MODES else 1  # the fp4 epilogues: half the warps (the test above)
+            assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps * halved,
                                                                           quant.evict_last)
         assert not select_forward_config(H, 4, 4).weight_first
     for H in (4100, 5120, 6144):
