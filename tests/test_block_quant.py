@@ -8,9 +8,11 @@ match, on the GPU and under the interpreter (which rounds e4m3 arithmetically, a
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import addrmsnorm
-from addrmsnorm import configs
+from addrmsnorm import configs, kernels
 from addrmsnorm.reference import block_quantize_ref, e2m1_codes_ref, e2m1_values_ref, swizzle_scales_ref
 
 from conftest import DEVICE, ON_GPU, needs_kernels
@@ -226,3 +228,26 @@ def test_block_modes_take_the_per_group_rows():
         for H in (64, 2048, 5120, 32768, 65536) if fp4 else (64, 4096, 8192, 32768, 65536):
             assert configs.select_forward_config(H, 2, 2, quant=mode) == \
                 configs.select_forward_config(H, 2, 2, quant=configs.QUANT_PER_GROUP)
+
+
+@triton.jit
+def _e2m1_codes(v_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(c_ptr + i, kernels._e2m1(tl.load(v_ptr + i, mask=i < n)), mask=i < n)
+
+
+@needs_kernels
+def test_the_kernels_e2m1_matches_the_reference_at_every_tie_and_binade_edge():
+    """kernels._e2m1 (one fp32 add on the bits) against the reference's rounding: every e2m1 value, every
+    tie between two of them, one ulp either side of each, the binades' edges, -0, denormals and values
+    past the saturation, both signs, and random values spread over the range."""
+    points = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0,
+                           1e-45, 1e-38, 5.9e-39, 0.125, 6.5, 7.0, 1e30, float("inf")])
+    near = torch.cat([torch.nextafter(points, torch.full_like(points, float("inf"))),
+                      torch.nextafter(points, torch.zeros_like(points))])
+    gen = torch.Generator().manual_seed(0)
+    v = torch.cat([points, near, 8 * torch.rand(4000, generator=gen)])
+    v = torch.cat([v, -v]).to(DEVICE)
+    c = torch.empty(v.shape, dtype=torch.int32, device=DEVICE)
+    _e2m1_codes[(triton.cdiv(v.numel(), 1024),)](v, c, v.numel(), BLOCK=1024)
+    assert c.tolist() == e2m1_codes_ref(v).to(torch.int32).tolist()
