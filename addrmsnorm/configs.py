@@ -56,7 +56,8 @@ class TableRule:
     or with ``odd_h_only`` every odd H up to ``h_max`` (rows of odd length are never 2-byte aligned
     beyond their first, so they always run ALIGN = 1). With ``quant_modes`` it serves the quantized
     forward alone (``kernels.rmsnorm_quant_fwd``), in those of its modes (QUANT_MODES); the
-    plain forward and the other modes skip it. With
+    plain forward and the other modes skip it; with ``plain_quant_only`` too it serves the plain
+    norm's quantized calls alone (no residual: half the bytes of a fused row). With
     ``vector_typed_only`` it serves only plain calls that take 16-byte accesses (ALIGN is the
     vector), with the weight of x's dtype and the contract's numerics: the calls whose kernels at
     its config hold the row without spilling (select_forward_config's ``vector_typed``)."""
@@ -67,16 +68,23 @@ class TableRule:
     odd_h_only: bool = False
     quant_modes: tuple[int, ...] = ()
     vector_typed_only: bool = False
+    plain_quant_only: bool = False
+
+    def __post_init__(self):
+        if self.plain_quant_only and not self.quant_modes:
+            raise ValueError("a plain_quant_only row names its quant_modes")
 
     @property
     def quant_only(self) -> bool:
         """Whether the row serves the quantized forward alone."""
         return bool(self.quant_modes)
 
-    def takes(self, quant: int, vector_typed: bool) -> bool:
+    def takes(self, quant: int, vector_typed: bool, plain: bool = False) -> bool:
         """Whether the row is open to a call of this kind, H aside: quant 0 for the plain forward,
-        else the quantized forward's mode; vector_typed as select_forward_config's. The one statement
-        of the rows' flags, for the dispatch rule and for the AOT build's reachable kernels."""
+        else the quantized forward's mode; vector_typed and plain as select_forward_config's. The one
+        statement of the rows' flags, for the dispatch rule and for the AOT build's reachable kernels."""
+        if self.plain_quant_only and not plain:
+            return False
         if self.quant_only:
             return quant in self.quant_modes
         if self.vector_typed_only:
@@ -105,6 +113,9 @@ _QUANT_ALL = {"quant_modes": QUANT_MODES}
 # so they take half the warps of the rows below at 4096 and 8192 (twice the elements per thread, the
 # row's reductions and addressing spread over more of them).
 _QUANT_FP4 = {"quant_modes": (QUANT_NVFP4, QUANT_MXFP4)}
+# The plain norm's static and per-token epilogues (no residual: 3 bytes a value for fp8, against the fused
+# op's 7) want more bytes in flight per thread: half or a quarter of the fused rows' warps.
+_PLAIN_FP8 = {"quant_modes": (QUANT_STATIC, QUANT_PER_TOKEN), "plain_quant_only": True}
 _QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant
 
 
@@ -165,15 +176,17 @@ def _table(large_h_rows) -> tuple[TableRule, ...]:
 def _forward_large_h_rows(act_bytes: int) -> list:
     # Each row's measurements: docs/perf-notes.md, "The forward table, row by row".
     return [
-        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps (the fp4 epilogues 4), the weight loaded
-        # with x (decode); 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
-        *([(4096, _single(4096, 1, 4, weight_first=True), _QUANT_FP4)] if act_bytes == 2 else []),
+        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps (the fp4 epilogues and the plain norm's fp8
+        # ones 4), the weight loaded with x (decode); 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
+        *([(4096, _single(4096, 1, 4, evict_last=False), _PLAIN_FP8),
+           (4096, _single(4096, 1, 4, weight_first=True), _QUANT_FP4)] if act_bytes == 2 else []),
         (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
         # 4096 < H <= 6144, 16-bit streams: 8 warps, the weight after the reduction.
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
-        # 6144 < H <= 8192: 16 warps (the fp4 epilogues 8); the plain forward loads the weight first, the
+        # 6144 < H <= 8192: 16 warps (the fp4 epilogues 8, the plain norm's fp8 ones 4); the plain forward loads the weight first, the
         # quantized one after the reduction (its kernels would spill under MAX_REGISTERS otherwise).
-        *([(8192, _single(8192, 1, 8), _QUANT_FP4),
+        *([(8192, _single(8192, 1, 4, evict_last=False), _PLAIN_FP8),
+           (8192, _single(8192, 1, 8), _QUANT_FP4),
            (8192, _single(8192, 1, 16), _QUANT_ALL),
            (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
@@ -500,7 +513,8 @@ def backward_workspace_floats(n_rows: int, H: int, cfg: KernelConfig, n_sms: int
 #   65536: looped 16384 w8, x kept, 69.7 (the loop reads x twice: 6 bytes per element of 4 moved)
 # 64 and 256 follow their neighbours' 32 elements per thread (not measured). fp32 x moves the fused
 # 16-bit forward's bytes per element and keeps the fused table's 4-byte rows (not tuned for the plain
-# norm). The quantized forward's plain calls keep the fused rows too.
+# norm). The quantized forward's plain calls take FORWARD_TABLE's rows, their own (plain_quant_only) where
+# measured.
 PLAIN_TABLE = tuple(TableRule(2, *row) for row in (
     (64, _single(64, 32, 2)),
     (128, _single(128, 16, 2)),
@@ -541,7 +555,7 @@ def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> 
 
 
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
-                          vector_typed: bool = False) -> KernelConfig:
+                          vector_typed: bool = False, plain: bool = False) -> KernelConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.
 
     ``quant``: 0 for the plain forward, else the quantized forward's mode (one of QUANT_MODES,
@@ -549,9 +563,10 @@ def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant
     ``vector_typed``: the call takes 16-byte accesses (its ALIGN is the vector), its weight has x's
     dtype and its numerics are the contract's (``is_vector_typed``); only such calls take the
     ``vector_typed_only`` rows. Otherwise the weight's dtype does not change the choice: it is read
-    once per column and stays in cache. The row count never enters.
+    once per column and stays in cache. ``plain``: a quantized call of the plain norm (no residual),
+    which alone takes the ``plain_quant_only`` rows. The row count never enters.
     """
-    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize, quant, vector_typed)
+    return _select(FORWARD_TABLE, H, x_itemsize, residual_itemsize, quant, vector_typed, plain)
 
 
 def is_vector_typed(align: int, x_itemsize: int, residual_itemsize: int, weight_is_x_dtype: bool,
@@ -573,7 +588,7 @@ def contiguous_forward_config(H: int, x_itemsize: int, residual_itemsize: int,
 
 
 def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
-            vector_typed: bool = False) -> KernelConfig:
+            vector_typed: bool = False, plain: bool = False) -> KernelConfig:
     if H <= 0:
         raise ValueError(f"H must be positive, got {H}")
     if isinstance(quant, bool) or quant not in _QUANT_ARGS:  # a bool would pass as mode 1
@@ -582,7 +597,7 @@ def _select(table, H: int, x_itemsize: int, residual_itemsize: int, quant: int =
         raise ValueError(f"unsupported element sizes x={x_itemsize}, residual={residual_itemsize}")
     act_bytes = max(x_itemsize, residual_itemsize)
     for rule in table:
-        if (rule.odd_h_only and H % 2 == 0) or not rule.takes(quant, vector_typed):
+        if (rule.odd_h_only and H % 2 == 0) or not rule.takes(quant, vector_typed, plain):
             continue
         if rule.act_bytes == act_bytes and (rule.h_max is None or H <= rule.h_max):
             return rule.config

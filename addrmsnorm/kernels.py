@@ -243,7 +243,8 @@ def _quant_groups(y, rows, row_mask, col0, H, scales_ptr, scale_ub_ptr, stride_s
 # Swizzled (the 128 x 4 tiles of cuBLASLt's and CUTLASS's block-scaled GEMMs): element (m, k) at
 # ((m // 128) * (K4 // 4) + k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4, K4 the block
 # count rounded up to 4, rows rounded up to 128 (scale_rows): padding is written as zeros, which is
-# what a block of y = 0 gets, so the padded rows and blocks run the same code on masked loads.
+# what a block of y = 0 gets. A real row's padded blocks run its own code on masked loads; the padded
+# rows of the last tile are written by the grid's last program (_swizzle_padding).
 
 
 @triton.jit
@@ -282,6 +283,26 @@ def _quant_blocks(y, rows, srow_mask, col0, H, scale_ptr, scales_ptr, stride_s_r
     else:
         tl.store(scales_ptr + r * stride_s_row + k * stride_s_group, sbyte, mask=srow_mask[:, None] & (k < n_blocks))
     return tl.reshape(y3 * m[:, :, None], [R, B])
+
+
+@triton.jit
+def _swizzle_padding(scales_ptr, n_rows, H, QUANT: tl.constexpr):
+    """The swizzled scales of the rows from n_rows to the end of its 128-row tile, as zeros: written by
+    the grid's last program, which carries real rows too (a grid over the padded rows spent 127
+    programs on padding alone at n_rows = 1). Row m's scales of blocks 4j..4j+3 are one 4-byte word,
+    word (m % 32) * 4 + m // 32 of the tile's 512-byte block j (validation: swizzled scales start on a
+    16-byte boundary), so each step stores KB blocks' words, one per padded row, with an add apiece."""
+    BLK: tl.constexpr = 16 if QUANT == 4 else 32
+    KB: tl.constexpr = 4
+    n_kb = (H // BLK + 3) // 4  # 512-byte blocks per tile
+    tile = n_rows // 128
+    words = scales_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + tile.to(tl.int64) * n_kb * 128
+    m = tl.arange(0, 128)
+    word = ((m % 32) * 4 + m // 32)[None, :]
+    pad = (m >= n_rows - tile * 128)[None, :]
+    kb = tl.arange(0, KB)[:, None]
+    for j in range(0, n_kb, KB):
+        tl.store(words + (j + kb) * 128 + word, tl.zeros([KB, 128], dtype=tl.int32), mask=pad & (j + kb < n_kb))
 
 
 @triton.jit
@@ -341,8 +362,7 @@ def _single_pass_rows(
     SPLIT: tl.constexpr = False, weight2_ptr=None, group_split=0,
     # The quantized epilogue (QUANT != 0, configs.QUANT_MODES): q in out's place, y if write_y.
     QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
-    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, scale_rows=0,
-    swizzled=0,
+    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -390,8 +410,8 @@ def _single_pass_rows(
     if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
-    elif QUANT >= 4:  # block-scaled; the rows from n_rows to scale_rows get zero scales (swizzled padding)
-        v = _quant_blocks(y, rows, rows < scale_rows, 0, H, scale_ptr, scales_ptr, stride_s_row, stride_s_group,
+    elif QUANT >= 4:  # block-scaled
+        v = _quant_blocks(y, rows, row_mask, 0, H, scale_ptr, scales_ptr, stride_s_row, stride_s_group,
                           swizzled, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
         _store_q(out_ptr, _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED), 0, v,
                  row_mask, H, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
@@ -444,8 +464,7 @@ def _looped_row(
     rstd_ptr=None, write_rstd=0, HF_NUMERICS: tl.constexpr = 0,
     GROUPED: tl.constexpr = False, group_rows=1, stride_x_group=0, stride_out_group=0,
     QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
-    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, n_rows=0,
-    swizzled=0,
+    scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
 ):
     # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
@@ -457,8 +476,6 @@ def _looped_row(
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
     # The plain norm stores no h: pass 2 reads x again (each chunk before its own store, in place too).
     h_row = residual_out_row if RESIDUAL else x_row
-    # Block-scaled, swizzled: programs from n_rows on write their row's zero scales alone (masked loads).
-    data = row < n_rows if QUANT >= 4 else True
 
     # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane. Per token, also
     # each lane's largest |u|, u = h_stored * w: the row's amax (below).
@@ -469,7 +486,7 @@ def _looped_row(
     u_max = tl.zeros([BLOCK_H // 8], dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
-        mask = (cols < H) & data
+        mask = cols < H
         if RESIDUAL:
             x = tl.load(x_row + cols, mask=mask, other=0.0)
             r = tl.load(residual_row + cols, mask=mask, other=0.0)
@@ -492,7 +509,7 @@ def _looped_row(
             u_max = tl.maximum(u_max, tl.max(tl.reshape(u, [BLOCK_H // 8, 8]), axis=1))
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
     if rstd_ptr is not None:  # the unquantized forward: a predicated store
-        tl.store(rstd_ptr + row, rstd, mask=(write_rstd != 0) & data)
+        tl.store(rstd_ptr + row, rstd, mask=write_rstd != 0)
 
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
@@ -511,7 +528,7 @@ def _looped_row(
     # Pass 2: reload h from residual_out (not from x + residual: an aliased output overwrote them).
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
-        mask = (cols < H) & data
+        mask = cols < H
         h = tl.load(h_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
@@ -526,10 +543,10 @@ def _looped_row(
             y = (h * w) * rstd
             v = y * inv
             one = tl.zeros([1], dtype=tl.int64) + row
-            if QUANT >= 4:  # every program's row has scales (the grid is scale_rows)
+            if QUANT >= 4:
                 v = _quant_blocks(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H, scale_ptr, scales_ptr,
                                   stride_s_row, stride_s_group, swizzled, QUANT, 1, BLOCK_H)
-                _store_q(out_row, tl.zeros([1, 1], dtype=tl.int64), start, v, one < n_rows, H, QUANT, 1, BLOCK_H)
+                _store_q(out_row, tl.zeros([1, 1], dtype=tl.int64), start, v, one == row, H, QUANT, 1, BLOCK_H)
             if QUANT == 3:  # per group
                 v = tl.reshape(_quant_groups(tl.reshape(y, [1, BLOCK_H]), one, one == row, start, H,
                                              scales_ptr, scale_ub_ptr, stride_s_row, stride_s_group,
@@ -699,7 +716,7 @@ def rmsnorm_quant_fwd(
     group_size: tl.int32,     # QUANT 3: 64 or 128
     write_y: tl.int32, has_ub: tl.int32, ue8m0: tl.int32,  # i32 flags
     weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype
-    scale_rows: tl.int32,     # QUANT 4-6: rows with scales (n_rows, or swizzled n_rows rounded up to 128); the grid's
+    scale_rows: tl.int32,     # QUANT 4-6: rows with scales (n_rows, or swizzled n_rows rounded up to 128)
     swizzled: tl.int32,       # QUANT 4-6: nonzero for the 128 x 4 tiled scale layout
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4 (configs.QUANT_MODES)
@@ -724,7 +741,7 @@ def rmsnorm_quant_fwd(
                     QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y, scale_ptr=scale_ptr,
                     scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr, stride_s_row=stride_s_row,
                     stride_s_group=stride_s_group, group_size=group_size, has_ub=has_ub, ue8m0=ue8m0,
-                    n_rows=n_rows, swizzled=swizzled)
+                    swizzled=swizzled)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                           n_rows, H,
@@ -734,7 +751,10 @@ def rmsnorm_quant_fwd(
                           QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y,
                           scale_ptr=scale_ptr, scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr,
                           stride_s_row=stride_s_row, stride_s_group=stride_s_group, group_size=group_size,
-                          has_ub=has_ub, ue8m0=ue8m0, scale_rows=scale_rows, swizzled=swizzled)
+                          has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled)
+    if QUANT >= 4:  # after every row's loads and stores, as rstd's store (see _single_pass_rows)
+        if (swizzled != 0) & (scale_rows > n_rows) & (tl.program_id(0) == tl.num_programs(0) - 1):
+            _swizzle_padding(scales_ptr, n_rows, H, QUANT)
 
 
 # ----- backward ------------------------------------------------------------------------------------

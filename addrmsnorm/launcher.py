@@ -174,9 +174,9 @@ def launch_quant_forward(
         if q.dtype == torch.float4_e2m1fn_x2:
             q = q.view(torch.uint8)
         scales = scales.view(torch.uint8)
-        if swizzled:  # the grid covers the padded rows, whose scales are zeros
+        if swizzled:  # the last program writes the padded rows' zero scales
             scale_rows = -(-n_rows // configs.SWIZZLE_ROWS) * configs.SWIZZLE_ROWS
-    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode)
+    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode, plain=plain)
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())
@@ -190,7 +190,7 @@ def launch_quant_forward(
         extra["RESIDUAL"] = False
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
-        compiled = rmsnorm_quant_fwd[(cfg.grid(scale_rows),)](
+        compiled = rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
             x, residual, weight, q, residual_out, x if y is None else y,
             f32 if scale is None else scale, f32 if scales is None else scales,
             f32 if scale_ub is None else scale_ub,

@@ -653,6 +653,9 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
         for name, rows in {**inputs, **outputs}.items():
             if _overlaps(sr, rows):
                 raise ValueError(f"scales_out overlaps {name}; it must not share memory with it")
+        if block and swizzled and scales_out.data_ptr() % QUANT_ALIGN_BYTES:
+            raise ValueError("scales_out must start on a 16-byte boundary (the swizzled layout's padding is "
+                             "written in 4-byte words)")
     return call
 
 

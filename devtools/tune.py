@@ -322,7 +322,7 @@ def quant(hs, extra, cap_values, roof, out, rounds=3, modes=(), plain=False):
                 continue
             block = mode in BLOCK_MODES
             q_name = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}[qd]
-            chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs, q_name))
+            chosen = select_forward_config(H, 2, 2, quant=configs.quant_kernel_mode(static, gs, q_name), plain=plain)
             groups = H // gs if gs else 1
             q_cols = H // 2 if qd == torch.float4_e2m1fn_x2 else H
             nbytes = nbytes_base + N * q_cols + (N * groups if block else 4 if static else 4 * N * groups)

@@ -45,7 +45,7 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
         pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out, xs, rs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs);
     const bool vector_typed = is_vector_typed(align_class, xs, rs, weight_dtype == x_dtype, numerics);
-    const int config = select_forward_config(hidden, xs, rs, 0, vector_typed);
+    const int config = select_forward_config(hidden, xs, rs, 0, vector_typed, false);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
@@ -124,7 +124,7 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     const int xs = dtype_size(c.x_dtype);
     const addrmsnorm_quant& qd = *c.quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr (configs.QUANT_MODES)
-    const int config = select_forward_config(c.hidden, xs, xs, mode, false);
+    const int config = select_forward_config(c.hidden, xs, xs, mode, false, c.plain);
     const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain);
     LoadedKernel k;
     st = get_built_kernel(*d, variant, "quantized kernel", &k);
@@ -162,12 +162,12 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     p.has_ub = qd.scale_ub != nullptr ? 1 : 0;
     p.ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0;
     p.weight_dtype = static_cast<int32_t>(c.x_dtype);
-    // Block-scaled, swizzled: the grid covers the rows rounded up to 128, whose scales are the padding.
+    // Block-scaled, swizzled: scales for the rows rounded up to 128; the grid's last program writes the
+    // padded rows' zeros.
     const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
-    const int32_t scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
-    p.scale_rows = scale_rows;
+    p.scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
     p.swizzled = swizzled ? 1 : 0;
-    const unsigned grid = static_cast<unsigned>((scale_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 

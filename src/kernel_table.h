@@ -72,9 +72,11 @@ inline int weight_slot(int x, int weight) { return kWeightSlot[x * 3 + weight]; 
 // The dispatch rule: H and the element sizes -> index into kConfigs (-1 if none); `quant`: 0 for the
 // plain forward, else the quantized forward's QUANT mode, which alone takes configs.FORWARD_TABLE's
 // rows whose quant_modes name it; `vector_typed`
-// (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows. Batch
+// (is_vector_typed below) for the plain calls that alone take its vector_typed_only rows; `plain` for the
+// plain norm's quantized calls, which alone take its plain_quant_only rows. Batch
 // invariance rests on it never seeing the row count.
-int select_forward_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+int select_forward_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed,
+                          bool plain);
 // configs.PLAIN_TABLE's rule, and configs.select_plain_config (the table of configs.PLAIN_TABLES for x's
 // element size), both generated.
 int select_plain_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);

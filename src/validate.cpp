@@ -461,6 +461,9 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
             if (overlaps(so, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
                             t->name);
+        if (so.ptr % 16 != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out must start on a 16-byte boundary (the swizzled "
+                        "layout's padding is written in 4-byte words)");
     } else if (!is_static) {
         const int scale_bytes = block ? 1 : 4;
         const int64_t groups = (per_group || block) ? c.hidden / qd.group_size : 1;

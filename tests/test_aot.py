@@ -132,10 +132,11 @@ import aot_build as a
 C = a.configs
 cfgs = a.unique_configs(C.FORWARD_TABLE + C.PLAIN_TABLE)
 specs = a.all_specs(cfgs, a.unique_configs(C.BACKWARD_TABLE))
-quant = {(s.config, s.quant) for s in specs if s.kind == "quant_forward"}
-quant_reached = {(cfgs.index(C.select_forward_config(H, 2, 2, quant=m)), m) for H in range(16, 262145, 16)
-                 for m in C.QUANT_MODES}
-assert quant == quant_reached, (sorted(quant), sorted(quant_reached))
+for kind, plain in (("quant_forward", False), ("plain_quant_forward", True)):
+    quant = {(s.config, s.quant) for s in specs if s.kind == kind}
+    quant_reached = {(cfgs.index(C.select_forward_config(H, 2, 2, quant=m, plain=plain)), m)
+                     for H in range(16, 262145, 16) for m in C.QUANT_MODES}
+    assert quant == quant_reached, (kind, sorted(quant), sorted(quant_reached))
 plain = {s.config for s in specs if s.kind == "forward" and s.x == s.residual and s.x in ("fp16", "bf16")}
 plain_reached = {cfgs.index(C.select_forward_config(H, 2, 2, vector_typed=vt)) for H in range(1, 262145)
                  for vt in (False, True)}

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 import addrmsnorm
-from addrmsnorm import configs, kernels
+from addrmsnorm import configs, kernels, validation
 from addrmsnorm.reference import block_quantize_ref, e2m1_codes_ref, e2m1_values_ref, swizzle_scales_ref
 
 from conftest import DEVICE, ON_GPU, needs_kernels
@@ -171,6 +171,44 @@ def test_into_given_outputs_and_in_place_write_the_same_bits(fmt):
     assert_bits(q1, q0, "q in place")
     assert_bits(s1, s0, "scales in place")
     assert torch.equal(bits(r2), bits(expected_residual_out(x.float() + r.float(), r.dtype)))
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("plain", [False, True])
+@pytest.mark.parametrize("H", [2304, 32896])  # one pass (144 NVFP4 blocks: padding in 3 steps of 16 words), looped
+def test_swizzled_padding_is_written_over_a_buffer_of_garbage(fmt, plain, H):
+    """The padded rows' zero scales are written by the grid's last program, over whatever scales_out held:
+    into a buffer of 0xFF bytes, every byte must be the reference's, the padding's zeros included."""
+    qd, gs = FORMATS[fmt]
+    for N in ((1, 67, 133, 256) if ON_GPU else (1, 5)):  # 133: the padding of the second tile; 256: none
+        x, r, w = exact_inputs(N, H, torch.bfloat16, seed=N)
+        g = torch.tensor([0.25], device=DEVICE) if fmt == "nvfp4" else None
+        q_ref, s_ref = expect(fmt, exact_y(x, r, w, 1e-6, plain), g, True)
+        scales_out = torch.full(s_ref.shape, 255, dtype=torch.uint8, device=DEVICE).view(
+            torch.float8_e4m3fn if fmt == "nvfp4" else torch.float8_e8m0fnu)
+        if plain:
+            q, s = addrmsnorm.rmsnorm_quant(x, w, 1e-6, quant_dtype=qd, group_size=gs, scale=g,
+                                            scales_out=scales_out, swizzled_scales=True)
+        else:
+            q, _, s = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, 1e-6, quant_dtype=qd, group_size=gs, scale=g,
+                                                         scales_out=scales_out, swizzled_scales=True)
+        assert s is scales_out
+        assert_bits(q, q_ref, f"q, N={N}")
+        assert_bits(s, s_ref, f"swizzled scales over 0xFF, N={N}")
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_swizzled_scales_out_off_a_16_byte_boundary_is_refused_with_nothing_written(plain):
+    x, r, w = exact_inputs(3, 64, torch.bfloat16, seed=7)
+    buf = torch.zeros(validation.swizzled_scales_numel(3, 64, 32) + 1, dtype=torch.uint8, device=DEVICE)
+    scales_out = buf[1:].view(torch.float8_e8m0fnu)  # one byte past an aligned start
+    kw = dict(quant_dtype=torch.float8_e4m3fn, group_size=32, scales_out=scales_out, swizzled_scales=True)
+    with pytest.raises(ValueError, match="scales_out must start on a 16-byte boundary"):
+        if plain:
+            addrmsnorm.rmsnorm_quant(x, w, **kw)
+        else:
+            addrmsnorm.fused_add_rmsnorm_quant(x, r, w, **kw)
+    assert torch.count_nonzero(buf) == 0
 
 
 def test_scale_dtype_and_default_group_size_choose_the_format():

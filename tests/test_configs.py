@@ -40,7 +40,7 @@ def test_dispatch_never_sees_the_row_count():
     """Batch invariance rests on this: the rule's inputs are H, the dtypes and the call's kind (quantized;
     vector accesses with the weight of x's dtype), never the row count."""
     params = list(inspect.signature(select_forward_config).parameters)
-    assert params == ["H", "x_itemsize", "residual_itemsize", "quant", "vector_typed"]
+    assert params == ["H", "x_itemsize", "residual_itemsize", "quant", "vector_typed", "plain"]
 
 
 def test_fp32_residual_stream_uses_the_wide_rules():

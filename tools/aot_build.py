@@ -139,14 +139,14 @@ def _kinds(x: str, res: str) -> tuple:
     return ("forward", "plain_forward") if x == res == "fp32" else ("forward",)
 
 
-def _serves_quant(cfg, mode: int) -> bool:
-    """Whether some quantized call of mode (configs.QUANT_MODES) reaches cfg: a 16-bit rule that is not
-    for odd H alone (the quantized forward's rows are multiples of 16) nor for other modes alone, and
-    not shadowed by the rules before it (a quant_only row ahead of a plain row of the same bound takes
-    every quantized call of its modes there)."""
+def _serves_quant(cfg, mode: int, plain: bool) -> bool:
+    """Whether some quantized call of mode (configs.QUANT_MODES), fused or plain, reaches cfg: a 16-bit
+    rule that is not for odd H alone (the quantized forward's rows are multiples of 16) nor for other
+    modes or the other kind of call alone, and not shadowed by the rules before it (a quant_only row
+    ahead of a plain row of the same bound takes every quantized call of its modes there)."""
     covered = 0  # quantized calls with H <= covered have found their rule
     for r in configs.FORWARD_TABLE:
-        if r.act_bytes != 2 or r.odd_h_only or not r.takes(mode, False):  # rows these calls never take
+        if r.act_bytes != 2 or r.odd_h_only or not r.takes(mode, False, plain):  # rows these calls never take
             continue
         if r.config == cfg and (r.h_max is None or r.h_max > covered):
             return True
@@ -217,12 +217,12 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
-        modes = [m for m in configs.QUANT_MODES if _serves_quant(cfg, m)]
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
-            for mode in modes:
+            for mode in configs.QUANT_MODES:
+                kinds = [k for k, plain in (("quant_forward", False), ("plain_quant_forward", True))
+                         if _serves_quant(cfg, mode, plain)]
                 for q in configs.quant_dtypes_of(mode):
-                    specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q)
-                              for k in ("quant_forward", "plain_quant_forward")]
+                    specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q) for k in kinds]
     return specs
 
 
@@ -440,7 +440,8 @@ def _call_rules(n_align_classes: int) -> list[str]:
     lines += ["// configs.select_plain_config: the table of configs.PLAIN_TABLES for x's element size.",
               "int select_plain_config(long long H, int x_itemsize, bool vector_typed) {"]
     for xs, table in sorted(configs.PLAIN_TABLES.items()):
-        lines.append(f"    if (x_itemsize == {xs}) return {rule[table]}(H, {xs}, {xs}, 0, vector_typed);")
+        plain_arg = ", false" if table == "FORWARD_TABLE" else ""  # not a quantized call
+        lines.append(f"    if (x_itemsize == {xs}) return {rule[table]}(H, {xs}, {xs}, 0, vector_typed{plain_arg});")
     lines += ["    return -1;", "}"]
     return lines
 # The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
@@ -791,6 +792,8 @@ addrmsnorm_cubin_blob:
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
         quant_arg = ", int quant, bool vector_typed" if table is not configs.BACKWARD_TABLE else ""
+        if table is configs.FORWARD_TABLE:  # the plain norm's quantized calls, which alone take plain_quant_only rows
+            quant_arg += ", bool plain"
         lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
         lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
         for act in sorted({r.act_bytes for r in table}):
@@ -804,7 +807,8 @@ addrmsnorm_cubin_blob:
                     modes = ("quant != 0" if set(r.quant_modes) == set(configs.QUANT_MODES) else
                              " || ".join(f"quant == {m}" for m in r.quant_modes))
                     bound = "" if r.h_max is None else f" && H <= {r.h_max}"
-                    lines.append(f"        if (({modes}){bound}) return {ci};")
+                    plain = "plain && " if r.plain_quant_only else ""
+                    lines.append(f"        if ({plain}({modes}){bound}) return {ci};")
                 elif r.vector_typed_only:
                     assert r.h_max is not None and not r.odd_h_only, "a vector-typed rule has a bound"
                     lines.append(f"        if (quant == 0 && vector_typed && H <= {r.h_max}) return {ci};")
@@ -832,15 +836,16 @@ addrmsnorm_cubin_blob:
     for H in sorted({*range(1, 70), 127, 128, 129, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025,
                      2048, 2049, 3000, 4096, 4100, 5120, 6144, 6145, 8192, 8193, 8194, 11111, 11112, 16383, 16384,
                      16385, 24576, 32767, 32768, 32769, 32784, 65536, 262144}):
-        for xs, rs, quant, vt in ((2, 2, 0, False), (2, 2, 0, True), (2, 4, 0, False), (2, 4, 0, True),
-                                  (4, 4, 0, False), (4, 4, 0, True),
-                                  *((2, 2, m, vt) for m in configs.QUANT_MODES for vt in (False, True))):
-            c = configs.select_forward_config(H, xs, rs, quant, vt)
-            cases.append(f"{{{H}, {xs}, {rs}, {quant}, {str(vt).lower()}, {c.block_h}, "
+        for xs, rs, quant, vt, plain in ((2, 2, 0, False, False), (2, 2, 0, True, False), (2, 4, 0, False, False),
+                                         (2, 4, 0, True, False), (4, 4, 0, False, False), (4, 4, 0, True, False),
+                                         *((2, 2, m, vt, p) for m in configs.QUANT_MODES for vt in (False, True)
+                                           for p in (False, True))):
+            c = configs.select_forward_config(H, xs, rs, quant, vt, plain)
+            cases.append(f"{{{H}, {xs}, {rs}, {quant}, {str(vt).lower()}, {str(plain).lower()}, {c.block_h}, "
                          f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
         for xs, vt in ((2, False), (2, True), (4, False), (4, True)):  # the plain norm: quant -1
             c = configs.select_plain_config(H, xs, vt)
-            cases.append(f"{{{H}, {xs}, {xs}, -1, {str(vt).lower()}, {c.block_h}, "
+            cases.append(f"{{{H}, {xs}, {xs}, -1, {str(vt).lower()}, false, {c.block_h}, "
                          f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 

@@ -148,7 +148,8 @@ typedef enum addrmsnorm_quant_mode {
 
 /* addrmsnorm_quant.flags: round dynamic scales up to a power of two (DeepSeek-V3's UE8M0). */
 #define ADDRMSNORM_QUANT_UE8M0 0x1u
-/* addrmsnorm_quant.flags, block-scaled modes: scales in the swizzled 128 x 4 layout. */
+/* addrmsnorm_quant.flags, block-scaled modes: scales in the swizzled 128 x 4 layout, one contiguous buffer
+   of the padded tiles that starts on a 16-byte boundary. */
 #define ADDRMSNORM_QUANT_SWIZZLED 0x2u
 
 typedef struct addrmsnorm_quant {

@@ -237,6 +237,7 @@ struct DispatchCase {
     int x_size, residual_size;
     int quant;  // 0: the plain forward; else the quantized forward's QUANT mode
     bool vector_typed;
+    bool plain;  // a quantized call of the plain norm
     int block_h, rows_per_program, num_warps;
     bool looped;
     int config;  // the config's index in kConfigs (configs of one tile may differ in their flags)
@@ -250,7 +251,7 @@ TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
         const int i = c.quant < 0  // the plain norm's rule
                           ? addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed)
                           : addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant,
-                                                                      c.vector_typed);
+                                                                      c.vector_typed, c.plain);
         ASSERT_GE(i, 0);
         EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
         EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H << " quant " << c.quant;
@@ -284,7 +285,7 @@ TEST(Dispatch, EverySupportedCallHasAKernelForEveryArch) {
                         const bool ends_only = hf || weight_slot(p[0], w) == 2;
                         if (forward_align_class(true, 1LL << align_class, xs, rs, ends_only) != align_class) continue;
                         const bool vt = is_vector_typed(align_class, xs, rs, w == p[0], numerics);
-                        const int cfg = select_forward_config(H, xs, rs, 0, vt);
+                        const int cfg = select_forward_config(H, xs, rs, 0, vt, false);
                         const int v = variant_index(cfg, p[0], p[1], w, align_class, numerics);
                         ASSERT_GE(v, 0) << "H=" << H << " align class " << align_class;
                         EXPECT_EQ(kVariants[v].kind, KernelKind::Forward);
@@ -511,7 +512,7 @@ TEST(Dispatch, EveryQuantizedCallHasAKernelForEveryArch) {
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
                     if (!quant_pair(q, mode)) continue;
-                    const int cfg = select_forward_config(H, 2, 2, mode, false);
+                    const int cfg = select_forward_config(H, 2, 2, mode, false, false);
                     const int v = quant_variant_index(cfg, x, q, mode);
                     ASSERT_GE(v, 0) << "H=" << H;
                     EXPECT_EQ(kVariants[v].kind, KernelKind::QuantForward);
@@ -735,7 +736,7 @@ TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
             for (int q = 0; q < kNumQuantDtypes; ++q)
                 for (int mode = 1; mode <= kNumQuantModes; ++mode) {
                     if (!quant_pair(q, mode)) continue;
-                    const int cfg = select_forward_config(H, 2, 2, mode, false);
+                    const int cfg = select_forward_config(H, 2, 2, mode, false, true);
                     const int v = quant_variant_index(cfg, x, q, mode, true);
                     ASSERT_GE(v, 0) << "H=" << H;
                     EXPECT_EQ(kVariants[v].kind, KernelKind::PlainQuantForward);
