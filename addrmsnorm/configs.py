@@ -113,7 +113,7 @@ _QUANT_ALL = {"quant_modes": QUANT_MODES}
 # so they take half the warps of the rows below at 4096 and 8192 (twice the elements per thread, the
 # row's reductions and addressing spread over more of them).
 _QUANT_FP4 = {"quant_modes": (QUANT_NVFP4, QUANT_MXFP4)}
-# The plain norm's static and per-token epilogues (no residual: 3 bytes a value for fp8, against the fused
+# The plain norm's static and per-token epilogues (no residual: 3 bytes a value for fp8 and int8, against the fused
 # op's 7) want more bytes in flight per thread: half or a quarter of the fused rows' warps.
 _PLAIN_FP8 = {"quant_modes": (QUANT_STATIC, QUANT_PER_TOKEN), "plain_quant_only": True}
 _QUANT_ARGS = (0,) + QUANT_MODES  # select_forward_config's quant

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import addrmsnorm
-from addrmsnorm import jit_backend
+from addrmsnorm import configs, jit_backend, validation
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
 from helpers import DTYPES, assert_refused, bits
@@ -134,6 +134,9 @@ def _quant_kwargs(m):
 @pytest.mark.parametrize("qdtype", [torch.float8_e4m3fn, torch.int8], ids=["e4m3", "int8"])
 @pytest.mark.parametrize("H", [128, 4096] + ([32768, 65536] if ON_GPU else [17024]))
 def test_rmsnorm_quant_gives_the_bits_of_the_fused_op_with_a_zero_residual(mode, qdtype, H):
+    """Bit for bit where both take one row shape; where the plain norm has rows of its own
+    (configs' plain_quant_only), rstd may differ in its last bit (the squares summed in another
+    order): then y within one rounding, scales to 2**-20 and q within one code, nearly all equal."""
     if qdtype == torch.float8_e4m3fn and ON_GPU and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("float8 needs sm_89")
     g = torch.Generator().manual_seed(H + mode)
@@ -143,13 +146,21 @@ def test_rmsnorm_quant_gives_the_bits_of_the_fused_op_with_a_zero_residual(mode,
     q, scales, y = addrmsnorm.rmsnorm_quant(x, w, quant_dtype=qdtype, return_y=True, **kw)
     fq, _, fscales, fy = addrmsnorm.fused_add_rmsnorm_quant(x, torch.zeros_like(x), w, quant_dtype=qdtype,
                                                             return_y=True, **kw)
-    assert torch.equal(bits(q), bits(fq)) and torch.equal(bits(y), bits(fy))
-    assert torch.equal(bits(scales), bits(fscales))
+    qm = configs.quant_kernel_mode("scale" in kw, kw.get("group_size", 0), validation.QUANT_DTYPE_NAMES[qdtype])
+    if configs.select_forward_config(H, 2, 2, qm) == configs.select_forward_config(H, 2, 2, qm, plain=True):
+        assert torch.equal(bits(q), bits(fq)) and torch.equal(bits(y), bits(fy))
+        assert torch.equal(bits(scales), bits(fscales))
+    else:
+        torch.testing.assert_close(y, fy, rtol=2 ** -7, atol=0)
+        torch.testing.assert_close(scales, fscales, rtol=2 ** -20, atol=0)
+        qf, fqf = q.float(), fq.float()
+        assert ((qf - fqf).abs() <= torch.maximum(torch.ones_like(fqf), fqf.abs() / 8)).all()
+        assert (qf != fqf).float().mean() < 1e-3
     # Into given outputs, with a padded row stride for q.
     qbuf = torch.zeros(5, H + 16, dtype=qdtype, device=DEVICE)
     sc = None if "scale" in kw else torch.empty_like(fscales)
     q2, s2 = addrmsnorm.rmsnorm_quant(x, w, quant_dtype=qdtype, out=qbuf[:, :H], scales_out=sc, **kw)
-    assert torch.equal(bits(q2), bits(fq)) and torch.equal(bits(s2), bits(fscales))
+    assert torch.equal(bits(q2), bits(q)) and torch.equal(bits(s2), bits(scales))
     assert not bits(qbuf[:, H:]).any(), "the padding was written"
 
 
