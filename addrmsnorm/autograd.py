@@ -68,19 +68,21 @@ def _refuse_grad(op: str, names, tensors, plain: bool = False) -> None:
 
 class NormFunction(torch.autograd.Function):
     """The functional operator's autograd, in Python: ``apply(x, residual, weight, eps, weight_offset,
-    return_rstd, numerics, pdl) -> (y, residual_out, rstd)``. Without a residual h is x, and the
-    backward takes its rows of one stride (a view of two strides, a head's rows, is copied there)."""
+    return_rstd, numerics, pdl, x_scale) -> (y, residual_out, rstd)``. Without a residual h is x, and the
+    backward takes its rows of one stride (a view of two strides, a head's rows, is copied there).
+    weight None: the weightless norm (no weight gradient). x_scale != 1: dx = x_scale * dresidual."""
 
     @staticmethod
-    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl):
+    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale=1.0):
         with _C._AutoDispatchBelowAutograd():
             # rstd always: the backward needs the forward's own, not one recomputed from rounded h.
             y, h, rstd = torch.ops.addrmsnorm.norm.default(x, residual, weight, eps, weight_offset, True, numerics,
-                                                           pdl)
+                                                           pdl, x_scale)
         ctx.set_materialize_grads(False)  # an unused output costs no zero-filled gradient
         ctx.plain = residual is None
         ctx.save_for_backward(x if ctx.plain else h, rstd, weight)
         ctx.weight_offset = weight_offset
+        ctx.x_scale = x_scale
         ctx.x_dtype = x.dtype
         if not return_rstd:
             rstd = rstd.new_empty((0,))
@@ -93,7 +95,8 @@ class NormFunction(torch.autograd.Function):
     def backward(ctx, dy, dresidual_out, _drstd):
         h, rstd, weight = ctx.saved_tensors
         need_x, need_res, need_w = ctx.needs_input_grad[:3]
-        rest = (None,) * 5
+        need_w = need_w and weight is not None
+        rest = (None,) * 6
         if ctx.plain:
             if dy is None:
                 return (None, None, None) + rest
@@ -110,7 +113,9 @@ class NormFunction(torch.autograd.Function):
             dresidual_out = dresidual_out.contiguous()
         dres, dx, dweight = torch.ops.addrmsnorm.norm_backward.default(
             dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
-        if ctx.x_dtype == h.dtype:
+        if ctx.x_scale != 1.0:  # the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
+            dx = (dres * ctx.x_scale).to(ctx.x_dtype) if need_x else None
+        elif ctx.x_dtype == h.dtype:
             dx = dres  # one tensor, handed back for both x and residual
         return (dx if need_x else None, dres if need_res else None, dweight if need_w else None) + rest
 
@@ -128,20 +133,23 @@ def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0
     return err(*(g.detach().requires_grad_() for g in grads))
 
 
-def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
-    if _C.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False,
+          x_scale=1.0):
+    if _C.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad) or
                                  (residual is not None and residual.requires_grad)):
-        return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl)
+        return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm.default.redispatch(
-            keyset & _C._after_autograd_keyset, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl)
+            keyset & _C._after_autograd_keyset, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl,
+            x_scale)
 
 
-def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
+def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
     _refuse_grad("norm_", ("x", "residual", "weight"), (x, residual, weight), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_.default.redispatch(
-            keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl)
+            keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl,
+            x_scale)
     torch.autograd.graph.increment_version((x,) if residual is None else (x, residual))
 
 
@@ -149,35 +157,37 @@ def _written(*tensors):
     return tuple(t for t in tensors if t is not None)
 
 
-def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
+               x_scale=1.0):
     _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd"),
                  (x, residual, weight, out, residual_out, rstd), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-            weight_offset, numerics, pdl)
+            weight_offset, numerics, pdl, x_scale)
     torch.autograd.graph.increment_version(_written(out, residual_out, rstd))
 
 
 def _norm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                 column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-                swizzled_scales=False):
+                swizzled_scales=False, x_scale=1.0):
     # Quantized outputs are for inference: no backward.
     _refuse_grad("norm_quant", ("x", "residual", "weight"), (x, residual, weight))
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm_quant.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size,
-            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
+            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales, x_scale)
 
 
 def _norm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
-                     scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+                     scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
+                     x_scale=1.0):
     _refuse_grad("norm_quant_into", ("x", "residual", "weight", "out", "residual_out", "scales_out", "y"),
                  (x, residual, weight, out, residual_out, scales_out, y))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_quant_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
-            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
+            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale)
     torch.autograd.graph.increment_version(_written(out, residual_out, scales_out, y))
 
 

@@ -35,7 +35,7 @@ class NormArgs(ctypes.Structure):
                 ("stride_out", ctypes.c_int64), ("stride_out_group", ctypes.c_int64), ("rstd", ctypes.c_void_p),
                 ("eps", ctypes.c_double), ("weight_offset", ctypes.c_double), ("flags", ctypes.c_uint32),
                 ("reserved", ctypes.c_uint32), ("quant", ctypes.c_void_p), ("y", ctypes.c_void_p),
-                ("stride_y", ctypes.c_int64)]
+                ("stride_y", ctypes.c_int64), ("x_scale", ctypes.c_double)]
 
 
 class NormBackwardArgs(ctypes.Structure):
@@ -66,6 +66,7 @@ def load(path: Path | str) -> ctypes.CDLL:
 
 
 FLAG_PDL = 0x2  # ADDRMSNORM_FLAG_PDL
+FLAG_X_SCALE = 0x8  # ADDRMSNORM_FLAG_X_SCALE
 NUMERICS = {"contract": 0, "hf": 1, "hf_round_once": 2}  # addrmsnorm_numerics
 
 
@@ -83,9 +84,11 @@ def _stride(t, dim=0, default=0):
 
 
 def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, eps=1e-6, weight_offset=0.0,
-              numerics=0, flags=0, weight2=None, weight2_from_group=0, quant=None, y=None) -> NormArgs:
+              numerics=0, flags=0, weight2=None, weight2_from_group=0, quant=None, y=None,
+              x_scale=None) -> NormArgs:
     """addrmsnorm_norm_args for tensors: x and out (rows, H) or (rows, groups, H) with their strides; residual,
-    residual_out and y (rows, H); quant a Quant (kept alive by the caller)."""
+    residual_out and y (rows, H); quant a Quant (kept alive by the caller). weight None: the weightless
+    norm; x_scale: sets ADDRMSNORM_FLAG_X_SCALE and the field."""
     a = NormArgs()
     a.struct_size = ctypes.sizeof(NormArgs)
     grouped = x.dim() == 3
@@ -96,7 +99,8 @@ def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, ep
     a.residual, a.stride_residual = _ptr(residual), _stride(residual)
     a.residual_dtype = DTYPE_ENUM.get(residual.dtype, 99) if residual is not None else a.x_dtype
     a.residual_out, a.stride_residual_out = _ptr(residual_out), _stride(residual_out)
-    a.weight, a.weight_dtype = _ptr(weight), DTYPE_ENUM.get(weight.dtype, 99)
+    a.weight = _ptr(weight)
+    a.weight_dtype = DTYPE_ENUM.get(weight.dtype, 99) if weight is not None else a.x_dtype
     a.weight2, a.weight2_from_group = _ptr(weight2), weight2_from_group
     a.out, a.stride_out = _ptr(out), out.stride(0)
     a.stride_out_group = out.stride(1) if out.dim() == 3 else 0
@@ -104,6 +108,9 @@ def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, ep
     a.eps, a.weight_offset, a.numerics, a.flags = eps, weight_offset, numerics, flags
     a.quant = ctypes.cast(ctypes.pointer(quant), ctypes.c_void_p) if quant is not None else None
     a.y, a.stride_y = _ptr(y), _stride(y)
+    if x_scale is not None:
+        a.flags |= FLAG_X_SCALE
+        a.x_scale = x_scale
     return a
 
 

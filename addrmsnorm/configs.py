@@ -542,6 +542,9 @@ PLAIN_TABLE = tuple(TableRule(2, *row) for row in (
 # heads ran 90.6% of the roofline at T = 8192 (32 + 8 heads of 128, bf16, in place), where two parts on
 # a second grid axis ran 60.3% (devtools/tune.py plain).
 QK_MAX_HEAD_DIM = 512
+# The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight
+# is read, every w is 1 (kernels._load_weight_any). The C runtime has it as kWeightlessDtype.
+WEIGHTLESS_DTYPE = 3
 
 
 # The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32

@@ -65,25 +65,31 @@ def plain_numerics_index(numerics) -> int:
 _Tensor = torch.Tensor
 
 
-def _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd=False):
+def _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd=False, x_scale=1.0):
     # Only what the operators cannot say clearly: their schemas turn a wrong Python type into a
     # RuntimeError. Every rule on values, dtypes, shapes and memory lives in the operators. One
     # expression for the common call (this runs on every eager call; Dynamo traces it away).
-    if (isinstance(x, _Tensor) and isinstance(residual, _Tensor) and isinstance(weight, _Tensor)
+    # weight None is the weightless norm.
+    if (isinstance(x, _Tensor) and isinstance(residual, _Tensor) and (weight is None or isinstance(weight, _Tensor))
             and type(eps) is float and type(weight_offset) is float and type(pdl) is bool
-            and type(return_rstd) is bool):
+            and type(return_rstd) is bool and type(x_scale) is float):
         return
     _type_errors({"x": x, "residual": residual, "weight": weight}, eps, weight_offset,
-                 {"pdl": pdl, "return_rstd": return_rstd})
+                 {"pdl": pdl, "return_rstd": return_rstd}, x_scale)
 
 
-def _type_errors(tensors: dict, eps, weight_offset, flags: dict) -> None:
+_OPTIONAL = ("weight", "q_weight", "k_weight")  # None: the weightless norm
+
+
+def _type_errors(tensors: dict, eps, weight_offset, flags: dict, x_scale=1.0) -> None:
     """The slow path of the type checks: raise for the first argument of the wrong Python type."""
     for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not isinstance(t, torch.Tensor) and not (t is None and name in _OPTIONAL):
+            kind = "a torch.Tensor or None" if name in _OPTIONAL else "a torch.Tensor"
+            raise TypeError(f"{name} must be {kind}, got {type(t).__name__}")
     v.check_real("eps", eps)
     v.check_real("weight_offset", weight_offset)
+    v.check_real("x_scale", x_scale)
     for name, flag in flags.items():
         if type(flag) is not bool:
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
@@ -92,7 +98,7 @@ def _type_errors(tensors: dict, eps, weight_offset, flags: dict) -> None:
 def fused_add_rmsnorm(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     weight_offset: float = 0.0,
@@ -101,15 +107,17 @@ def fused_add_rmsnorm(
     return_rstd: bool = False,
     numerics: str = "contract",
     pdl: bool = False,
+    x_scale: float = 1.0,
 ):
-    """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset)``.
+    """Fused ``h = x_scale * x + residual; y = rmsnorm(h) * (weight + weight_offset)``.
 
     Args:
         x: (..., H) activations, float16, bfloat16 or float32. The last dimension must be
             contiguous; the leading dimensions must flatten to rows with one stride (a row-strided
             view such as ``buf[:, :H]`` is fine, and is not copied).
         residual: (..., H) residual stream, x's dtype or float32 (an fp32 residual stream).
-        weight: (H,) weight, any of the three float dtypes.
+        weight: (H,) weight, any of the three float dtypes; or None, the weightless norm
+            (``y = h * rstd``; weight_offset then 0).
         eps: added to the mean square inside the square root; finite and > 0.
         weight_offset: added to the weight in fp32 (1.0 for Gemma's ``1 + w``).
         out: optional (..., H) tensor of x's dtype for y. May be ``x`` or ``residual`` itself.
@@ -124,6 +132,9 @@ def fused_add_rmsnorm(
             kernel may start while the previous kernel in the stream is still running and waits
             for it on the GPU before it touches memory, which hides the launch latency in chains
             of small calls. Off by default: see "Programmatic dependent launch" in docs/guide.md.
+        x_scale: the scaled residual add of Granite and MiniCPM, ``h = residual + x_scale * x``
+            in fp32 (1.0, the default, is the unscaled add bit for bit). With numerics="hf",
+            ``x * x_scale`` is rounded to x's dtype first, as those models scale in their dtype.
 
     Returns:
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``.
@@ -133,13 +144,13 @@ def fused_add_rmsnorm(
         ``residual_out`` given, the other one is allocated before the operator checks them).
     """
     hf = numerics == "hf" or _hf(numerics)
-    _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd)
+    _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd, x_scale)
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
-        if weight_offset == 0.0 and not (return_rstd or hf or pdl):  # the schema's defaults: fewer to parse
+        if weight_offset == 0.0 and x_scale == 1.0 and not (return_rstd or hf or pdl):  # the defaults: fewer to parse
             y, h, rstd = ops.norm(x, residual, weight, eps)
         else:
-            y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl)
+            y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, x_scale)
         return (y, h, rstd) if return_rstd else (y, h)
 
     # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
@@ -152,13 +163,13 @@ def fused_add_rmsnorm(
     if residual_out is None:
         residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl)
+    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, x_scale)
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
 def rmsnorm(
     x: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     weight_offset: float = 0.0,
@@ -179,7 +190,8 @@ def rmsnorm(
             ``qkv[:, :q_size].view(T, heads, head_dim)``, with weight ``(head_dim,)``, and their
             transpose ``(1, heads, T, head_dim)`` (HF's layout), are normalized in place or out of it
             without a copy (y has x's strides where x is permuted).
-        weight: (H,), any of the three float dtypes.
+        weight: (H,), any of the three float dtypes; or None, the weightless norm (Llama 4's L2
+            norm: ``y = x * rstd``).
         eps, weight_offset, pdl: as in ``fused_add_rmsnorm``.
         numerics: "contract", "hf" (LlamaRMSNorm's roundings, or Gemma's with weight_offset != 0;
             the weight of x's dtype) or "hf_round_once" (HF's norms that multiply by the weight in
@@ -214,7 +226,7 @@ def rmsnorm(
 
 def rmsnorm_(
     x: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     weight_offset: float = 0.0,
@@ -237,7 +249,7 @@ def rmsnorm_(
 
 
 def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
-    if (isinstance(x, _Tensor) and isinstance(weight, _Tensor) and type(eps) is float
+    if (isinstance(x, _Tensor) and (weight is None or isinstance(weight, _Tensor)) and type(eps) is float
             and type(weight_offset) is float and type(pdl) is bool and type(return_rstd) is bool):
         return
     _type_errors({"x": x, "weight": weight}, eps, weight_offset, {"pdl": pdl, "return_rstd": return_rstd})
@@ -246,24 +258,25 @@ def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
 def fused_add_rmsnorm_(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     weight_offset: float = 0.0,
     numerics: str = "contract",
     pdl: bool = False,
+    x_scale: float = 1.0,
 ):
-    """In place, vLLM/FlashInfer convention: ``residual <- x + residual``, then ``x <- y``.
+    """In place, vLLM/FlashInfer convention: ``residual <- x_scale * x + residual``, then ``x <- y``.
 
     Takes the same arguments and obeys the same rules as ``fused_add_rmsnorm``; residual must be
     x's dtype or float32. Returns ``(x, residual)``, now holding ``(y, h)``.
     """
     hf = numerics == "hf" or _hf(numerics)
-    _check_types(x, residual, weight, eps, weight_offset, pdl)
-    if weight_offset == 0.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
+    _check_types(x, residual, weight, eps, weight_offset, pdl, x_scale=x_scale)
+    if weight_offset == 0.0 and x_scale == 1.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
         ops.norm_(x, residual, weight, eps)
     else:
-        ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl)
+        ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl, x_scale)
     return x, residual
 
 
@@ -293,7 +306,7 @@ def _quant_mode_args(quant_dtype, group_size, scale_dtype=None, swizzled_scales=
 def fused_add_rmsnorm_quant(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     quant_dtype: torch.dtype,
@@ -310,8 +323,10 @@ def fused_add_rmsnorm_quant(
     pdl: bool = False,
     scale_dtype: torch.dtype | None = None,
     swizzled_scales: bool = False,
+    x_scale: float = 1.0,
 ):
-    """Fused ``h = x + residual; y = rmsnorm(h) * (weight + weight_offset); q = quant(y)``.
+    """Fused ``h = x_scale * x + residual; y = rmsnorm(h) * (weight + weight_offset); q = quant(y)``
+    (weight None: weightless; x_scale as in ``fused_add_rmsnorm``).
 
     y is the contract's fp32 value (never rounded to x's dtype before it is quantized). The mode
     follows from the arguments:
@@ -345,22 +360,23 @@ def fused_add_rmsnorm_quant(
     x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.
     """
     gs = _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
-                            ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
+                            ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales, x_scale)
     if out is None and residual_out is None and scales_out is None:
         q, h, scales, y = ops.norm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
                                          column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
-                                         swizzled_scales)
+                                         swizzled_scales, x_scale)
     else:
         q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                       ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl,
-                                      swizzled_scales)
+                                      swizzled_scales, x_scale)
     if scales is None:  # static: the caller's scale
         scales = scale
     return (q, h, scales, y) if return_y else (q, h, scales)
 
 
 def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
-                       ue8m0_scales, weight_offset, return_y, pdl, scale_dtype=None, swizzled_scales=False) -> int:
+                       ue8m0_scales, weight_offset, return_y, pdl, scale_dtype=None, swizzled_scales=False,
+                       x_scale=1.0) -> int:
     """The Python types of a quantized call's arguments (as _check_types); returns the schema's
     group_size (0 for none). One expression for the common call, which runs on every eager call."""
     gs = _quant_mode_args(quant_dtype, group_size, scale_dtype, swizzled_scales)
@@ -370,7 +386,7 @@ def _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size,
                            ("return_y", return_y), ("pdl", pdl)):
             if type(flag) is not bool:
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    _check_types(x, residual, weight, eps, weight_offset, pdl)
+    _check_types(x, residual, weight, eps, weight_offset, pdl, x_scale=x_scale)
     if not isinstance(quant_dtype, torch.dtype):
         raise TypeError(f"quant_dtype must be a torch.dtype, got {type(quant_dtype).__name__}")
     if not ((scale is None or isinstance(scale, _Tensor)) and (scale_ub is None or isinstance(scale_ub, _Tensor))):
@@ -405,21 +421,21 @@ def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out
 
 
 def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
-                weight_offset, out, residual_out, scales_out, return_y, pdl, swizzled=False):
+                weight_offset, out, residual_out, scales_out, return_y, pdl, swizzled=False, x_scale=1.0):
     """A fused quantized call with caller-given outputs: the missing ones allocated, then the operator
     that writes into them. Returns (q, h, scales, y)."""
     q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                   swizzled, residual_out=residual_out)
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
     ops.norm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                        weight_offset, pdl, swizzled)
+                        weight_offset, pdl, swizzled, x_scale)
     return q, h, scales, y
 
 
 def fused_add_rmsnorm_quant_(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     out: torch.Tensor,
@@ -434,8 +450,9 @@ def fused_add_rmsnorm_quant_(
     pdl: bool = False,
     scale_dtype: torch.dtype | None = None,
     swizzled_scales: bool = False,
+    x_scale: float = 1.0,
 ):
-    """vLLM's convention: ``residual <- x + residual``, ``out <- quant(y)``; x is left as it was.
+    """vLLM's convention: ``residual <- x_scale * x + residual``, ``out <- quant(y)``; x is left as it was.
 
     Takes the arguments of ``fused_add_rmsnorm_quant``; ``quant_dtype`` defaults to out's dtype and
     must equal it. Returns ``(out, residual, scales)``.
@@ -445,16 +462,17 @@ def fused_add_rmsnorm_quant_(
     if quant_dtype is not None and quant_dtype != out.dtype:
         raise TypeError(f"quant_dtype is {quant_dtype} but out has dtype {out.dtype}; they must agree")
     gs = _check_quant_types(x, residual, weight, eps, out.dtype, scale, group_size, scale_ub, column_major_scales,
-                            ue8m0_scales, weight_offset, False, pdl, scale_dtype, swizzled_scales)
+                            ue8m0_scales, weight_offset, False, pdl, scale_dtype, swizzled_scales, x_scale)
     q, h, scales, _ = _quant_into(x, residual, weight, eps, out.dtype, scale, gs, scale_ub, column_major_scales,
-                                  ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl, swizzled_scales)
+                                  ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl, swizzled_scales,
+                                  x_scale)
     return q, h, scale if scales is None else scales
 
 
 def qk_rmsnorm_(
     qkv: torch.Tensor,
-    q_weight: torch.Tensor,
-    k_weight: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     num_q_heads: int,
@@ -473,14 +491,12 @@ def qk_rmsnorm_(
     written: the buffer may hold v or not (a q and k buffer alone is fine), and the C ABI, which
     takes a row stride rather than a width, cannot tell the two apart either. Each head's row is normalized as ``rmsnorm`` does it, q's with
     ``q_weight`` and k's with ``k_weight`` (both ``(head_dim,)``, of one dtype): the same bits as
-    ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. No autograd
-    (in place). Returns qkv.
+    ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. Both weights
+    None is the weightless QK norm (Llama 4's L2 norm of q and k). No autograd (in place). Returns qkv.
     """
     n = plain_numerics_index(numerics)
     if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
-        for name, t in (("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight)):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        _type_errors({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset, {"pdl": pdl})
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
     if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
         v.check_head_counts(num_q_heads, num_kv_heads, head_dim)  # the slow path: raise naming the argument
@@ -490,7 +506,7 @@ def qk_rmsnorm_(
 
 def rmsnorm_quant(
     x: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     *,
     quant_dtype: torch.dtype,

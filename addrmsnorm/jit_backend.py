@@ -38,11 +38,11 @@ def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: boo
         return
     o, ro = call.out, call.residual_out
     launch_forward(
-        xr.tensor, call.residual.tensor, call.weight.tensor, o.tensor, ro.tensor, rstd,
-        n_rows=xr.n_rows, H=call.H,
+        xr.tensor, call.residual.tensor, None if call.weight is None else call.weight.tensor, o.tensor, ro.tensor,
+        rstd, n_rows=xr.n_rows, H=call.H,
         stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
         stride_out=o.row_stride, stride_residual_out=ro.row_stride,
-        eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+        eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, x_scale=call.x_scale,
     )
 
 
@@ -51,9 +51,11 @@ def _numerics(hf) -> int:
     return int(hf) if isinstance(hf, bool) else hf
 
 
-def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False):
+def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False,
+                      x_scale=1.0):
     """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for)."""
-    call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=_numerics(hf))
+    call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=_numerics(hf),
+                           x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
@@ -66,16 +68,16 @@ def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=F
     return out, residual_out, rstd
 
 
-def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False):
-    """addrmsnorm::fused_add_rmsnorm_: residual <- x + residual, x <- y."""
-    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl)
+def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False, x_scale=1.0):
+    """addrmsnorm::fused_add_rmsnorm_: residual <- x_scale * x + residual, x <- y."""
+    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl, x_scale)
 
 
 def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False,
-                           pdl=False):
+                           pdl=False, x_scale=1.0):
     """addrmsnorm::fused_add_rmsnorm_into: into caller-given outputs (which may alias inputs exactly)."""
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
-                           numerics=_numerics(hf))
+                           numerics=_numerics(hf), x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch(call, rstd, eps, weight_offset, hf, pdl)
@@ -85,7 +87,7 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
     """addrmsnorm::fused_add_rmsnorm_backward: (dresidual, dx, dweight).
 
     dx has 0 elements when dy's dtype is h's (dresidual is then the gradient of x too); dweight has
-    0 elements unless weight_grad.
+    0 elements unless weight_grad (and a weight: weight None is the weightless norm's backward).
     """
     device, rows, weight_offset = v.check_backward(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
     _check_runnable(device)
@@ -93,7 +95,9 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
     dres = torch.empty(shape, dtype=h.dtype, device=device)
     separate = dy.dtype != h.dtype
     dx = torch.empty(shape if separate else (0,), dtype=dy.dtype, device=device)
-    dweight = torch.empty(weight.shape if weight_grad else (0,), dtype=weight.dtype, device=device)
+    weight_grad = weight_grad and weight is not None
+    dweight = (torch.empty(weight.shape if weight_grad else (0,), dtype=weight.dtype, device=device)
+               if weight is not None else h.new_empty((0,)))
     n_rows = rows["dy"].n_rows
     if n_rows == 0:
         if weight_grad:
@@ -136,13 +140,13 @@ def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset,
         return
     o, ro, y = call.out, call.residual_out, call.y
     launch_quant_forward(
-        xr.tensor, call.residual.tensor, call.weight.tensor, o.tensor, ro.tensor,
+        xr.tensor, call.residual.tensor, None if call.weight is None else call.weight.tensor, o.tensor, ro.tensor,
         None if y is None else y.tensor, scale, call.scales, scale_ub,
         n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
         stride_q=o.row_stride, stride_residual_out=ro.row_stride, stride_y=0 if y is None else y.row_stride,
         stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride,
         group_size=call.group_size, ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl,
-        swizzled=call.swizzled,
+        swizzled=call.swizzled, x_scale=call.x_scale,
     )
 
 
@@ -163,12 +167,12 @@ def _new_quant_outputs(call: v.QuantCall, quant_dtype, group_size, column_major_
 
 def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                             column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
-                            pdl=False, swizzled_scales=False):
+                            pdl=False, swizzled_scales=False, x_scale=1.0):
     """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
     unless return_y)."""
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset)
+                         weight_offset=weight_offset, x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
@@ -184,12 +188,12 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
 
 def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
                                  group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False,
-                                 swizzled_scales=False):
+                                 swizzled_scales=False, x_scale=1.0):
     """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
     residual or x exactly, y may alias x exactly."""
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
-                         swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
+                         swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset, x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
@@ -253,7 +257,7 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
         n_rows=call.tokens * heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
         stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
         group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
-        weight2=k_weight, group_split=num_q_heads,
+        weight2=k_weight, group_split=num_q_heads if k_weight is not None else 0,
     )
 
 
@@ -294,7 +298,8 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
         return
     o, y = call.out, call.y
     launch_quant_forward(
-        xr.tensor, None, call.weight.tensor, o.tensor, None, None if y is None else y.tensor, scale, call.scales,
+        xr.tensor, None, None if call.weight is None else call.weight.tensor, o.tensor, None,
+        None if y is None else y.tensor, scale, call.scales,
         scale_ub, n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_q=o.row_stride,
         stride_residual_out=0, stride_y=0 if y is None else y.row_stride, stride_s_row=call.scales_row_stride,
         stride_s_group=call.scales_group_stride, group_size=call.group_size, ue8m0=ue8m0, eps=eps,
@@ -304,28 +309,35 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
 
 # ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
 
-def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
+# Without a residual, x_scale must be 1 (v.check_x_scale: the plain norm has no add to scale).
+
+def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
     """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
     asked for)."""
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl)
         return y, x.new_empty((0,)), rstd
-    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl)
+    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
 
 
-def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
-    """addrmsnorm::norm_: x <- y, and with a residual residual <- x + residual first."""
+def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+    """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first."""
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl)
-    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl)
+    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale)
 
 
-def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
+              x_scale=1.0):
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl)
-    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl)
+    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
+                                  x_scale)
 
 
 norm_backward = fused_add_rmsnorm_backward
@@ -333,22 +345,25 @@ norm_backward = fused_add_rmsnorm_backward
 
 def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-               swizzled_scales=False):
+               swizzled_scales=False, x_scale=1.0):
     """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
     static) and y (None unless return_y)."""
     args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
             return_y, pdl, swizzled_scales)
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         q, scales, y = rmsnorm_quant(x, weight, *args)
         return q, x.new_empty((0,)), scales, y
-    return fused_add_rmsnorm_quant(x, residual, weight, *args)
+    return fused_add_rmsnorm_quant(x, residual, weight, *args, x_scale)
 
 
 def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
-                    scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+                    scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
+                    x_scale=1.0):
     """addrmsnorm::norm_quant_into: into caller-given outputs."""
     args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
-    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)
+    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args, x_scale)

@@ -4,9 +4,10 @@ This file is the one kernel source of addrmsnorm. The JIT launcher (``launcher.p
 ahead-of-time C++ build both compile ``rmsnorm_fwd`` from here, with the constexpr
 specializations listed in ``configs.py``.
 
-The contract, per row of H elements:
+The contract, per row of H elements (x_scale 1 and the weight given, unless a call says otherwise:
+the scaled residual add and the weightless norm, both runtime arguments):
 
-    h            = float32(x) + float32(residual)
+    h            = float32(x) * x_scale + float32(residual)
     residual_out = cast(h, residual_out dtype)
     rstd         = 1 / sqrt(sum(h * h) / H + eps)
     y            = cast(h * rstd * (float32(weight) + weight_offset), out dtype)
@@ -102,14 +103,42 @@ def _weight_f32(w_raw, weight_dtype):
 @triton.jit
 def _load_weight_any(weight_ptr, offs, mask, weight_dtype):
     """The backward's weight: untyped bytes, read as weight_dtype says (a uniform branch per load;
-    the backward reads the weight once per program, or once per chunk after dy and h)."""
+    the backward reads the weight once per program, or once per chunk after dy and h). weight_dtype 3
+    (configs.WEIGHTLESS_DTYPE) is the weightless norm's: nothing read, every w 1."""
     if weight_dtype == 0:
         w = tl.load(weight_ptr.to(tl.pointer_type(tl.float16)) + offs, mask=mask, other=0.0).to(tl.float32)
     elif weight_dtype == 1:
         w = tl.load(weight_ptr.to(tl.pointer_type(tl.bfloat16)) + offs, mask=mask, other=0.0).to(tl.float32)
-    else:
+    elif weight_dtype == 2:
         w = tl.load(weight_ptr.to(tl.pointer_type(tl.float32)) + offs, mask=mask, other=0.0)
+    else:
+        w = tl.zeros(offs.shape, dtype=tl.float32) + 1.0
     return w
+
+
+@triton.jit
+def _load_w(weight_ptr, cols, mask, has_weight):
+    """A weight tile as loaded. has_weight 0 is the weightless norm: nothing is read and the tile is
+    zeros, to which _weight_offset adds 1 (so w is exactly 1). A predicated load, not a branch."""
+    return tl.load(weight_ptr + cols, mask=mask & (has_weight != 0), other=0)
+
+
+@triton.jit
+def _weight_offset(weight_offset, has_weight):
+    """The offset added to every loaded weight: the caller's, plus 1 for the weightless norm (whose
+    loads are all predicated off, _load_w). Validation refuses an offset without a weight."""
+    return weight_offset + (has_weight == 0).to(tl.float32)
+
+
+@triton.jit
+def _residual_add(x, r, x_scale, HF_NUMERICS: tl.constexpr):
+    """h = residual + x_scale * x in fp32 (the scaled residual of Granite and MiniCPM; x_scale 1 is the
+    plain add bit for bit, as a multiply by 1 is exact, fused into the add or not). HF's models scale
+    in their dtype first, `residual + x * multiplier`, so HF numerics round x * x_scale to x's dtype."""
+    xs = x.to(tl.float32) * x_scale
+    if HF_NUMERICS:
+        xs = xs.to(x.dtype).to(tl.float32)
+    return xs + r.to(tl.float32)
 
 
 @triton.jit
@@ -363,6 +392,8 @@ def _single_pass_rows(
     # The quantized epilogue (QUANT != 0, configs.QUANT_MODES): q in out's place, y if write_y.
     QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
     scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
+    # The weightless norm (has_weight 0) and the scaled residual add (x_scale).
+    has_weight=1, x_scale=1.0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -383,14 +414,14 @@ def _single_pass_rows(
         x_rows = rows_2d * stride_x_row
 
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
-        w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
+        w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
     # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
     x = tl.load(x_ptr + x_rows + cols_2d, mask=mask, other=0.0,
                 eviction_policy="evict_last" if EVICT_LAST else "")
     if RESIDUAL:
         r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
                     eviction_policy="evict_last" if EVICT_LAST else "")
-        h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add: the residual stream must not lose bits
+        h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add: the residual stream must not lose bits
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
         if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
@@ -401,10 +432,11 @@ def _single_pass_rows(
     rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
 
     if not WEIGHT_FIRST:
-        w_raw = tl.load(weight_ptr + cols, mask=col_mask, other=0)
-    w = (_weight_f32(w_raw, weight_dtype) + weight_offset)[None, :]
+        w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
+    w_off = _weight_offset(weight_offset, has_weight)
+    w = (_weight_f32(w_raw, weight_dtype) + w_off)[None, :]
     if SPLIT:
-        w2 = _weight_f32(tl.load(weight2_ptr + cols, mask=col_mask, other=0), weight_dtype) + weight_offset
+        w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
         w = tl.where(second[:, None], w2[None, :], w)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
     if QUANT == 0:
@@ -465,11 +497,13 @@ def _looped_row(
     GROUPED: tl.constexpr = False, group_rows=1, stride_x_group=0, stride_out_group=0,
     QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
     scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
+    has_weight=1, x_scale=1.0,
 ):
     # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
     # L2 when the rows in flight outgrow it.
     row = tl.program_id(0).to(tl.int64)
+    w_off = _weight_offset(weight_offset, has_weight)
     x_row = x_ptr + _row_offset(row, stride_x_row, group_rows, stride_x_group, GROUPED)
     residual_row = residual_ptr + row * stride_residual_row
     out_row = out_ptr + _row_offset(row, stride_out_row, group_rows, stride_out_group, GROUPED)
@@ -493,10 +527,10 @@ def _looped_row(
         else:
             h_stored = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last" if KEEP_H else "")
         if QUANT == 2:
-            w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+            w = _weight_f32(_load_w(weight_ptr, cols, mask, has_weight), weight_dtype) + w_off
         if RESIDUAL:
             _loads_before_stores()
-            h = x.to(tl.float32) + r.to(tl.float32)  # fp32 add
+            h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add
             h_stored = h.to(residual_out_ptr.dtype.element_ty)
             tl.store(residual_out_row + cols, h_stored, mask=mask, eviction_policy="evict_last" if KEEP_H else "")
             if HF_NUMERICS:
@@ -531,7 +565,7 @@ def _looped_row(
         mask = cols < H
         h = tl.load(h_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
-        w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0), weight_dtype) + weight_offset
+        w = _weight_f32(_load_w(weight_ptr, cols, mask, has_weight), weight_dtype) + w_off
         if not RESIDUAL:
             _loads_before_stores()  # in place, y overwrites the x this pass reads
         if QUANT == 0:
@@ -566,6 +600,7 @@ def _reread_row(
     eps, weight_offset, write_rstd, weight_dtype,
     BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
     group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
+    has_weight=1, x_scale=1.0,
 ):
     # One row per program, in BLOCK_H chunks, holding nothing across the reduction. Pass 1 reads x
     # and residual and only sums the squares (evict-last: pass 2 reads them again); pass 2 reads
@@ -584,7 +619,7 @@ def _reread_row(
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
         if RESIDUAL:
             r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
-            h = x.to(tl.float32) + r.to(tl.float32)
+            h = _residual_add(x, r, x_scale, HF_NUMERICS)
             if HF_NUMERICS:
                 h = h.to(residual_out_ptr.dtype.element_ty).to(tl.float32)
         else:
@@ -597,11 +632,11 @@ def _reread_row(
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
         if RESIDUAL:
             r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
-        w = _weight_f32(tl.load(weight_ptr + cols, mask=mask, other=0, eviction_policy="evict_last"),
-                        weight_dtype) + weight_offset
+        w = _weight_f32(tl.load(weight_ptr + cols, mask=mask & (has_weight != 0), other=0,
+                                eviction_policy="evict_last"), weight_dtype) + _weight_offset(weight_offset, has_weight)
         _loads_before_stores()
         if RESIDUAL:
-            h = x.to(tl.float32) + r.to(tl.float32)
+            h = _residual_add(x, r, x_scale, HF_NUMERICS)
             h_stored = h.to(residual_out_ptr.dtype.element_ty)
             tl.store(residual_out_ptr + row * stride_residual_out_row + cols, h_stored, mask=mask)
             if HF_NUMERICS:
@@ -619,7 +654,7 @@ def _reread_row(
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group", "group_split")
+                     "stride_out_group", "group_split", "has_weight")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -645,6 +680,8 @@ def rmsnorm_fwd(
     stride_out_group: tl.int64,  # GROUPED: the same for out (stride_*_row then steps between groups)
     weight2_ptr,              # SPLIT: the weight of a group's rows from group_split on (QK norm: k's); typed as weight
     group_split: tl.int32,    # SPLIT: rows of a group before it take weight, the others weight2
+    has_weight: tl.int32,     # i32: 0 for the weightless norm (no weight read: w = 1 + weight_offset, offset 0)
+    x_scale: tl.float32,      # fp32: h = residual + x_scale * x (1.0: the unscaled add, the same bits)
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -674,14 +711,15 @@ def rmsnorm_fwd(
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
-                    group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED)
+                    group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED,
+                    has_weight=has_weight, x_scale=x_scale)
     elif LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, weight_dtype, BLOCK_H, KEEP_H, RESIDUAL,
                     rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS,
                     GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
-                    stride_out_group=stride_out_group)
+                    stride_out_group=stride_out_group, has_weight=has_weight, x_scale=x_scale)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                           n_rows, H,
@@ -691,13 +729,14 @@ def rmsnorm_fwd(
                           rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS,
                           GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
                           stride_out_group=stride_out_group,
-                          SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split)
+                          SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split,
+                          has_weight=has_weight, x_scale=x_scale)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
                                "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
                                "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype", "scale_rows",
-                               "swizzled"])
+                               "swizzled", "has_weight"])
 def rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
@@ -718,6 +757,8 @@ def rmsnorm_quant_fwd(
     weight_dtype: tl.int32,   # i32: the weight's addrmsnorm_dtype
     scale_rows: tl.int32,     # QUANT 4-6: rows with scales (n_rows, or swizzled n_rows rounded up to 128)
     swizzled: tl.int32,       # QUANT 4-6: nonzero for the 128 x 4 tiled scale layout
+    has_weight: tl.int32,     # i32: 0 for the weightless norm (as rmsnorm_fwd)
+    x_scale: tl.float32,      # fp32: h = residual + x_scale * x (as rmsnorm_fwd)
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4 (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
@@ -741,7 +782,7 @@ def rmsnorm_quant_fwd(
                     QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y, scale_ptr=scale_ptr,
                     scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr, stride_s_row=stride_s_row,
                     stride_s_group=stride_s_group, group_size=group_size, has_ub=has_ub, ue8m0=ue8m0,
-                    swizzled=swizzled)
+                    swizzled=swizzled, has_weight=has_weight, x_scale=x_scale)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                           n_rows, H,
@@ -751,7 +792,7 @@ def rmsnorm_quant_fwd(
                           QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y,
                           scale_ptr=scale_ptr, scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr,
                           stride_s_row=stride_s_row, stride_s_group=stride_s_group, group_size=group_size,
-                          has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled)
+                          has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled, has_weight=has_weight, x_scale=x_scale)
     if QUANT >= 4:  # after every row's loads and stores, as rstd's store (see _single_pass_rows)
         if (swizzled != 0) & (scale_rows > n_rows) & (tl.program_id(0) == tl.num_programs(0) - 1):
             _swizzle_padding(scales_ptr, n_rows, H, QUANT)
@@ -881,7 +922,7 @@ def rmsnorm_bwd(
     stride_dy_row: tl.int64, stride_dres_out_row: tl.int64, stride_h_row: tl.int64, stride_dres_row: tl.int64, stride_dx_row: tl.int64,
     weight_offset: tl.float32,  # fp32
     has_dres_out: tl.int32,  # i32: nonzero if residual_out has a gradient (a predicated load)
-    weight_dtype: tl.int32,  # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32)
+    weight_dtype: tl.int32,  # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32), 3: none (w = 1)
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
     SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)
     ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements

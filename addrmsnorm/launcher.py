@@ -40,6 +40,14 @@ def _forward_weight(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor
     return _contiguous_1d(weight).view(torch.int16), True
 
 
+def _weightless(x: torch.Tensor, weight: torch.Tensor | None) -> tuple[int, torch.Tensor]:
+    """(has_weight, the weight to pass): the weightless norm passes x in the weight's place, typed as
+    x and never read (every weight load is predicated off, kernels._load_w), as the C runtime does."""
+    if weight is None:
+        return 0, x.as_strided((1,), (1,))  # x's first element, as a 1-D "weight" of x's dtype
+    return 1, weight
+
+
 _NO_RSTD: dict = {}
 
 
@@ -61,13 +69,13 @@ def _device_guard(device: torch.device):
 
 
 def launch_forward(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None,
     out: torch.Tensor, residual_out: torch.Tensor | None, rstd: torch.Tensor | None,
     *, n_rows: int, H: int,
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
-    weight2: torch.Tensor | None = None, group_split: int = 0,
+    weight2: torch.Tensor | None = None, group_split: int = 0, x_scale: float = 1.0,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -77,10 +85,12 @@ def launch_forward(
     ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise), the rows of a
     3-D view with two leading strides (group_rows 1: rows of one stride). ``weight2`` (SPLIT) gives
     a group's rows from ``group_split`` on their own weight (QK norm: a token's q heads, then its k
-    heads, each with theirs). ``pdl`` launches with programmatic dependent launch where the
+    heads, each with theirs). ``weight`` None is the weightless norm (x stands in for it, unread:
+    _weightless). ``x_scale`` scales x in the residual add. ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
+    has_weight, weight = _weightless(x, weight)
     plain = residual is None
     if plain:  # typed stand-ins the kernel never touches, as the AOT build has no None pointers
         residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
@@ -129,7 +139,7 @@ def launch_forward(
             n_rows, H,
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
-            group_rows, stride_x_group, stride_out_group, w2_arg, group_split,
+            group_rows, stride_x_group, stride_out_group, w2_arg, group_split, has_weight, x_scale,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
@@ -148,12 +158,12 @@ def launch_forward(
 
 
 def launch_quant_forward(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, q: torch.Tensor,
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor | None, q: torch.Tensor,
     residual_out: torch.Tensor | None, y: torch.Tensor | None, scale: torch.Tensor | None,
     scales: torch.Tensor | None, scale_ub: torch.Tensor | None,
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
-    eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False,
+    eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False, x_scale: float = 1.0,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
@@ -164,6 +174,7 @@ def launch_quant_forward(
     Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
+    has_weight, weight = _weightless(x, weight)
     plain = residual is None  # the plain norm's quantized outputs: RESIDUAL off, residual_out not written
     if plain:
         residual, residual_out, stride_residual, stride_residual_out = x, x, 0, 0
@@ -197,7 +208,7 @@ def launch_quant_forward(
             n_rows, H, stride_x, stride_residual, stride_q, stride_residual_out, stride_y,
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
-            scale_rows, int(swizzled),
+            scale_rows, int(swizzled), has_weight, x_scale,
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
@@ -294,7 +305,7 @@ def sm_count(device: torch.device) -> int:
 
 def launch_backward(
     dy: torch.Tensor, dres_out: torch.Tensor | None, h: torch.Tensor, rstd: torch.Tensor,
-    weight: torch.Tensor, dres: torch.Tensor, dx: torch.Tensor | None, dweight: torch.Tensor | None,
+    weight: torch.Tensor | None, dres: torch.Tensor, dx: torch.Tensor | None, dweight: torch.Tensor | None,
     workspace: torch.Tensor,
     *, n_rows: int, H: int, stride_dy: int, stride_dres_out: int, stride_h: int, stride_dres: int,
     stride_dx: int, weight_offset: float, n_sms: int,
@@ -302,8 +313,11 @@ def launch_backward(
     """Launch the backward over ``n_rows`` > 0 rows, then (if ``dweight``) the dweight reduction.
 
     ``workspace`` holds at least ``configs.backward_workspace_floats`` fp32 elements. dx is None
-    when x's dtype is residual's: dres is then the gradient of both.
+    when x's dtype is residual's: dres is then the gradient of both. ``weight`` None: the weightless
+    norm's backward (dweight must be None).
     """
+    weightless = weight is None
+    weight = h.as_strided((1,), (1,)) if weightless else weight  # h stands in, never read
     xs, rs = dy.element_size(), h.element_size()
     cfg = configs.select_backward_config(H, xs, rs)
     arch = _arch(dy.device)
@@ -331,7 +345,8 @@ def launch_backward(
         kernel = rmsnorm_bwd if align > 1 else rmsnorm_bwd_unaligned  # as the forward
         compiled = kernel[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
-            n_rows, H, *strides, weight_offset, int(has_dres_out), _DTYPE_CODES[weight.dtype],
+            n_rows, H, *strides, weight_offset, int(has_dres_out),
+            configs.WEIGHTLESS_DTYPE if weightless else _DTYPE_CODES[weight.dtype],
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
             num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,

@@ -2,7 +2,7 @@
 
 One operator per form; each takes an optional residual, and without one is the plain norm (h = x):
 
-    norm(x, residual?, weight, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False)
+    norm(x, residual?, weight?, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False, x_scale=1.)
         -> (y, residual_out, rstd)     functional; residual_out has 0 elements without a residual, rstd
                                        unless return_rstd
     norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False) -> ()
@@ -54,24 +54,26 @@ from .launcher import INTERPRETED
 
 NAMESPACE = "addrmsnorm"
 _QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool ue8m0_scales=False, "
-               "float weight_offset=0., bool pdl=False, bool swizzled_scales=False) -> ()")
+               "float weight_offset=0., bool pdl=False, bool swizzled_scales=False, float x_scale=1.) -> ()")
+# weight None: the weightless norm. x_scale: h = residual + x_scale * x (1: the unscaled add).
 SCHEMAS = {
-    "norm": "(Tensor x, Tensor? residual, Tensor weight, float eps, float weight_offset=0., "
-            "bool return_rstd=False, int numerics=0, bool pdl=False) -> (Tensor, Tensor, Tensor)",
-    "norm_": "(Tensor(a!) x, Tensor(b!)? residual, Tensor weight, float eps, float weight_offset=0., "
-             "int numerics=0, bool pdl=False) -> ()",
-    "norm_into": "(Tensor x, Tensor? residual, Tensor weight, Tensor(a!) out, Tensor(b!)? residual_out, "
-                 "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
-    "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor weight, "
+    "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
+            "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1.) -> (Tensor, Tensor, Tensor)",
+    "norm_": "(Tensor(a!) x, Tensor(b!)? residual, Tensor? weight, float eps, float weight_offset=0., "
+             "int numerics=0, bool pdl=False, float x_scale=1.) -> ()",
+    "norm_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
+                 "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False, "
+                 "float x_scale=1.) -> ()",
+    "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor? weight, "
                      "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
-    "norm_quant": "(Tensor x, Tensor? residual, Tensor weight, float eps, ScalarType quant_dtype, "
+    "norm_quant": "(Tensor x, Tensor? residual, Tensor? weight, float eps, ScalarType quant_dtype, "
                   "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
                   "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
-                  "bool swizzled_scales=False) -> (Tensor, Tensor, Tensor?, Tensor?)",
-    "norm_quant_into": "(Tensor x, Tensor? residual, Tensor weight, Tensor(a!) out, Tensor(b!)? residual_out, "
+                  "bool swizzled_scales=False, float x_scale=1.) -> (Tensor, Tensor, Tensor?, Tensor?)",
+    "norm_quant_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
                        "Tensor(c!)? scales_out, Tensor(d!)? y, " + _QUANT_TAIL,
-    # Per-head q and k norms of a fused QKV buffer, in place, in one launch.
-    "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor q_weight, Tensor k_weight, float eps, int num_q_heads, "
+    # Per-head q and k norms of a fused QKV buffer, in place, in one launch (both weights None: weightless).
+    "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor? q_weight, Tensor? k_weight, float eps, int num_q_heads, "
                    "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
 }
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
@@ -103,38 +105,41 @@ def _fake_residual_out(x, residual):
 
 
 def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
-                       numerics=0):
+                       numerics=0, x_scale=1.0):
     if residual is None:
+        v.check_x_scale(x_scale, residual)
         v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics)
     else:
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
-                             numerics=numerics)
+                             numerics=numerics, x_scale=x_scale)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm")
-def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
-    _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics)
+def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
+    _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale)
     rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _fake_residual_out(x, residual), rstd
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_")
-def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
-    _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics)
+def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+    _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics,
+                       x_scale=x_scale)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_into")
-def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
     v.check_residual_outputs(residual, residual_out)
-    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics)
+    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")
 def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
+      ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False, x_scale=1.0):
     shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
                                                 ue8m0=ue8m0_scales, column_major=column_major_scales,
-                                                swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
+                                                swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset,
+                                                x_scale=x_scale)
     y = x.new_empty(shape) if return_y else None
     scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales)
     return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype), _fake_residual_out(x, residual), scales, y)
@@ -142,10 +147,11 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant_into")
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-      ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+      ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0):
     v.check_residual_outputs(residual, residual_out)
     v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y,
-                       ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset)
+                       ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset,
+                       x_scale=x_scale)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_backward")
@@ -153,6 +159,8 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     v.check_backward_meta(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
+    if weight is None:  # the weightless norm: no weight gradient
+        return dres, dx, h.new_empty((0,))
     return dres, dx, weight.new_empty(weight.shape if weight_grad else (0,))
 
 

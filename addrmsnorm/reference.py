@@ -33,16 +33,25 @@ class RefResult:
 def fused_add_rmsnorm_ref(
     x: torch.Tensor,
     residual: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float = 1e-6,
     weight_offset: float = 0.0,
     *,
     compute_dtype: torch.dtype = torch.float64,
     residual_out_dtype: torch.dtype | None = None,
+    x_scale: float = 1.0,
 ) -> RefResult:
-    """Reference forward: exact fp32 add, normalization in ``compute_dtype``. Runs on any device."""
+    """Reference forward: exact fp32 add, normalization in ``compute_dtype``. Runs on any device.
+    weight None: the weightless norm (a weight of ones). x_scale: h = residual + x_scale * x, the
+    product exact and the sum rounded to fp32 once (in fp64 first: as the kernels' fused multiply-add
+    but for a double rounding of vanishing odds)."""
     residual_out_dtype = residual.dtype if residual_out_dtype is None else residual_out_dtype
-    h = x.float() + residual.float()  # the contract's fp32 add, rounded once
+    if x_scale == 1.0:
+        h = x.float() + residual.float()  # the contract's fp32 add, rounded once
+    else:
+        h = (x.double() * float(torch.tensor(x_scale, dtype=torch.float32)) + residual.double()).float()
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
     hc = h.to(compute_dtype)
     H = x.shape[-1]
     rstd = 1.0 / torch.sqrt((hc * hc).sum(dim=-1) / H + eps)
@@ -51,7 +60,7 @@ def fused_add_rmsnorm_ref(
     return RefResult(y=y, residual_out=h.to(residual_out_dtype), rstd=rstd, h=h)
 
 
-def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, weight_offset: float = 0.0, *,
+def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6, weight_offset: float = 0.0, *,
                 compute_dtype: torch.dtype = torch.float64) -> RefResult:
     """Reference plain norm: the fused contract with h = x (``fused_add_rmsnorm_ref`` with a zero
     residual, whose fp32 add is exact); residual_out is x in its own dtype."""
@@ -120,17 +129,21 @@ def quantize_ref(y: torch.Tensor, quant_dtype: torch.dtype, *, scale: torch.Tens
     return q, (s.squeeze(-1) if group_size is None else s)
 
 
-def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dresidual_out=None):
-    """Gradients (dx, dresidual, dweight) of the contract, by float64 autograd of the reference."""
+def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dresidual_out=None, x_scale=1.0):
+    """Gradients (dx, dresidual, dweight) of the contract, by float64 autograd of the reference
+    (weight None: the weightless norm, dweight None; x_scale: h = residual + x_scale * x)."""
+    weightless = weight is None
+    if weightless:
+        weight = torch.ones(x.shape[-1], dtype=torch.float64, device=x.device)
     xs, rs, ws = (t.detach().double().requires_grad_() for t in (x, residual, weight))
-    h = xs + rs
+    h = xs * x_scale + rs
     y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (ws + weight_offset)
     outs, grads = [y], [dy.double()]
     if dresidual_out is not None:
         outs.append(h)
         grads.append(dresidual_out.double())
     torch.autograd.backward(outs, grads)
-    return xs.grad, rs.grad, ws.grad
+    return xs.grad, rs.grad, None if weightless else ws.grad
 
 
 def rmsnorm_grads_ref(x, weight, eps, weight_offset, dy):

@@ -136,7 +136,7 @@ class ForwardCall:
     """A checked forward call: row views of every tensor, ready for a launch."""
 
     __slots__ = ("shape", "H", "device", "x", "residual", "weight", "out", "residual_out", "eps", "weight_offset",
-                 "hf")
+                 "hf", "x_scale")
 
     def __init__(self, shape, H, device, x, residual, weight, out, residual_out):
         self.shape, self.H, self.device = shape, H, device
@@ -161,7 +161,7 @@ class ForwardCall:
 
 
 def _check_hf_weight(hf: bool, x, weight) -> None:
-    if hf and weight.dtype != x.dtype:
+    if hf and weight is not None and weight.dtype != x.dtype:
         raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
                         f"HF's RMSNorm keeps its weight in the model dtype")
 
@@ -202,6 +202,25 @@ def check_norm_scalars(eps, weight_offset, numerics=None, *, residual=False):
     return eps, weight_offset, hf, round_once
 
 
+def check_x_scale(x_scale, residual) -> float:
+    """x_scale, the scale of x in the residual add (h = residual + x_scale * x): finite in fp32, and 1
+    (the unscaled add) without a residual. Returns it as a float."""
+    x_scale = check_scalar("x_scale", x_scale, positive=False)
+    if x_scale == 0.0:
+        raise ValueError("x_scale is 0: the add would ignore x")
+    if residual is None and x_scale != 1.0:
+        raise ValueError(f"x_scale is {x_scale!r}: it scales x in the residual add, and the plain norm (residual "
+                         f"None) has none")
+    return x_scale
+
+
+def check_weightless(weight, weight_offset, name: str = "weight") -> None:
+    """weight None is the weightless norm (y = h * rstd): then there is no weight to offset."""
+    if weight is None and weight_offset:
+        raise ValueError(f"weight_offset is {weight_offset!r} but {name} is None: the weightless norm has no "
+                         f"weight to offset")
+
+
 def check_residual_outputs(residual, residual_out) -> None:
     """The operators' pairing of residual and residual_out (both given, or neither)."""
     if residual is None and residual_out is not None:
@@ -216,7 +235,8 @@ def _map_forward(x, residual, weight, out, residual_out, rstd):
     x = check_tensor("x", x)
     if residual is not None:
         check_tensor("residual", residual)
-    check_tensor("weight", weight)
+    if weight is not None:  # None: the weightless norm
+        check_tensor("weight", weight)
     if out is not None:
         check_tensor("out", out)
     if residual_out is not None:
@@ -228,7 +248,8 @@ def _map_forward(x, residual, weight, out, residual_out, rstd):
     if residual_out is not None and residual is not None and residual_out.dtype != residual.dtype:
         raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
                         f"({residual.dtype})")
-    _check_weight(weight, H)
+    if weight is not None:
+        _check_weight(weight, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
                "rstd": rstd}
     return x.shape, H, check_devices({k: t for k, t in tensors.items() if t is not None})
@@ -248,13 +269,15 @@ def _fused_dtype_rules(x, residual, weight, hf: bool, H: int) -> None:
 
 
 def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                       weight_offset=None, numerics=None):
+                       weight_offset=None, numerics=None, x_scale=1.0):
     """The checks of a fused forward that need no memory (the fake implementations'): the mapping with
     shapes for views, then the rules that read no pointer. Returns (shape, H, device)."""
     shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd)
     check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape)
-    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
+    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
+    check_x_scale(x_scale, residual)
+    check_weightless(weight, weight_offset)
     _fused_dtype_rules(x, residual, weight, hf or nhf, H)
     return shape, H, device
 
@@ -281,7 +304,7 @@ def _view_rows(x, residual, shape, outputs: dict):
 
 
 def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                  weight_offset=None, numerics=None) -> ForwardCall:
+                  weight_offset=None, numerics=None, x_scale=1.0) -> ForwardCall:
     """Every check of a fused forward, in the two layers' order. ``out`` and ``residual_out`` may be
     None (the caller allocates them after this returns); ``rstd`` is checked only when given. eps,
     weight_offset and numerics are checked where given (call.eps, call.weight_offset, call.hf)."""
@@ -289,9 +312,13 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
     xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape)
     eps, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
+    x_scale = check_x_scale(x_scale, residual)
+    check_weightless(weight, weight_offset)
     hf = hf or nhf
     _fused_dtype_rules(x, residual, weight, hf, H)
-    inputs = {"x": xr, "residual": rr, "weight": Rows(weight, 1, H)}
+    inputs = {"x": xr, "residual": rr}
+    if weight is not None:
+        inputs["weight"] = Rows(weight, 1, H)
     for name, r in outputs.items():
         check_no_self_overlap(name, r, {"x": xr, "residual": rr})
     check_aliasing(outputs, inputs, MAY_ALIAS)
@@ -300,8 +327,8 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
         for name, r in {**inputs, **outputs}.items():
             if _overlaps(rs, r):
                 raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-    call = ForwardCall(shape, H, device, xr, rr, inputs["weight"], outputs.get("out"), outputs.get("residual_out"))
-    call.eps, call.weight_offset, call.hf = eps, weight_offset, hf
+    call = ForwardCall(shape, H, device, xr, rr, inputs.get("weight"), outputs.get("out"), outputs.get("residual_out"))
+    call.eps, call.weight_offset, call.hf, call.x_scale = eps, weight_offset, hf, x_scale
     return call
 
 
@@ -428,7 +455,8 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
     x = check_tensor("x", x)
     if residual is not None:
         check_tensor("residual", residual)
-    check_tensor("weight", weight)
+    if weight is not None:
+        check_tensor("weight", weight)
     if residual_out is not None:
         check_tensor("residual_out", residual_out)
     if y_out is not None:
@@ -441,7 +469,8 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
                         f"({residual.dtype})")
     if y_out is not None and y_out.dtype != x.dtype:
         raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
-    _check_weight(weight, H)
+    if weight is not None:
+        _check_weight(weight, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
                "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub}
     for name in ("out", "scales_out", "scale", "scale_ub"):
@@ -470,17 +499,19 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
 
 
 def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset):
+                 weight_offset, x_scale=1.0):
     """The rules of a quantized call that read no pointer, in the C runtime's order (validate_norm's,
-    then validate_quant's up to its rows)."""
+    then validate_quant's up to its rows). Returns (eps, weight_offset, x_scale)."""
     if eps is not None:
         eps = check_scalar("eps", eps, positive=True)
     if weight_offset is not None:
         weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
+    x_scale = check_x_scale(x_scale, residual)
+    check_weightless(weight, weight_offset)
     if residual is not None and residual.dtype != x.dtype:
         raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
                         f"dtype ({x.dtype})")
-    if weight.dtype != x.dtype:
+    if weight is not None and weight.dtype != x.dtype:
         raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
                         f"({x.dtype}), as a checkpoint has it")
     if x.dtype not in QUANT_ACTIVATION_DTYPES:
@@ -516,12 +547,12 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
         raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
     if mode == "static" and ue8m0:
         raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
-    return eps, weight_offset
+    return eps, weight_offset, x_scale
 
 
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
-                     column_major=False, swizzled=False, eps=None, weight_offset=None):
+                     column_major=False, swizzled=False, eps=None, weight_offset=None, x_scale=1.0):
     """The checks of a quantized forward that need no memory (the fakes'). residual None: the plain
     norm's. Into given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no
     quant_dtype. Returns (shape, H, device, mode)."""
@@ -532,7 +563,7 @@ def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0,
     if out is not None:
         check_same_shape(q_shape(shape, quant_dtype), {"out": out})
     _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset)
+                 weight_offset, x_scale)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     return shape, H, device, mode
@@ -582,7 +613,7 @@ def _span_rows(t: torch.Tensor) -> Rows:
 
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
                 residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
-                swizzled=False, eps=None, weight_offset=None) -> QuantCall:
+                swizzled=False, eps=None, weight_offset=None, x_scale=1.0) -> QuantCall:
     """Every check of a quantized forward, in the two layers' order. residual None: the plain norm's
     (no residual_out). out None: the functional form, whose q, residual_out, scales and y the caller
     allocates after this returns (set them on the call)."""
@@ -604,11 +635,13 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     if scales_out is not None and mode != "static" and not (block and swizzled):
         scales2, srs, sgs = _scales_flattened(scales_out, shape, group_size if (mode == "group" or block) and want
                                               is not None else 0)
-    eps, weight_offset = _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled,
-                                      mode, H, eps, weight_offset)
+    eps, weight_offset, x_scale = _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0,
+                                               swizzled, mode, H, eps, weight_offset, x_scale)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
-    call = QuantCall(shape, H, device, xr, rr, Rows(weight, 1, H), outputs.get("out"), outputs.get("residual_out"))
+    call = QuantCall(shape, H, device, xr, rr, None if weight is None else Rows(weight, 1, H), outputs.get("out"),
+                     outputs.get("residual_out"))
+    call.x_scale = x_scale
     call.y = outputs.get("y")
     call.group_size = group_size or 0
     call.mode = mode
@@ -621,7 +654,9 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     if not functional and mode != "static" and scales_out is None:
         raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
                          "writes the scales there")
-    inputs = {"x": xr, "residual": rr, "weight": call.weight}
+    inputs = {"x": xr, "residual": rr}
+    if call.weight is not None:
+        inputs["weight"] = call.weight
     for name, r in outputs.items():
         check_no_self_overlap(name, r, inputs)
     names = list(outputs)
@@ -748,7 +783,8 @@ def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
 def _map_backward(dy, dresidual_out, h, rstd, weight):
     dy = check_tensor("dy", dy)
     h = check_tensor("h", h)
-    weight = check_tensor("weight", weight)
+    if weight is not None:  # None: the weightless norm's backward
+        weight = check_tensor("weight", weight)
     if dresidual_out is not None:
         check_tensor("dresidual_out", dresidual_out)
     if dy.dim() == 0:
@@ -756,16 +792,19 @@ def _map_backward(dy, dresidual_out, h, rstd, weight):
     H = dy.shape[-1]
     if dresidual_out is not None and dresidual_out.dtype != h.dtype:
         raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
-    _check_weight(weight, H)
-    tensors = {"dy": dy, "h": h, "rstd": rstd, "weight": weight}
+    tensors = {"dy": dy, "h": h, "rstd": rstd}
+    if weight is not None:
+        _check_weight(weight, H)
+        tensors["weight"] = weight
     if dresidual_out is not None:
         tensors["dresidual_out"] = dresidual_out
     return H, check_devices(tensors)
 
 
-def _backward_rules(dy, h, H, weight_offset):
-    """The C runtime's first backward rules: weight_offset, the dtype pairing, H."""
+def _backward_rules(dy, h, H, weight_offset, weight):
+    """The C runtime's first backward rules: weight_offset, the weightless norm's, the dtype pairing, H."""
     weight_offset = check_scalar("weight_offset", weight_offset, positive=False) if weight_offset is not None else None
+    check_weightless(weight, weight_offset)
     if h.dtype not in (dy.dtype, torch.float32):
         raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
     if H == 0:
@@ -779,7 +818,7 @@ def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=Non
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
     _check_rstd_layout(rstd, dy.shape)
-    _backward_rules(dy, h, H, weight_offset)
+    _backward_rules(dy, h, H, weight_offset, weight)
     return device
 
 
@@ -792,7 +831,7 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
     if dresidual_out is not None:
         rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
     _check_rstd_layout(rstd, shape)
-    weight_offset = _backward_rules(dy, h, H, weight_offset)
+    weight_offset = _backward_rules(dy, h, H, weight_offset, weight)
     return device, rows, weight_offset
 
 
@@ -890,7 +929,8 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
     if out is not None and out is not x:
         check_same_shape(shape, {"out": out})
     _check_rstd_layout(rstd, shape)
-    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    check_weightless(weight, weight_offset)
     _check_hf_weight(hf or nhf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
@@ -912,6 +952,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         xr, orr = xr.as_group_of(g), orr.as_group_of(g)
     _check_rstd_layout(rstd, shape)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
+    check_weightless(weight, weight_offset)
     hf = hf or nhf
     _check_hf_weight(hf, x, weight)
     if H == 0:
@@ -923,9 +964,10 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         _rows_self_overlap("x" if out is x else "out", orr, H)
         if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
             raise ValueError("out overlaps x; out may be x exactly (in place), or apart from it")
-        w0 = weight.data_ptr()
-        if orr.n_rows and orr.start < w0 + H * weight.element_size() and w0 < orr.end:
-            raise ValueError("out overlaps weight; out must not share memory with weight")
+        if weight is not None:
+            w0 = weight.data_ptr()
+            if orr.n_rows and orr.start < w0 + H * weight.element_size() and w0 < orr.end:
+                raise ValueError("out overlaps weight; out must not share memory with weight")
         call.out = orr
     call.x = xr
     if rstd is not None and rstd.numel():
@@ -933,8 +975,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         for name, v in (("x", xr), ("out", call.out)):
             if v is not None and v.n_rows and r0 < v.end and v.start < r1:
                 raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-        w0 = weight.data_ptr()
-        if r0 < w0 + H * weight.element_size() and w0 < r1:
+        if weight is not None and r0 < weight.data_ptr() + H * weight.element_size() and weight.data_ptr() < r1:
             raise ValueError("rstd overlaps weight; it must not share memory with it")
     return call
 
@@ -951,16 +992,22 @@ class QkCall:
 def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim):
     check_head_counts(num_q_heads, num_kv_heads, head_dim)
     qkv = check_tensor("qkv", qkv)
-    q_weight = check_tensor("q_weight", q_weight)
-    k_weight = check_tensor("k_weight", k_weight)
-    if k_weight.dtype != q_weight.dtype:
-        raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's dtype ({q_weight.dtype})")
+    if (q_weight is None) != (k_weight is None):
+        given, missing = ("q_weight", "k_weight") if k_weight is None else ("k_weight", "q_weight")
+        raise ValueError(f"{missing} is None but {given} is given: the QK norm takes both weights, or neither "
+                         f"(weightless)")
+    weighted = q_weight is not None
+    if weighted:
+        q_weight = check_tensor("q_weight", q_weight)
+        k_weight = check_tensor("k_weight", k_weight)
+        if k_weight.dtype != q_weight.dtype:
+            raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's dtype ({q_weight.dtype})")
     if qkv.dim() != 2:
         raise ValueError(f"qkv has shape {tuple(qkv.shape)}; it must be 2-D, (tokens, width)")
-    if head_dim >= 1:  # else the C runtime's head_dim rule (below) names the argument the caller got wrong
+    if weighted and head_dim >= 1:  # else the C runtime's head_dim rule (below) names the argument the caller got wrong
         _check_weight(q_weight, head_dim, "q_weight")
         _check_weight(k_weight, head_dim, "k_weight")
-    device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight})
+    device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight} if weighted else {"qkv": qkv})
     width = (num_q_heads + num_kv_heads) * head_dim
     if num_q_heads >= 1 and num_kv_heads >= 1 and head_dim >= 1 and qkv.shape[1] < width:
         raise ValueError(f"qkv has width {qkv.shape[1]}, less than the q and k heads' "
@@ -975,7 +1022,7 @@ def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf):
     _check_hf_weight(hf, qkv, q_weight)
     if qkv.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"qkv has dtype {qkv.dtype}; the QK norm takes float16 or bfloat16")
-    if q_weight.dtype not in (qkv.dtype, torch.float32):
+    if q_weight is not None and q_weight.dtype not in (qkv.dtype, torch.float32):
         raise TypeError(f"q_weight has dtype {q_weight.dtype}; it must be qkv's dtype ({qkv.dtype}) or float32")
     if not 0 < head_dim <= QK_MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}], got {head_dim}; for wider rows normalize "
@@ -989,7 +1036,8 @@ def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, he
     """The checks of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
     and k's heads: the columns after them (v, or nothing) are never read or written."""
     device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
-    _, _, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    check_weightless(q_weight, weight_offset, "q_weight")
     _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf)
     return device
 
@@ -1000,6 +1048,7 @@ def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_di
     share memory with them."""
     device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
+    check_weightless(q_weight, weight_offset, "q_weight")
     hf = hf or nhf
     _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf)
     call = QkCall()
@@ -1012,7 +1061,7 @@ def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_di
     if call.tokens:
         q0 = qkv.data_ptr()
         q1 = q0 + ((call.tokens - 1) * call.stride + width) * qkv.element_size()
-        for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
+        for name, w in (("q_weight", q_weight), ("k_weight", k_weight)) if q_weight is not None else ():
             w0 = w.data_ptr()
             if q0 < w0 + head_dim * w.element_size() and w0 < q1:
                 raise ValueError(f"{name} overlaps qkv; qkv is written in place and must not share memory with "

@@ -50,7 +50,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
     addrmsnorm_status st = validate_norm_backward(args, &c);
     if (st != ADDRMSNORM_SUCCESS) return st;
     // The internal form: the plain norm's dx is dresidual (x_dtype == residual_dtype), dx NULL.
-    const void *dy = c.dy, *dresidual_out = c.dresidual_out, *h = c.h, *weight = c.weight;
+    // The weightless norm: h in the weight's place, never read (has_weight 0).
+    const bool weightless = c.weight == nullptr;
+    const void *dy = c.dy, *dresidual_out = c.dresidual_out, *h = c.h, *weight = weightless ? c.h : c.weight;
     const float* rstd = c.rstd;
     void *dresidual = const_cast<void*>(c.dresidual), *dx = const_cast<void*>(c.dx),
          *dweight = const_cast<void*>(c.dweight), *workspace = const_cast<void*>(c.workspace);
@@ -118,7 +120,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         p.stride_dx_row = stride_dx;
         p.weight_offset = weight_offset;
         p.has_dres_out = has_dro ? 1 : 0;
-        p.weight_dtype = static_cast<int32_t>(weight_dtype);
+        p.weight_dtype = weightless ? kWeightlessDtype : static_cast<int32_t>(weight_dtype);
         st = launch_with(*d, k, static_cast<unsigned>(programs), p, stream, false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }

@@ -19,7 +19,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignme
 
 // The fused forward's launch (validated).
 addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
-    const void *x = c.x, *residual = c.residual, *weight = c.weight, *out = c.out, *residual_out = c.residual_out;
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    // The weightless norm: x in the weight's place, typed as x and never read (has_weight 0).
+    const void *x = c.x, *residual = c.residual, *weight = weightless ? c.x : c.weight, *out = c.out,
+               *residual_out = c.residual_out;
     const float* rstd = c.rstd;
     const int64_t rows = c.rows, hidden = c.hidden;
     int64_t stride_x = c.stride_x, stride_residual = c.stride_residual, stride_out = c.stride_out,
@@ -75,6 +78,8 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     p.stride_out_group = 0;
     p.weight2_ptr = devptr(weight);  // one weight (SPLIT is compiled out)
     p.group_split = 1;
+    p.has_weight = weightless ? 0 : 1;
+    p.x_scale = c.x_scale;
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -137,7 +142,8 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     QuantForwardParams p;
     p.x_ptr = devptr(c.x);
     p.residual_ptr = devptr(residual);
-    p.weight_ptr = devptr(c.weight);
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    p.weight_ptr = devptr(weightless ? c.x : c.weight);  // weightless: x stands in, never read
     p.q_ptr = devptr(c.q);
     p.residual_out_ptr = devptr(residual_out);
     p.y_ptr = devptr(c.y != nullptr ? c.y : c.x);
@@ -167,6 +173,8 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
     p.scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
     p.swizzled = swizzled ? 1 : 0;
+    p.has_weight = weightless ? 0 : 1;
+    p.x_scale = c.x_scale;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -190,6 +198,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     if (d == nullptr) return st;
     if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
     if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = 0;
+    const bool weightless = (flags & kFlagNoWeight) != 0;
+    if (weightless) weight = x, weight2 = nullptr;  // x stands in, never read; no second weight to split on
     const bool qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
     int config = -1;
@@ -225,6 +235,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.stride_out_group = stride_out_head;
     p.weight2_ptr = devptr(w2);
     p.group_split = qk ? split : static_cast<int32_t>(heads);
+    p.has_weight = weightless ? 0 : 1;
+    p.x_scale = 1.0f;  // no residual add
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

@@ -125,6 +125,7 @@ inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bo
 }
 
 extern const short kQkIndex[];  // the QK norm (SPLIT), indexed as kPlainIndex
+extern const int kWeightlessDtype;  // configs.WEIGHTLESS_DTYPE: the backward's weight_dtype with no weight
 extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the QK norm is built for
 
 inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {

@@ -1,6 +1,7 @@
 #include "validate.h"
 
 #include <cmath>
+#include <cstddef>
 #include <charconv>
 #include <cstring>
 #include <string>
@@ -158,7 +159,9 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
                             {"out", c.out, c.stride_out, xs},
                             {"residual_out", c.residual_out, c.stride_residual_out, rs},
                             {"weight", c.weight, 0, ws}};
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
     for (const Named& v : views) {
+        if (v.p == nullptr && &v == &views[4] && weightless) continue;
         if (v.p == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
         if (reinterpret_cast<uintptr_t>(v.p) % v.elem != 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to its %d-byte elements", v.name,
@@ -171,7 +174,7 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         const Named& v = views[i];
         const bool is_weight = i == 4;
         int64_t stride = is_weight ? c.hidden : v.stride;
-        const int64_t rows = is_weight ? 1 : c.rows;
+        const int64_t rows = is_weight ? (weightless ? 0 : 1) : c.rows;  // no weight: an empty span
         if (!is_weight && c.rows > 1 && stride < 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name,
                         (long long)stride);
@@ -263,14 +266,15 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
     if (c.rstd == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is NULL");
     if (reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
-    if (c.weight == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is NULL");
-    if (reinterpret_cast<uintptr_t>(c.weight) % ws != 0)
+    const bool weightless = c.weight == nullptr;
+    if (!weightless && reinterpret_cast<uintptr_t>(c.weight) % ws != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is not aligned to its %d-byte elements", ws);
     if (c.workspace == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is NULL");
     if (reinterpret_cast<uintptr_t>(c.workspace) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is not aligned to 4 bytes");
     r[n++] = Rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4 * c.rows, 4 * c.rows, 1, 4, c.rows};
-    r[n++] = Rows{"weight", reinterpret_cast<uintptr_t>(c.weight), c.hidden * ws, c.hidden * ws, 1, ws, c.hidden};
+    r[n++] = Rows{"weight", reinterpret_cast<uintptr_t>(c.weight), c.hidden * ws, c.hidden * ws, weightless ? 0 : 1, ws,
+                  c.hidden};
     const int64_t ws_len = static_cast<int64_t>(c.workspace_bytes);
     r[n++] = Rows{"workspace", reinterpret_cast<uintptr_t>(c.workspace), ws_len, ws_len, 1, 1, ws_len};
     if (c.dweight != nullptr)
@@ -401,7 +405,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         const Named& v = views[i];
         const bool is_weight = i == 2;
         if (v.p == nullptr) {
-            if (i == 5 || (i == 4 && c.plain)) {
+            if (i == 5 || (i == 4 && c.plain) || (is_weight && (c.flags & kFlagNoWeight))) {
                 r[i] = Rows{v.name, 0, 0, 0, 0, v.elem, 0};  // no y (or the plain norm's residual_out): empty
                 continue;
             }
@@ -566,7 +570,9 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
     const int xs = dtype_size(c.x_dtype), ws = dtype_size(c.weight_dtype);
     if (addrmsnorm_status st = check_pointer("x", c.x, xs); st != ADDRMSNORM_SUCCESS) return st;
-    if (addrmsnorm_status st = check_pointer("weight", c.weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    if (!weightless)
+        if (addrmsnorm_status st = check_pointer("weight", c.weight, ws); st != ADDRMSNORM_SUCCESS) return st;
     if (addrmsnorm_status st = check_pointer("out", c.out, xs); st != ADDRMSNORM_SUCCESS) return st;
     if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
@@ -587,7 +593,8 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     const uintptr_t x1 = x.end(c.hidden), o1 = out.end(c.hidden);
     if (!in_place && spans_meet(out.ptr, o1, x.ptr, x1))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps x; out may be x exactly (in place), or apart from it");
-    const uintptr_t w0 = reinterpret_cast<uintptr_t>(c.weight), w1 = w0 + static_cast<uintptr_t>(c.hidden * ws);
+    const uintptr_t w0 = reinterpret_cast<uintptr_t>(c.weight),
+                    w1 = w0 + (weightless ? 0 : static_cast<uintptr_t>(c.hidden * ws));  // no weight: an empty span
     if (spans_meet(out.ptr, o1, w0, w1))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps weight; out must not share memory with weight");
     if (c.rstd != nullptr) {
@@ -629,8 +636,11 @@ addrmsnorm_status validate_qk(const QkCall& c) {
     if (c.tokens == 0) return ADDRMSNORM_SUCCESS;
     const int xs = dtype_size(c.dtype), ws = dtype_size(c.weight_dtype);
     if (addrmsnorm_status st = check_pointer("qkv", c.qkv, xs); st != ADDRMSNORM_SUCCESS) return st;
-    if (addrmsnorm_status st = check_pointer("q_weight", c.q_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
-    if (addrmsnorm_status st = check_pointer("k_weight", c.k_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    if (!weightless) {
+        if (addrmsnorm_status st = check_pointer("q_weight", c.q_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_pointer("k_weight", c.k_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+    }
     const int64_t width = (c.num_q_heads + c.num_kv_heads) * c.head_dim;
     if (c.tokens > 1 && (c.stride_qkv < width || c.stride_qkv > INT64_MAX / 8))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
@@ -641,7 +651,7 @@ addrmsnorm_status validate_qk(const QkCall& c) {
     const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.tokens - 1) * (c.tokens > 1 ? c.stride_qkv : 0) + width) * xs);
     const void* weights[2] = {c.q_weight, c.k_weight};
     const char* names[2] = {"q_weight", "k_weight"};
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < (weightless ? 0 : 2); ++i) {
         const uintptr_t w0 = reinterpret_cast<uintptr_t>(weights[i]), w1 = w0 + static_cast<uintptr_t>(c.head_dim * ws);
         if (spans_meet(q0, q1, w0, w1))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps qkv; qkv is written in place and must not "
@@ -662,11 +672,11 @@ namespace {
 // The caller's struct, of struct_size bytes: at least this library's (every field it knows), and
 // where larger (a caller built against a newer header), zero in every byte this library does not know.
 template <typename T>
-addrmsnorm_status read_struct(const T* in, T* out, const char* type) {
+addrmsnorm_status read_struct(const T* in, T* out, const char* type, uint64_t min_size = sizeof(T)) {
     if (in == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "args is NULL");
     constexpr uint64_t kMaxSize = 4096;
     const uint64_t size = in->struct_size;
-    if (size < sizeof(T) || size > kMaxSize)
+    if (size < min_size || size > kMaxSize)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "args->struct_size is %llu, not the size of a %s (%zu bytes in this library): start from "
                     "%s_init()", (unsigned long long)size, type, sizeof(T), type);
@@ -676,7 +686,8 @@ addrmsnorm_status read_struct(const T* in, T* out, const char* type) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "args sets a field past the %zu bytes of this library's %s: the caller was built against a "
                         "newer addrmsnorm.h", sizeof(T), type);
-    std::memcpy(out, in, sizeof(T));
+    std::memset(out, 0, sizeof(T));  // the fields an older caller's struct ends before are zero
+    std::memcpy(out, in, size < sizeof(T) ? size : sizeof(T));
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -709,13 +720,39 @@ addrmsnorm_status check_scalar(const char* name, double v, bool positive) {
 }  // namespace
 
 addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* n) {
-    if (addrmsnorm_status st = read_struct(args, &n->a, "addrmsnorm_norm_args"); st != ADDRMSNORM_SUCCESS) return st;
-    const addrmsnorm_norm_args& a = n->a;
+    // x_scale is the one field added since the first struct: a struct that ends before it is a 0.1 caller's.
+    if (addrmsnorm_status st = read_struct(args, &n->a, "addrmsnorm_norm_args", offsetof(addrmsnorm_norm_args, x_scale));
+        st != ADDRMSNORM_SUCCESS)
+        return st;
+    addrmsnorm_norm_args& a = n->a;
     if (addrmsnorm_status st = check_scalar("eps", a.eps, true); st != ADDRMSNORM_SUCCESS) return st;
     if (addrmsnorm_status st = check_scalar("weight_offset", a.weight_offset, false); st != ADDRMSNORM_SUCCESS)
         return st;
-    ADDRMSNORM_REFUSE_IF(a.flags & ~ADDRMSNORM_FLAG_PDL, "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_PDL)",
-                         a.flags & ~ADDRMSNORM_FLAG_PDL);
+    constexpr uint32_t kPublicFlags = ADDRMSNORM_FLAG_PDL | ADDRMSNORM_FLAG_X_SCALE;
+    ADDRMSNORM_REFUSE_IF(a.flags & ~kPublicFlags,
+                         "flags has unknown bits 0x%x (defined: ADDRMSNORM_FLAG_PDL, ADDRMSNORM_FLAG_X_SCALE)",
+                         a.flags & ~kPublicFlags);
+    const bool scaled = (a.flags & ADDRMSNORM_FLAG_X_SCALE) != 0;
+    if (scaled) {
+        if (addrmsnorm_status st = check_scalar("x_scale", a.x_scale, false); st != ADDRMSNORM_SUCCESS) return st;
+        ADDRMSNORM_REFUSE_IF(a.x_scale == 0.0, "x_scale is 0 with ADDRMSNORM_FLAG_X_SCALE: the add would ignore x");
+        ADDRMSNORM_REFUSE_IF(a.residual == nullptr,
+                             "x_scale scales x in the residual add (ADDRMSNORM_FLAG_X_SCALE); the plain norm (residual "
+                             "NULL) has none");
+    } else {
+        ADDRMSNORM_REFUSE_IF(a.x_scale != 0.0, "x_scale is %s but ADDRMSNORM_FLAG_X_SCALE is not set",
+                             shortest(a.x_scale).c_str());
+    }
+    // The weightless norm: weight NULL. Its kernels read x's dtype in the weight's place (nothing is read).
+    const bool weightless = a.weight == nullptr;
+    if (weightless) {
+        ADDRMSNORM_REFUSE_IF(a.weight2 != nullptr,
+                             "weight is NULL but weight2 is given: the QK norm takes both weights, or neither (weightless)");
+        ADDRMSNORM_REFUSE_IF(a.weight_offset != 0.0,
+                             "weight_offset is %s but weight is NULL: the weightless norm has no weight to offset",
+                             shortest(a.weight_offset).c_str());
+        a.weight_dtype = a.x_dtype;
+    }
     ADDRMSNORM_REFUSE_IF(a.reserved != 0, "reserved must be 0, got %u", a.reserved);
     ADDRMSNORM_REFUSE_IF(a.numerics < ADDRMSNORM_NUMERICS_CONTRACT || a.numerics > ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
                          "numerics %d is not an addrmsnorm_numerics (ADDRMSNORM_NUMERICS_CONTRACT, _HF or "
@@ -723,18 +760,22 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     ADDRMSNORM_REFUSE_IF(a.groups < 0, "groups must be >= 0, got %lld", (long long)a.groups);
     const uint32_t flags = (a.flags & ADDRMSNORM_FLAG_PDL) |
                            (a.numerics != ADDRMSNORM_NUMERICS_CONTRACT ? kFlagHf : 0u) |
-                           (a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE ? kFlagRoundOnce : 0u);
+                           (a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE ? kFlagRoundOnce : 0u) |
+                           (weightless ? kFlagNoWeight : 0u);
+    const float x_scale = scaled ? static_cast<float>(a.x_scale) : 1.0f;
     const float eps = static_cast<float>(a.eps), offset = static_cast<float>(a.weight_offset);
     const int64_t groups = a.groups > 1 ? a.groups : 1;
     ADDRMSNORM_REFUSE_IF(a.y != nullptr && a.quant == nullptr,
                          "y is the quantized calls' second output; with quant NULL it must be NULL");
     ADDRMSNORM_REFUSE_IF(a.residual == nullptr && a.residual_out != nullptr,
                          "residual_out is given but residual is NULL (the plain norm writes no residual)");
-    ADDRMSNORM_REFUSE_IF(a.weight2 == nullptr && a.weight2_from_group != 0,
+    ADDRMSNORM_REFUSE_IF(!weightless && a.weight2 == nullptr && a.weight2_from_group != 0,
                          "weight2_from_group is %lld but weight2 is NULL", (long long)a.weight2_from_group);
+    // The QK norm: weight2 given, or (weightless) its split alone.
+    const bool qk = a.weight2 != nullptr || (weightless && a.weight2_from_group != 0);
     if (a.quant != nullptr) {
         n->kind = NormCallArgs::kQuant;
-        ADDRMSNORM_REFUSE_IF(a.weight2 != nullptr, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
+        ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
                              (long long)a.groups);
         ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
@@ -751,10 +792,11 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         const bool plain = a.residual == nullptr;
         n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,
                              a.stride_x, plain ? a.stride_x : a.stride_residual, a.stride_out,
-                             a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain};
+                             a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain,
+                             x_scale};
         return validate_quant(n->quant);
     }
-    if (a.weight2 != nullptr) {
+    if (qk) {
         n->kind = NormCallArgs::kQk;
         ADDRMSNORM_REFUSE_IF(a.residual != nullptr, "weight2 is the QK norm's k weight; the QK norm takes no residual");
         ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with weight2: the QK norm writes no rstd");
@@ -777,7 +819,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                              "residual, ADDRMSNORM_NUMERICS_HF");
         n->fused = ForwardCall{a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
                                a.stride_x, a.stride_residual, a.stride_out, a.stride_residual_out, a.x_dtype,
-                               a.residual_dtype, a.weight_dtype, eps, offset, flags};
+                               a.residual_dtype, a.weight_dtype, eps, offset, flags, x_scale};
         return validate_forward(n->fused);
     }
     n->kind = NormCallArgs::kPlain;
@@ -796,6 +838,14 @@ addrmsnorm_status read_norm_backward(const addrmsnorm_norm_backward_args* args, 
 addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* args, BackwardCall* c) {
     addrmsnorm_norm_backward_args a;
     if (addrmsnorm_status st = read_norm_backward(args, &a); st != ADDRMSNORM_SUCCESS) return st;
+    if (a.weight == nullptr) {  // the weightless norm's backward: g = dy, no weight gradient
+        ADDRMSNORM_REFUSE_IF(a.dweight != nullptr,
+                             "dweight is given but weight is NULL: the weightless norm has no weight gradient");
+        ADDRMSNORM_REFUSE_IF(a.weight_offset != 0.0,
+                             "weight_offset is %s but weight is NULL: the weightless norm has no weight to offset",
+                             shortest(a.weight_offset).c_str());
+        a.weight_dtype = a.residual_dtype;  // read in the weight's place by no load
+    }
     // The plain norm's: no dresidual, the gradient of x in dx (h is x).
     const bool plain = a.dresidual == nullptr && a.dx != nullptr && a.x_dtype == a.residual_dtype;
     ADDRMSNORM_REFUSE_IF(plain && a.dresidual_out != nullptr,

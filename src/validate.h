@@ -12,7 +12,10 @@ namespace detail {
 // The internal flags of a checked call: the numerics as the kernels choose them, and PDL.
 constexpr uint32_t kFlagHf = 0x1u;          // ADDRMSNORM_NUMERICS_HF or _HF_ROUND_ONCE
 constexpr uint32_t kFlagRoundOnce = 0x4u;   // ADDRMSNORM_NUMERICS_HF_ROUND_ONCE
-static_assert((ADDRMSNORM_FLAG_PDL & (kFlagHf | kFlagRoundOnce)) == 0, "the internal flags are distinct");
+constexpr uint32_t kFlagNoWeight = 0x10u;   // weight NULL: the weightless norm (weight_dtype is x_dtype)
+static_assert((ADDRMSNORM_FLAG_PDL & (kFlagHf | kFlagRoundOnce | kFlagNoWeight)) == 0 &&
+                  (ADDRMSNORM_FLAG_X_SCALE & (kFlagHf | kFlagRoundOnce | kFlagNoWeight)) == 0,
+              "the internal flags are distinct from the public ones");
 
 struct ForwardCall {
     const void* x;
@@ -26,6 +29,7 @@ struct ForwardCall {
     addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
     float eps, weight_offset;
     uint32_t flags;
+    float x_scale = 1.0f;       // h = residual + x_scale * x
 };
 
 struct BackwardCall {
@@ -61,6 +65,7 @@ struct QuantCall {
     const addrmsnorm_quant* quant;
     uint32_t flags;
     bool plain = false;         // addrmsnorm_rmsnorm_quant: residual is x, no residual_out (NULL)
+    float x_scale = 1.0f;       // h = residual + x_scale * x
 };
 
 // addrmsnorm_rmsnorm's views: [rows, heads, hidden] with two leading strides each.

@@ -84,19 +84,20 @@ def _assert_same_argument(lib, verdict: str, fields: dict, context: str) -> None
         f"Python names {_argument(py, fields)!r} ({py}); C names {_argument(c, fields)!r} ({c}): {context}")
 
 
-def _python_verdict(x, r, w, out, rout, eps, weight_offset):
+def _python_verdict(x, r, w, out, rout, eps, weight_offset, x_scale=None):
     try:  # the checks of the JIT backend, without a launch
-        validation.check_forward(x, r, w, out, rout, eps=eps, weight_offset=weight_offset)
+        validation.check_forward(x, r, w, out, rout, eps=eps, weight_offset=weight_offset,
+                                 x_scale=1.0 if x_scale is None else x_scale)
         return "ok"
     except (TypeError, ValueError) as e:
         _LAST_PYTHON[0] = str(e)
         return "type" if isinstance(e, TypeError) else "value"
 
 
-def _c_verdict(lib, x, r, w, out, rout, eps, weight_offset):
+def _c_verdict(lib, x, r, w, out, rout, eps, weight_offset, x_scale=None):
     N, H = x.shape
     st = c_library.check(lib, c_library.norm_args(x, w, out, residual=r, residual_out=rout, eps=eps,
-                                                  weight_offset=weight_offset))
+                                                  weight_offset=weight_offset, x_scale=x_scale))
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
@@ -112,7 +113,9 @@ def test_random_calls_get_the_same_verdict():
         rd = rng.choice([xd, xd, torch.float32, rng.choice(DTYPES)])
         wd = rng.choice(DTYPES)
         x, r = view(xd, N, H), view(rd, N, H)
-        w = view(wd, 1, H)[0]
+        w = view(wd, 1, H)[0] if rng.random() < 0.85 else None  # None: the weightless norm
+        # x_scale: absent (no flag), or a drawn value with ADDRMSNORM_FLAG_X_SCALE (0 and 1 included).
+        x_scale = None if rng.random() < 0.7 else rng.choice([1.0, 0.22, 0.0, _scalar(rng)])
         # The C ABI has no dtype of its own for out and residual_out (they are x's and residual's),
         # so only calls it can express are drawn: out of x's dtype, residual_out of residual's,
         # aliasing x or residual where the dtypes allow it.
@@ -120,10 +123,11 @@ def test_random_calls_get_the_same_verdict():
         rout = r if rng.random() < 0.2 else (x if rng.random() < 0.1 and rd == xd else view(rd, N, H))
         eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.6 else _scalar(rng)
         weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.7 else _scalar(rng)
-        py = _python_verdict(x, r, w, out, rout, eps, weight_offset)
-        c = _c_verdict(lib, x, r, w, out, rout, eps, weight_offset)
+        py = _python_verdict(x, r, w, out, rout, eps, weight_offset, x_scale)
+        c = _c_verdict(lib, x, r, w, out, rout, eps, weight_offset, x_scale)
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} "
-                         f"x={xd} r={rd} w={wd} out={out.dtype} rout={rout.dtype} eps={eps} weight_offset={weight_offset} "
+                         f"x={xd} r={rd} w={wd if w is not None else None} out={out.dtype} rout={rout.dtype} "
+                         f"eps={eps} weight_offset={weight_offset} x_scale={x_scale} "
                          f"strides x{x.stride(0)} r{r.stride(0)} o{out.stride(0)} ro{rout.stride(0)}")
         _assert_same_argument(lib, py, _FORWARD_FIELDS, f"N={N} H={H} x={xd} r={rd} w={wd}")
         seen[py] += 1

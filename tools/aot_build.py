@@ -756,6 +756,7 @@ addrmsnorm_cubin_blob:
                     + s.numerics] = si
     lines += _short_array("kQkIndex", "the QK norm's: [config][x][weight slot][align_class][numerics]", qkdense)
     lines.append(f"const int kQkMaxHeadDim = {configs.QK_MAX_HEAD_DIM};")
+    lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d

@@ -38,20 +38,21 @@ namespace {
 using at::Tensor;
 
 using OptTensor = std::optional<Tensor>;
-using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, double, double, bool,
-                                                  int64_t, bool);
+using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const OptTensor&, double, double,
+                                                  bool, int64_t, bool, double);
 using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
-                                                      const Tensor&, double, bool);
-using InPlaceFn = void(const Tensor&, const OptTensor&, const Tensor&, double, double, int64_t, bool);
-using IntoFn = void(const Tensor&, const OptTensor&, const Tensor&, const Tensor&, const OptTensor&, const OptTensor&,
-                    double, double, int64_t, bool);
-using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const Tensor&, double,
-                                                                 c10::ScalarType, const OptTensor&, int64_t,
-                                                                 const OptTensor&, bool, bool, double, bool, bool, bool);
-using QuantIntoFn = void(const Tensor&, const OptTensor&, const Tensor&, const Tensor&, const OptTensor&,
+                                                      const OptTensor&, double, bool);
+using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double);
+using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
+                    const OptTensor&, double, double, int64_t, bool, double);
+using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const OptTensor&,
+                                                                 double, c10::ScalarType, const OptTensor&, int64_t,
+                                                                 const OptTensor&, bool, bool, double, bool, bool, bool,
+                                                                 double);
+using QuantIntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
                          const OptTensor&, const OptTensor&, double, const OptTensor&, int64_t, const OptTensor&, bool,
-                         double, bool, bool);
-using QkFn = void(const Tensor&, const Tensor&, const Tensor&, double, int64_t, int64_t, int64_t, double, int64_t,
+                         double, bool, bool, double);
+using QkFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, int64_t, int64_t, int64_t, double, int64_t,
                   bool);
 
 // The operators' names: each is the key of its own handle below.
@@ -132,7 +133,9 @@ auto make_node(Args&&... args) {
 // of y with respect to (x, -, weight), h being x.
 struct NormBackward final : public ag::Node {
     ag::SavedVariable h, rstd, weight;  // the fused norm's h is this node's output: saved without a cycle
+    bool has_weight = true;             // false: the weightless norm (no weight, no weight gradient)
     double weight_offset = 0.0;
+    double x_scale = 1.0;               // h = residual + x_scale * x: dx = x_scale * dh
     c10::ScalarType x_dtype = c10::kFloat;
     bool plain = false;
 
@@ -148,7 +151,8 @@ struct NormBackward final : public ag::Node {
         const bool need_x = should_compute_output(0), need_res = should_compute_output(1),
                    need_w = should_compute_output(2);
         if (!need_x && !need_res && !need_w) return {Tensor(), Tensor(), Tensor()};
-        const Tensor h_ = plain ? h.unpack() : h.unpack(getptr()), rstd_ = rstd.unpack(), weight_ = weight.unpack();
+        const Tensor h_ = plain ? h.unpack() : h.unpack(getptr()), rstd_ = rstd.unpack();
+        const OptTensor weight_ = has_weight ? OptTensor(weight.unpack()) : std::nullopt;
         Tensor dy = grads[0];
         if (plain) {
             if (!dy.defined()) return {Tensor(), Tensor(), Tensor()};
@@ -156,7 +160,7 @@ struct NormBackward final : public ag::Node {
             const int64_t H = h_.size(-1);
             auto [dres, dx, dweight] = backward_op().call(dy.reshape({-1, H}).contiguous(), std::nullopt,
                                                           h_.reshape({-1, H}), rstd_.reshape({-1}), weight_,
-                                                          weight_offset, need_w);
+                                                          weight_offset, need_w && has_weight);
             return {need_x ? dres.view(h_.sizes()) : Tensor(), Tensor(), need_w ? dweight : Tensor()};
         }
         if (!dy.defined())
@@ -165,8 +169,12 @@ struct NormBackward final : public ag::Node {
             dy = dy.contiguous();  // e.g. the expanded gradient of a sum()
         OptTensor dresidual_out;  // absent when residual_out is unused: nothing to add
         if (grads[1].defined()) dresidual_out = grads[1].is_contiguous() ? grads[1] : grads[1].contiguous();
-        auto [dres, dx, dweight] = backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w);
-        if (x_dtype == h_.scalar_type()) dx = dres;  // one tensor, handed back for both x and residual
+        auto [dres, dx, dweight] =
+            backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w && has_weight);
+        if (x_scale != 1.0)  // the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
+            dx = need_x ? at::mul(dres, x_scale).to(x_dtype) : Tensor();
+        else if (x_dtype == h_.scalar_type())
+            dx = dres;  // one tensor, handed back for both x and residual
         return {need_x ? dx : Tensor(), need_res ? dres : Tensor(), need_w ? dweight : Tensor()};
     }
 };
@@ -175,7 +183,7 @@ struct NormBackward final : public ag::Node {
 // they get an Error node, as torch.autograd.function.once_differentiable does.
 std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
     c10::DispatchKeySet ks, const Tensor& dy, const OptTensor& dresidual_out, const Tensor& h,
-    const Tensor& rstd, const Tensor& weight, double weight_offset, bool weight_grad) {
+    const Tensor& rstd, const OptTensor& weight, double weight_offset, bool weight_grad) {
     Tensor dres, dx, dweight;
     {
         at::AutoDispatchBelowADInplaceOrView below;
@@ -184,7 +192,7 @@ std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
     }
     const bool graph = c10::GradMode::is_enabled() &&
                        (dy.requires_grad() || (dresidual_out.has_value() && dresidual_out->requires_grad()) ||
-                        h.requires_grad() || rstd.requires_grad() || weight.requires_grad());
+                        h.requires_grad() || rstd.requires_grad() || or_none(weight).requires_grad());
     if (graph) {
         const NodePtr fn(make_node<ag::Error>(std::string(kNoDoubleBackward)));
         for (Tensor* t : {&dres, &dx, &dweight})
@@ -194,32 +202,34 @@ std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
 }
 
 std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
-                                                 const Tensor& weight, double eps, double weight_offset,
-                                                 bool return_rstd, int64_t numerics, bool pdl) {
+                                                 const OptTensor& weight, double eps, double weight_offset,
+                                                 bool return_rstd, int64_t numerics, bool pdl, double x_scale) {
     const bool plain = !residual.has_value();
     const bool grad = c10::GradMode::is_enabled() &&
-                      (x.requires_grad() || weight.requires_grad() || (!plain && residual->requires_grad()));
+                      (x.requires_grad() || or_none(weight).requires_grad() || (!plain && residual->requires_grad()));
     if (!grad) {
         at::AutoDispatchBelowADInplaceOrView below;
         return norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, weight_offset,
-                                    return_rstd, numerics, pdl);
+                                    return_rstd, numerics, pdl, x_scale);
     }
     auto node = make_node<NormBackward>();
-    node->set_next_edges(ag::collect_next_edges(x, or_none(residual), weight));
+    node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight)));
     Tensor y, h, rstd;
     {
         at::AutoDispatchBelowADInplaceOrView below;
         // rstd always: the backward needs the forward's own, not one recomputed from rounded h.
         std::tie(y, h, rstd) = norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
-                                                    weight_offset, true, numerics, pdl);
+                                                    weight_offset, true, numerics, pdl, x_scale);
     }
     const NodePtr fn(node);
     ag::set_history(y, fn);                // output 0
     if (!plain) ag::set_history(h, fn);    // output 1; rstd is not differentiable
     node->h = plain ? ag::SavedVariable(x, false) : ag::SavedVariable(h, /*is_output=*/true);
     node->rstd = ag::SavedVariable(rstd, false);
-    node->weight = ag::SavedVariable(weight, false);
+    node->has_weight = weight.has_value();
+    if (weight) node->weight = ag::SavedVariable(*weight, false);
     node->weight_offset = weight_offset;
+    node->x_scale = x_scale;
     node->x_dtype = x.scalar_type();
     node->plain = plain;
     return {y, h, return_rstd ? rstd : at::empty({0}, rstd.options())};
@@ -227,38 +237,38 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
 
 // ----- the mutating operators ----------------------------------------------------------------------
 
-void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
-                    double eps, double weight_offset, int64_t numerics, bool pdl) {
+void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
+                    double eps, double weight_offset, int64_t numerics, bool pdl, double x_scale) {
     const bool plain = !residual.has_value();
-    refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}}, plain);
+    refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}}, plain);
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
-                                             weight_offset, numerics, pdl);
+                                             weight_offset, numerics, pdl, x_scale);
     }
     bump(x);
     if (!plain) bump(*residual);
 }
 
-void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
+void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                         const Tensor& out, const OptTensor& residual_out, const OptTensor& rstd, double eps,
-                        double weight_offset, int64_t numerics, bool pdl) {
-    refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}, {"out", &out},
+                        double weight_offset, int64_t numerics, bool pdl, double x_scale) {
+    refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
                               {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)}},
                 !residual.has_value());
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
-                                       rstd, eps, weight_offset, numerics, pdl);
+                                       rstd, eps, weight_offset, numerics, pdl, x_scale);
     }
     for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd)})
         if (t->defined()) bump(*t);
 }
 
-void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const Tensor& q_weight, const Tensor& k_weight,
-                          double eps, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
-                          double weight_offset, int64_t numerics, bool pdl) {
-    refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &q_weight}, {"k_weight", &k_weight}});
+void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const OptTensor& q_weight,
+                          const OptTensor& k_weight, double eps, int64_t num_q_heads, int64_t num_kv_heads,
+                          int64_t head_dim, double weight_offset, int64_t numerics, bool pdl) {
+    refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &or_none(q_weight)}, {"k_weight", &or_none(k_weight)}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<QkFn, kQk>().redispatch(ks & c10::after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads,
@@ -270,29 +280,30 @@ void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const Tenso
 // ----- quantized outputs: inference only -------------------------------------------------------------
 
 std::tuple<Tensor, Tensor, OptTensor, OptTensor> norm_quant_autograd(
-    c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight, double eps,
+    c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
     c10::ScalarType quant_dtype, const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub,
-    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
-    refuse_grad("norm_quant", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}});
+    bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales,
+    double x_scale) {
+    refuse_grad("norm_quant", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}});
     at::AutoDispatchBelowADInplaceOrView below;
     return op<QuantFn, kQuant>().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype,
                                             scale, group_size, scale_ub, column_major_scales, ue8m0_scales,
-                                            weight_offset, return_y, pdl, swizzled_scales);
+                                            weight_offset, return_y, pdl, swizzled_scales, x_scale);
 }
 
-void norm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const Tensor& weight,
-                              const Tensor& out, const OptTensor& residual_out, const OptTensor& scales_out,
-                              const OptTensor& y, double eps, const OptTensor& scale, int64_t group_size,
-                              const OptTensor& scale_ub, bool ue8m0_scales, double weight_offset, bool pdl,
-                              bool swizzled_scales) {
-    refuse_grad("norm_quant_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &weight}, {"out", &out},
+void norm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
+                              const OptTensor& weight, const Tensor& out, const OptTensor& residual_out,
+                              const OptTensor& scales_out, const OptTensor& y, double eps, const OptTensor& scale,
+                              int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales, double weight_offset,
+                              bool pdl, bool swizzled_scales, double x_scale) {
+    refuse_grad("norm_quant_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
                                     {"residual_out", &or_none(residual_out)}, {"scales_out", &or_none(scales_out)},
                                     {"y", &or_none(y)}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<QuantIntoFn, kQuantInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out,
                                                  residual_out, scales_out, y, eps, scale, group_size, scale_ub,
-                                                 ue8m0_scales, weight_offset, pdl, swizzled_scales);
+                                                 ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale);
     }
     for (const Tensor* t : {&out, &or_none(residual_out), &or_none(scales_out), &or_none(y)})
         if (t->defined()) bump(*t);

@@ -238,25 +238,33 @@ void residual_outputs(const OptTensor& residual, const OptTensor& residual_out) 
                       "residual_out is None but residual is given: the fused norm writes h there");
 }
 
+// x_scale 1 is the unscaled add: only another value sets ADDRMSNORM_FLAG_X_SCALE (the C ABI checks it).
+void set_x_scale(addrmsnorm_norm_args& a, double x_scale) {
+    if (x_scale != 1.0) {
+        a.flags |= ADDRMSNORM_FLAG_X_SCALE;
+        a.x_scale = x_scale;
+    }
+}
+
 // One norm call into given outputs (the functional forms allocate them first). The plain norm has no
 // residual; a residual_out without one goes to the C ABI, which refuses it.
-void norm_call(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight,
                                              const at::Tensor* out, const at::Tensor* residual_out,
                                              const at::Tensor* rstd, double eps, double weight_offset,
-                                             int64_t numerics, bool pdl) {
+                                             int64_t numerics, bool pdl, double x_scale) {
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
     a.x_dtype = dtype_of("x", x);
     a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
-    a.weight_dtype = dtype_of("weight", weight);
+    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
     if (out != nullptr) dtype_of("out", *out);
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
     if (out != nullptr) dtype_is("out", *out, "x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
-    weight_of("weight", weight, H);
+    if (weight) weight_of("weight", *weight, H);
     same_device("residual", residual, x);
-    same_device("weight", &weight, x);
+    if (weight) same_device("weight", &*weight, x);
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("rstd", rstd, x);
@@ -286,19 +294,20 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const at::Tensor
     a.hidden = H;
     a.x = data(x);
     a.residual = data(residual);
-    a.weight = data(weight);
+    a.weight = weight ? data(*weight) : nullptr;
     a.out = data(out);
     a.residual_out = data(residual_out);
     a.eps = eps;
     a.weight_offset = weight_offset;
     a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    set_x_scale(a, x_scale);
     launch(x.device(), a);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const OptTensor& residual,
-                                                    const at::Tensor& weight, double eps, double weight_offset,
-                                                    bool return_rstd, int64_t numerics, bool pdl) {
+                                                    const OptTensor& weight, double eps, double weight_offset,
+                                                    bool return_rstd, int64_t numerics, bool pdl, double x_scale) {
     // The outputs first (contiguous; freed again if the call is refused), then the one mapping.
     const at::Tensor* res = residual ? &*residual : nullptr;
     at::Tensor residual_out = res != nullptr ? at::empty(x.sizes(), res->options().memory_format(kContiguous))
@@ -308,43 +317,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const O
                                             : c10::IntArrayRef{0},
                                 x.options().dtype(c10::kFloat));
     norm_call(x, res, weight, &out, res != nullptr ? &residual_out : nullptr, return_rstd ? &rstd : nullptr, eps,
-              weight_offset, numerics, pdl);
+              weight_offset, numerics, pdl, x_scale);
     return {out, residual_out, rstd};
 }
 
-void norm_(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, double eps,
-           double weight_offset, int64_t numerics, bool pdl) {
+void norm_(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
+           double weight_offset, int64_t numerics, bool pdl, double x_scale) {
     const at::Tensor* res = residual ? &*residual : nullptr;
-    norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl);
+    norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl, x_scale);
 }
 
-void norm_into(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, const at::Tensor& out,
+void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                const OptTensor& residual_out, const OptTensor& rstd, double eps, double weight_offset,
-               int64_t numerics, bool pdl) {
+               int64_t numerics, bool pdl, double x_scale) {
     residual_outputs(residual, residual_out);
     norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
-              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl);
+              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale);
 }
 
 // ----- the backward ----------------------------------------------------------------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& dy, const OptTensor& dresidual_out,
                                                              const at::Tensor& h, const at::Tensor& rstd,
-                                                             const at::Tensor& weight, double weight_offset,
+                                                             const OptTensor& weight, double weight_offset,
                                                              bool weight_grad) {
     addrmsnorm_norm_backward_args a = addrmsnorm_norm_backward_args_init();
     const at::Tensor* dro = dresidual_out ? &*dresidual_out : nullptr;
     a.x_dtype = dtype_of("dy", dy);
     a.residual_dtype = dtype_of("h", h);
-    a.weight_dtype = dtype_of("weight", weight);
+    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.residual_dtype;
     if (dro != nullptr) dtype_of("dresidual_out", *dro);
     TORCH_CHECK_VALUE(dy.dim() > 0, "dy must have at least one dimension (..., H)");
     const int64_t H = dy.size(-1);
     if (dro != nullptr) dtype_is("dresidual_out", *dro, "h", h);
-    weight_of("weight", weight, H);
+    if (weight) weight_of("weight", *weight, H);
     same_device("h", &h, dy, "dy");
     same_device("rstd", &rstd, dy, "dy");
-    same_device("weight", &weight, dy, "dy");
+    if (weight) same_device("weight", &*weight, dy, "dy");
     same_device("dresidual_out", dro, dy, "dy");
     cuda_device("dy", dy);
     const RowView vdy = as_rows("dy", dy, dy.sizes());
@@ -360,12 +369,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     const bool separate = a.x_dtype != a.residual_dtype;
     at::Tensor dres = at::empty(dy.sizes(), h.options().memory_format(kContiguous));
     at::Tensor dx = at::empty(separate ? dy.sizes() : c10::IntArrayRef{0}, dy.options().memory_format(kContiguous));
-    at::Tensor dweight = at::empty(weight_grad ? weight.sizes() : c10::IntArrayRef{0}, weight.options());
+    weight_grad = weight_grad && weight;  // the weightless norm has no weight gradient
+    at::Tensor dweight = weight ? at::empty(weight_grad ? weight->sizes() : c10::IntArrayRef{0}, weight->options())
+                                : at::empty({0}, h.options());
     at::Tensor workspace = at::empty({static_cast<int64_t>((bytes + 3) / 4)}, dy.options().dtype(c10::kFloat));
     a.dy = data(dy);
     a.dresidual_out = data(dro);
     a.h = data(h);
-    a.weight = data(weight);
+    a.weight = weight ? data(*weight) : nullptr;
     a.dresidual = data(dres);
     a.stride_dresidual = H;
     a.dx = separate ? data(dx) : nullptr;
@@ -445,28 +456,28 @@ struct QuantOutputs {
     OptTensor scales, y;
 };
 
-QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight,
                         std::optional<c10::ScalarType> quant_dtype, const at::Tensor* out,
                         const at::Tensor* residual_out, const at::Tensor* scales_out, const at::Tensor* y,
                         const at::Tensor* scale, int64_t group_size, const at::Tensor* scale_ub, bool ue8m0,
-                        bool swizzled, double eps, double weight_offset, bool pdl, bool column_major = false,
-                        bool return_y = false) {
+                        bool swizzled, double eps, double weight_offset, bool pdl, double x_scale,
+                        bool column_major = false, bool return_y = false) {
     const bool functional = out == nullptr;
     addrmsnorm_quant qd{};
     qd.dtype = quant_dtype_of(functional ? *quant_dtype : out->scalar_type(), !functional);
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
     a.x_dtype = dtype_of("x", x);
     a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
-    a.weight_dtype = dtype_of("weight", weight);
+    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     if (y != nullptr) dtype_of("y", *y);
     TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
     const int64_t H = x.size(-1);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (y != nullptr) dtype_is("y", *y, "x", x);
-    weight_of("weight", weight, H);
+    if (weight) weight_of("weight", *weight, H);
     same_device("residual", residual, x);
-    same_device("weight", &weight, x);
+    if (weight) same_device("weight", &*weight, x);
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("y", y, x);
@@ -537,7 +548,7 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const a
     a.stride_x = vx.stride;
     a.x = data(x);
     a.residual = data(residual);
-    a.weight = data(weight);
+    a.weight = weight ? data(*weight) : nullptr;
     a.out = data(out);
     a.residual_out = data(residual_out);
     a.y = data(y);
@@ -545,46 +556,56 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const a
     a.weight_offset = weight_offset;
     a.quant = &qd;
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    set_x_scale(a, x_scale);
     launch(x.device(), a);
     return o;
 }
 
 std::tuple<at::Tensor, at::Tensor, OptTensor, OptTensor> norm_quant(
-    const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, double eps, c10::ScalarType quant_dtype,
+    const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps, c10::ScalarType quant_dtype,
     const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool column_major_scales,
-    bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales) {
+    bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales, double x_scale) {
     QuantOutputs o = quant_call(x, residual ? &*residual : nullptr, weight, quant_dtype, nullptr, nullptr, nullptr,
                                 nullptr, scale ? &*scale : nullptr, group_size, scale_ub ? &*scale_ub : nullptr,
-                                ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, column_major_scales, return_y);
+                                ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale, column_major_scales,
+                                return_y);
     return {o.q, o.residual_out, o.scales, o.y};
 }
 
-void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const at::Tensor& weight, const at::Tensor& out,
+void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                      const OptTensor& residual_out, const OptTensor& scales_out, const OptTensor& y, double eps,
                      const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales,
-                     double weight_offset, bool pdl, bool swizzled_scales) {
+                     double weight_offset, bool pdl, bool swizzled_scales, double x_scale) {
     residual_outputs(residual, residual_out);
     quant_call(x, residual ? &*residual : nullptr, weight, std::nullopt, &out, residual_out ? &*residual_out : nullptr,
                scales_out ? &*scales_out : nullptr, y ? &*y : nullptr, scale ? &*scale : nullptr, group_size,
-               scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl);
+               scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale);
 }
 
 // ----- the QK norm: q's heads, then k's, as the groups of one call; k's weight from num_q_heads on -----
 
-void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight, double eps,
+void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTensor& k_weight, double eps,
                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
                  bool pdl) {
     const addrmsnorm_dtype x_dtype = dtype_of("qkv", qkv);
-    const addrmsnorm_dtype weight_dtype = dtype_of("q_weight", q_weight);
-    dtype_of("k_weight", k_weight);
-    dtype_is("k_weight", k_weight, "q_weight", q_weight);
-    TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
-    if (head_dim >= 1) {  // else the C runtime's head_dim rule names the argument the caller got wrong
-        weight_of("q_weight", q_weight, head_dim);
-        weight_of("k_weight", k_weight, head_dim);
+    TORCH_CHECK_VALUE(q_weight.has_value() == k_weight.has_value(), q_weight ? "k_weight" : "q_weight",
+                      " is None but ", q_weight ? "q_weight" : "k_weight",
+                      " is given: the QK norm takes both weights, or neither (weightless)");
+    const bool weighted = q_weight.has_value();
+    const addrmsnorm_dtype weight_dtype = weighted ? dtype_of("q_weight", *q_weight) : x_dtype;
+    if (weighted) {
+        dtype_of("k_weight", *k_weight);
+        dtype_is("k_weight", *k_weight, "q_weight", *q_weight);
     }
-    same_device("q_weight", &q_weight, qkv, "qkv");
-    same_device("k_weight", &k_weight, qkv, "qkv");
+    TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
+    if (weighted && head_dim >= 1) {  // else the C runtime's head_dim rule names the argument the caller got wrong
+        weight_of("q_weight", *q_weight, head_dim);
+        weight_of("k_weight", *k_weight, head_dim);
+    }
+    if (weighted) {
+        same_device("q_weight", &*q_weight, qkv, "qkv");
+        same_device("k_weight", &*k_weight, qkv, "qkv");
+    }
     cuda_device("qkv", qkv);
     // The columns past the q and k heads (v, or nothing) are never touched; the C ABI checks the
     // head counts and head_dim, then that the rows of that width are apart.
@@ -595,7 +616,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Te
     TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
                       "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
     const int64_t tokens = qkv.size(0);
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(data(qkv), data(q_weight), data(k_weight), tokens, num_q_heads,
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(data(qkv), weighted ? data(*q_weight) : nullptr,
+                                                     weighted ? data(*k_weight) : nullptr, tokens, num_q_heads,
                                                      num_kv_heads, head_dim, tokens > 1 ? qkv.stride(0) : qkv.size(1));
     a.x_dtype = a.residual_dtype = x_dtype;
     a.weight_dtype = weight_dtype;

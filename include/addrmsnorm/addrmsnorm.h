@@ -3,10 +3,10 @@
  *
  * Per row of `hidden` elements:
  *
- *     h            = float32(x) + float32(residual)
+ *     h            = float32(x) * x_scale + float32(residual)   (x_scale 1 unless ADDRMSNORM_FLAG_X_SCALE)
  *     residual_out = cast(h, residual dtype)
  *     rstd         = 1 / sqrt(sum(h*h) / hidden + eps)
- *     out          = cast(h * rstd * (float32(weight) + weight_offset), x dtype)
+ *     out          = cast(h * rstd * (float32(weight) + weight_offset), x dtype)   (weight 1 where NULL)
  *
  * The kernels are Triton kernels compiled ahead of time to cubins and embedded in this library.
  * The library needs no Python, Triton, nvcc or CUDA runtime: it opens libcuda.so.1 with dlopen on
@@ -98,6 +98,16 @@ typedef enum addrmsnorm_numerics {
  */
 #define ADDRMSNORM_FLAG_PDL 0x2u
 
+/*
+ * ADDRMSNORM_FLAG_X_SCALE (addrmsnorm_norm_args.flags): the scaled residual add of Granite and MiniCPM,
+ * h = residual + x_scale * x, with x_scale the field of that name (finite in fp32). It needs a
+ * residual, and x_scale nonzero (with 0 the add would ignore x). Without the flag the add is unscaled
+ * and x_scale must be 0. With x_scale 1 the results are
+ * those of the unscaled add, bit for bit. ADDRMSNORM_NUMERICS_HF rounds x * x_scale to x_dtype before
+ * the add, as HF's models scale in their dtype (`residual + hidden_states * residual_multiplier`).
+ */
+#define ADDRMSNORM_FLAG_X_SCALE 0x8u
+
 /* A CUDA stream: CUstream and cudaStream_t are both this type. NULL is the legacy default stream. */
 typedef struct CUstream_st *addrmsnorm_stream;
 
@@ -187,9 +197,12 @@ typedef struct addrmsnorm_quant {
  *                 stream); needs groups <= 1
  *   residual_out  with residual: of residual_dtype, out, h as the contract rounds it. May be residual
  *                 or x exactly (same pointer and stride). Without residual: NULL.
- *   weight        [hidden] of weight_dtype (any of the three), the same for every row and group
+ *   weight        [hidden] of weight_dtype (any of the three), the same for every row and group; or
+ *                 NULL, the weightless norm (Llama 4's L2 norm of q and k): out = h * rstd, nothing
+ *                 read in the weight's place, weight_dtype ignored, weight_offset 0
  *   weight2       NULL, or the QK norm's k weight: [hidden] of weight_dtype; groups from
- *                 weight2_from_group on take it (q's heads, then k's, in one launch). The QK norm
+ *                 weight2_from_group on take it (q's heads, then k's, in one launch). With weight
+ *                 NULL too (a weightless QK norm), weight2_from_group alone marks the QK norm. The QK norm
  *                 runs in place (out == x), on fp16 or bf16, hidden (head_dim) <= 512, with no rstd,
  *                 and names x "qkv", weight "q_weight" and weight2 "k_weight" in its messages.
  *   out           of x_dtype, or with quant of quant->dtype (q). May be x exactly (in place), or with
@@ -204,7 +217,8 @@ typedef struct addrmsnorm_quant {
  *   eps           finite, > 0 and > 0 in fp32; added inside the square root, once
  *   weight_offset finite in fp32; added to the weight in fp32 (1.0 for Gemma's 1 + w)
  *   numerics      an addrmsnorm_numerics (CONTRACT with quant)
- *   flags         0 or ADDRMSNORM_FLAG_PDL; other bits are rejected
+ *   flags         ADDRMSNORM_FLAG_PDL, ADDRMSNORM_FLAG_X_SCALE, or neither; other bits are rejected
+ *   x_scale       with ADDRMSNORM_FLAG_X_SCALE, the scale of x in the residual add; else 0
  *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
  *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
  *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
@@ -247,6 +261,8 @@ typedef struct addrmsnorm_norm_args {
     const addrmsnorm_quant *quant;
     void *y;
     int64_t stride_y;
+    double x_scale; /* with ADDRMSNORM_FLAG_X_SCALE. The last field: an older caller's struct_size that ends
+                       before it is accepted, and x_scale read as 0 */
 } addrmsnorm_norm_args;
 
 /* Every field zero, struct_size set: the starting point of every call. */
@@ -304,7 +320,8 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_arg
  *   h              of residual_dtype: residual_out as the forward wrote it, or the plain norm's x
  *                  (residual_dtype = x_dtype)
  *   rstd           [rows] fp32, as the forward wrote it
- *   weight         [hidden] of weight_dtype
+ *   weight         [hidden] of weight_dtype, or NULL: the weightless norm's backward (g = dy, dweight
+ *                  NULL, weight_offset 0)
  *   dresidual      of residual_dtype, out: the fused call's gradient of residual, and of x when
  *                  x_dtype == residual_dtype (dx is then NULL). NULL for the plain norm.
  *   dx             of x_dtype, out: the gradient of x when it is not dresidual: with an fp32 residual,

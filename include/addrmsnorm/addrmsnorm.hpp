@@ -1,7 +1,9 @@
 // addrmsnorm: a thin C++ layer over the C ABI in addrmsnorm.h (same math, same rules): each call
 // here fills one addrmsnorm_norm_args and calls addrmsnorm_norm.
 //
-//     h = float32(x) + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
+//     h = float32(x) * x_scale + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
+//
+// A weight of nullptr is the weightless norm (out = h * rstd); x_scale other than 1 the scaled residual add.
 //
 // and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace; and the quantized
 // outputs of both (fused_add_rmsnorm_quant, rmsnorm_quant), with a descriptor per mode (quant_static ... quant_mxfp4).
@@ -53,9 +55,17 @@ struct ForwardArgs {
     float weight_offset = 0.0f;
     addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT;
     uint32_t flags = 0;  // ADDRMSNORM_FLAG_PDL
+    float x_scale = 1.0f;  // h = residual + x_scale * x (Granite's residual_multiplier)
 };
 
 namespace detail {
+// x_scale 1 is the unscaled add; any other value sets ADDRMSNORM_FLAG_X_SCALE and the field.
+inline void set_x_scale(addrmsnorm_norm_args& c, float x_scale) {
+    if (x_scale != 1.0f) {
+        c.flags |= ADDRMSNORM_FLAG_X_SCALE;
+        c.x_scale = x_scale;
+    }
+}
 inline Status to_status(addrmsnorm_status s) {
     Status st;
     st.code = s;
@@ -86,6 +96,7 @@ inline addrmsnorm_norm_args to_c(const ForwardArgs& a) {
     c.weight_offset = a.weight_offset;
     c.numerics = a.numerics;
     c.flags = a.flags;
+    set_x_scale(c, a.x_scale);
     return c;
 }
 }  // namespace detail
@@ -262,6 +273,7 @@ struct QuantArgs {
     float weight_offset = 0.0f;
     addrmsnorm_quant quant{};
     uint32_t flags = 0;
+    float x_scale = 1.0f;  // h = residual + x_scale * x
 };
 
 // The fused forward writing q = quant(y) (and y if asked), or the plain norm's where residual is nullptr.
@@ -286,6 +298,7 @@ inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stre
     c.weight_offset = a.weight_offset;
     c.quant = &a.quant;
     c.flags = a.flags;
+    detail::set_x_scale(c, a.x_scale);
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 

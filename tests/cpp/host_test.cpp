@@ -103,8 +103,10 @@ TEST(Validation, Dtypes) {
 
 TEST(Validation, NullAndMisalignedPointers) {
     Call c;
-    c.weight = 0;
-    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight is NULL");
+    c.weight = 0;  // the weightless norm
+    EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    c.offset = 1.0f;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "weight_offset is 1 but weight is NULL");
     c = Call();
     c.residual_out += 1;
     expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out is not aligned");
@@ -188,8 +190,10 @@ TEST(Validation, Flags) {
     Call c;
     c.flags = 4;
     expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x4");
-    c.flags = ADDRMSNORM_FLAG_PDL | 8;
-    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x8");
+    c.flags = ADDRMSNORM_FLAG_PDL | 16;
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x10");
+    c.flags = ADDRMSNORM_FLAG_PDL | ADDRMSNORM_FLAG_X_SCALE;  // through the 0.1 entry point: x_scale is 0
+    expect_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "x_scale is 0");
     c.flags = ADDRMSNORM_FLAG_PDL;
     EXPECT_EQ(c.check(), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS | ADDRMSNORM_FLAG_PDL;
@@ -700,8 +704,8 @@ TEST(QuantValidation, BadCalls) {
     c = QuantCallArgs();
     c.flags = ADDRMSNORM_FLAG_HF_NUMERICS;
     expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quantized outputs take the contract's numerics");
-    c.flags = 8;
-    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x8");
+    c.flags = 16;
+    expect_quant_error(c, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x10");
 }
 
 // ----- the plain norm ---------------------------------------------------------------------------
@@ -931,7 +935,9 @@ TEST(NormArgs, StructSizeGuardsOlderAndNewerCallers) {
     addrmsnorm_norm_args a = plain_args();
     EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     EXPECT_EQ(addrmsnorm_norm_check(nullptr), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
-    a.struct_size = sizeof(a) - 8;
+    a.struct_size = sizeof(a) - 8;  // a caller built before x_scale, the last field: the unscaled add
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    a.struct_size = sizeof(a) - 16;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "not the size of a addrmsnorm_norm_args");
     a.struct_size = 0;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "start from addrmsnorm_norm_args_init()");
