@@ -215,9 +215,9 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
     )
 
 
-def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False):
-    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for)."""
-    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics)
+def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
+    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for). x_scale: refused unless 1."""
+    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
@@ -228,14 +228,15 @@ def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pd
     return out, rstd
 
 
-def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False):
+def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
     """addrmsnorm::rmsnorm_: x <- y."""
-    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl)
+    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale)
 
 
-def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False):
+def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
-    call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics)
+    call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
+                           x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
@@ -264,11 +265,12 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
 # ----- the plain norm's quantized outputs: the quantized forward with the residual compiled out ------
 
 def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False):
+                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False,
+                  x_scale=1.0):
     """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
     call = v.check_quant(x, None, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset)
+                         weight_offset=weight_offset, x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
@@ -281,11 +283,11 @@ def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_u
 
 
 def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False):
+                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0):
     """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
     call = v.check_quant(x, None, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
                          scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset)
+                         weight_offset=weight_offset, x_scale=x_scale)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
@@ -309,14 +311,11 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
 
 # ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
 
-# Without a residual, x_scale must be 1 (v.check_x_scale: the plain norm has no add to scale).
-
 def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
     """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
     asked for)."""
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl)
+        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
         return y, x.new_empty((0,)), rstd
     return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
 
@@ -324,8 +323,7 @@ def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numeric
 def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
     """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first."""
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl)
+        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale)
     return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale)
 
 
@@ -334,8 +332,7 @@ def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl)
+        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale)
     return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
                                   x_scale)
 
@@ -351,8 +348,7 @@ def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, 
     args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
             return_y, pdl, swizzled_scales)
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        q, scales, y = rmsnorm_quant(x, weight, *args)
+        q, scales, y = rmsnorm_quant(x, weight, *args, x_scale)
         return q, x.new_empty((0,)), scales, y
     return fused_add_rmsnorm_quant(x, residual, weight, *args, x_scale)
 
@@ -364,6 +360,5 @@ def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, 
     args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
+        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args, x_scale)
     return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args, x_scale)

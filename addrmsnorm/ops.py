@@ -107,8 +107,8 @@ def _fake_residual_out(x, residual):
 def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
                        numerics=0, x_scale=1.0):
     if residual is None:
-        v.check_x_scale(x_scale, residual)
-        v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics)
+        v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
+                             x_scale=x_scale)
     else:
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                              numerics=numerics, x_scale=x_scale)

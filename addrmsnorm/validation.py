@@ -922,7 +922,8 @@ class NormCall:
     __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once")
 
 
-def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None):
+def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
+                       x_scale=1.0):
     """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
     (shape, H, device)."""
     shape, H, device = _map_forward(x, None, weight, out, None, rstd)
@@ -930,6 +931,7 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
         check_same_shape(shape, {"out": out})
     _check_rstd_layout(rstd, shape)
     _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    check_x_scale(x_scale, None)
     check_weightless(weight, weight_offset)
     _check_hf_weight(hf or nhf, x, weight)
     if H == 0:
@@ -938,7 +940,7 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
-                  numerics=None) -> NormCall:
+                  numerics=None, x_scale=1.0) -> NormCall:
     """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
     a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
     other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
@@ -952,6 +954,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         xr, orr = xr.as_group_of(g), orr.as_group_of(g)
     _check_rstd_layout(rstd, shape)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
+    check_x_scale(x_scale, None)  # refused unless 1: the plain norm has no add to scale
     check_weightless(weight, weight_offset)
     hf = hf or nhf
     _check_hf_weight(hf, x, weight)

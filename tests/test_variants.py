@@ -222,3 +222,33 @@ def test_the_ops_take_the_variants_under_opcheck_and_compile():
     got = f(x, r)
     want = addrmsnorm.fused_add_rmsnorm(x, r, None, 1e-6, x_scale=0.5)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+# ----- both backends ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("weighted,x_scale", [(False, 1.0), (True, 0.22), (False, 0.22)],
+                         ids=["weightless", "x_scale", "both"])
+def test_both_backends_give_the_same_bits_and_refusals(weighted, x_scale):
+    """The torch operators (the C++ extension on the GPU) and the Triton JIT backend called directly:
+    the same outputs bit for bit, and the same refusal naming the same argument."""
+    from addrmsnorm import jit_backend
+
+    H = 4096 if ON_GPU else 128
+    x, r, w = _inputs(ROWS, H, seed=23)
+    w = w if weighted else None
+    for numerics in (0, 1):
+        a = OPS.norm(x, r, w, 1e-6, 0.0, True, numerics, False, x_scale)
+        b = jit_backend.norm(x, r, w, 1e-6, 0.0, True, numerics, False, x_scale)
+        assert all(torch.equal(u, v) for u, v in zip(a, b)), numerics
+    a = OPS.norm(x, None, w, 1e-6)
+    b = jit_backend.norm(x, None, w, 1e-6)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    for call in (lambda f: f(x, None, w, 1e-6, 0.0, False, 0, False, 0.5),
+                 lambda f: f(x, r, None, 1e-6, 1.0, False, 0, False, x_scale),
+                 lambda f: f(x, r, w, 1e-6, 0.0, False, 0, False, 0.0)):
+        names = []
+        for f in (OPS.norm, jit_backend.norm):
+            with pytest.raises((ValueError, RuntimeError)) as e:
+                call(f)
+            names.append(str(e.value).split()[0])
+        assert names[0] == names[1], names

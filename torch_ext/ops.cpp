@@ -238,14 +238,6 @@ void residual_outputs(const OptTensor& residual, const OptTensor& residual_out) 
                       "residual_out is None but residual is given: the fused norm writes h there");
 }
 
-// x_scale 1 is the unscaled add: only another value sets ADDRMSNORM_FLAG_X_SCALE (the C ABI checks it).
-void set_x_scale(addrmsnorm_norm_args& a, double x_scale) {
-    if (x_scale != 1.0) {
-        a.flags |= ADDRMSNORM_FLAG_X_SCALE;
-        a.x_scale = x_scale;
-    }
-}
-
 // One norm call into given outputs (the functional forms allocate them first). The plain norm has no
 // residual; a residual_out without one goes to the C ABI, which refuses it.
 void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight,
@@ -301,7 +293,7 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     a.weight_offset = weight_offset;
     a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    set_x_scale(a, x_scale);
+    addrmsnorm_norm_args_set_x_scale(&a, x_scale);
     launch(x.device(), a);
 }
 
@@ -556,7 +548,7 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     a.weight_offset = weight_offset;
     a.quant = &qd;
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
-    set_x_scale(a, x_scale);
+    addrmsnorm_norm_args_set_x_scale(&a, x_scale);
     launch(x.device(), a);
     return o;
 }

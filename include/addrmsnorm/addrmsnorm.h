@@ -273,6 +273,15 @@ static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {
     return a;
 }
 
+/* The scaled residual add: x_scale 1 is the unscaled add and leaves the struct as it is; any other value
+ * sets ADDRMSNORM_FLAG_X_SCALE and the field. */
+static inline void addrmsnorm_norm_args_set_x_scale(addrmsnorm_norm_args *a, double x_scale) {
+    if (x_scale != 1.0) {
+        a->flags |= ADDRMSNORM_FLAG_X_SCALE;
+        a->x_scale = x_scale;
+    }
+}
+
 /* The QK norm's layout, the one place it is written: q's heads, then k's, of a [tokens, width]
  * buffer as the groups of one in-place call (groups of head_dim, k_weight from num_q_heads on).
  * stride_qkv is the buffer's row stride, in elements. The dtypes, eps, weight_offset, numerics and

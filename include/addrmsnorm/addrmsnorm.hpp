@@ -59,13 +59,6 @@ struct ForwardArgs {
 };
 
 namespace detail {
-// x_scale 1 is the unscaled add; any other value sets ADDRMSNORM_FLAG_X_SCALE and the field.
-inline void set_x_scale(addrmsnorm_norm_args& c, float x_scale) {
-    if (x_scale != 1.0f) {
-        c.flags |= ADDRMSNORM_FLAG_X_SCALE;
-        c.x_scale = x_scale;
-    }
-}
 inline Status to_status(addrmsnorm_status s) {
     Status st;
     st.code = s;
@@ -96,7 +89,7 @@ inline addrmsnorm_norm_args to_c(const ForwardArgs& a) {
     c.weight_offset = a.weight_offset;
     c.numerics = a.numerics;
     c.flags = a.flags;
-    set_x_scale(c, a.x_scale);
+    addrmsnorm_norm_args_set_x_scale(&c, a.x_scale);
     return c;
 }
 }  // namespace detail
@@ -298,7 +291,7 @@ inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stre
     c.weight_offset = a.weight_offset;
     c.quant = &a.quant;
     c.flags = a.flags;
-    detail::set_x_scale(c, a.x_scale);
+    addrmsnorm_norm_args_set_x_scale(&c, a.x_scale);
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
