@@ -41,6 +41,9 @@ Numerics:
   fp32 and round y once, which is the contract, so the contract serves those calls.
 * ``"contract"``: addrmsnorm's contract, the fp32 add with y rounded once; more accurate than HF's.
 
+Granite's layers add ``residual + x * residual_multiplier``: the fused call's ``x_scale`` (with
+``"hf"``, x * multiplier rounded to the model dtype first, as HF does).
+
 The backward of either is the contract's gradient (HF's extra roundings differentiate as the
 identity, as in autograd of HF's modules).
 """
@@ -65,6 +68,8 @@ class _Family:
     offset: float   # the norm's weight offset: Gemma's 1 + w
     fuse: bool = True        # pre-norm layers, whose adds are followed by norms (OLMo 2's are not)
     hf_numerics: str = "hf"  # the plain norm's numerics that reproduce this family's norm
+    x_scale: str = ""        # the layer's attribute that scales each branch's output in its add (Granite's
+                             # residual_multiplier: h = residual + x * m), or "" for the plain add
 
 
 _FAMILIES = (
@@ -76,6 +81,7 @@ _FAMILIES = (
     _Family("Gemma2Model", "Gemma2DecoderLayer", "Gemma2RMSNorm", True, 1.0),
     _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0),
     _Family("Olmo2Model", "Olmo2DecoderLayer", "Olmo2RMSNorm", False, 0.0, fuse=False, hf_numerics="hf_round_once"),
+    _Family("GraniteModel", "GraniteDecoderLayer", "GraniteRMSNorm", False, 0.0, x_scale="residual_multiplier"),
 )
 _BY_MODEL = {f.model: f for f in _FAMILIES}
 
@@ -105,11 +111,11 @@ def _eps(norm: torch.nn.Module) -> float:
     return float(norm.eps if eps is None else eps)
 
 
-def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link: _Link):
-    """``h = residual + x; y = norm(h)`` in one kernel: returns (y, h)."""
+def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link: _Link, x_scale: float = 1.0):
+    """``h = residual + x_scale * x; y = norm(h)`` in one kernel: returns (y, h)."""
     w = norm.weight
     hf = link.hf and x.dtype == residual.dtype == w.dtype
-    y, h, _ = ops.norm(x, residual, w, _eps(norm), link.family.offset, False, int(hf), link.pdl)
+    y, h, _ = ops.norm(x, residual, w, _eps(norm), link.family.offset, False, int(hf), link.pdl, x_scale)
     return y, h
 
 
@@ -149,14 +155,16 @@ def _forward(self, hidden_states, normed=None, **kwargs):
     link: _Link = getattr(self, _LINK)
     residual, x = _split(self, hidden_states, normed)
     x, _ = self.self_attn(hidden_states=x, **kwargs)
+    # Granite scales each branch's output in its add (residual_multiplier): the kernels' x_scale.
+    scale = float(getattr(self, link.family.x_scale)) if link.family.x_scale else 1.0
     if link.family.sandwich:  # Gemma 2/3: the branch is normed before its add
         x = self.post_attention_layernorm(x)
         x, residual = _fused(x, residual, self.pre_feedforward_layernorm, link)
         x = self.post_feedforward_layernorm(self.mlp(x))
     else:
-        x, residual = _fused(x, residual, self.post_attention_layernorm, link)
+        x, residual = _fused(x, residual, self.post_attention_layernorm, link, scale)
         x = self.mlp(x)
-    y, h = _fused(x, residual, link.next_norm, link)
+    y, h = _fused(x, residual, link.next_norm, link, scale)
     return h, y
 
 

@@ -34,6 +34,9 @@ FAMILIES = {  # name: (config class, model class, extra config, the stack class 
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma2Model"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 32, "sliding_window": 8}, "Gemma3TextModel"),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}, "Olmo2Model"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", {"residual_multiplier": 0.22, "embedding_multiplier": 12.0,
+                                                        "attention_multiplier": 0.0078125, "logits_scaling": 8.0},
+                "GraniteModel"),
 }
 # One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
 FORMS = ["llama", "gemma3"]
