@@ -70,17 +70,22 @@ class NormFunction(torch.autograd.Function):
     """The functional operator's autograd, in Python: ``apply(x, residual, weight, eps, weight_offset,
     return_rstd, numerics, pdl, x_scale) -> (y, residual_out, rstd)``. Without a residual h is x, and the
     backward takes its rows of one stride (a view of two strides, a head's rows, is copied there).
-    weight None: the weightless norm (no weight gradient). x_scale != 1: dx = x_scale * dresidual."""
+    weight None: the weightless norm (no weight gradient). x_scale != 1: dx = x_scale * dresidual.
+    post_weight: the sandwich norm, whose backward is the fused op's (dh), then the first norm's, the
+    plain norm's backward of x with dh as its dy: two backward launches, each of its own rows."""
 
     @staticmethod
-    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale=1.0):
+    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale=1.0,
+                post_weight=None, post_weight_offset=0.0):
         with _C._AutoDispatchBelowAutograd():
             # rstd always: the backward needs the forward's own, not one recomputed from rounded h.
             y, h, rstd = torch.ops.addrmsnorm.norm.default(x, residual, weight, eps, weight_offset, True, numerics,
-                                                           pdl, x_scale)
+                                                           pdl, x_scale, post_weight, post_weight_offset)
         ctx.set_materialize_grads(False)  # an unused output costs no zero-filled gradient
         ctx.plain = residual is None
-        ctx.save_for_backward(x if ctx.plain else h, rstd, weight)
+        ctx.sandwich = post_weight is not None
+        ctx.save_for_backward(x if ctx.plain else h, rstd, weight, *((x, post_weight) if ctx.sandwich else ()))
+        ctx.post_weight_offset = post_weight_offset
         ctx.weight_offset = weight_offset
         ctx.x_scale = x_scale
         ctx.x_dtype = x.dtype
@@ -93,10 +98,10 @@ class NormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dresidual_out, _drstd):
-        h, rstd, weight = ctx.saved_tensors
+        h, rstd, weight = ctx.saved_tensors[:3]
         need_x, need_res, need_w = ctx.needs_input_grad[:3]
         need_w = need_w and weight is not None
-        rest = (None,) * 6
+        rest = (None,) * 8
         if ctx.plain:
             if dy is None:
                 return (None, None, None) + rest
@@ -111,6 +116,8 @@ class NormFunction(torch.autograd.Function):
             dy = dy.contiguous()  # e.g. the expanded gradient of a sum()
         if dresidual_out is not None and not dresidual_out.is_contiguous():
             dresidual_out = dresidual_out.contiguous()
+        if ctx.sandwich:
+            return _sandwich_backward(ctx, dy, dresidual_out, h, rstd, weight, need_x, need_res, need_w)
         dres, dx, dweight = torch.ops.addrmsnorm.norm_backward.default(
             dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
         if ctx.x_scale != 1.0:  # the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
@@ -118,6 +125,25 @@ class NormFunction(torch.autograd.Function):
         elif ctx.x_dtype == h.dtype:
             dx = dres  # one tensor, handed back for both x and residual
         return (dx if need_x else None, dres if need_res else None, dweight if need_w else None) + rest
+
+
+def _sandwich_backward(ctx, dy, dresidual_out, h, rstd, weight, need_x, need_res, need_w):
+    """The sandwich norm's gradients: dh from the second norm (and residual_out's gradient), which is
+    residual's; then x's and post_weight's through the first norm, rmsnorm(x; post_weight), with dh as
+    its output's gradient (dh in x's dtype: the residual is x's dtype here)."""
+    x, post_weight = ctx.saved_tensors[3:]
+    need_pw = ctx.needs_input_grad[9]
+    dres, _, dweight = torch.ops.addrmsnorm.norm_backward.default(
+        dy, dresidual_out, h, rstd[0], weight, ctx.weight_offset, need_w)
+    dx = dpost = None
+    if need_x or need_pw:
+        H = x.shape[-1]
+        dx, _, dpost = torch.ops.addrmsnorm.norm_backward.default(
+            dres.reshape(-1, H), None, x.reshape(-1, H), rstd[1].reshape(-1), post_weight, ctx.post_weight_offset,
+            need_pw)
+        dx = dx.view(x.shape)
+    return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
+            None, None, None, None, None, None, dpost if need_pw else None, None)
 
 
 def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
@@ -134,22 +160,24 @@ def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0
 
 
 def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False,
-          x_scale=1.0):
-    if _C.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad) or
-                                 (residual is not None and residual.requires_grad)):
-        return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
+          x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+    if _C.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, weight, post_weight)):
+        return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
+                                  post_weight, post_weight_offset)
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl,
-            x_scale)
+            x_scale, post_weight, post_weight_offset)
 
 
-def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
-    _refuse_grad("norm_", ("x", "residual", "weight"), (x, residual, weight), residual is None)
+def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+           post_weight_offset=0.0):
+    _refuse_grad("norm_", ("x", "residual", "weight", "post_weight"), (x, residual, weight, post_weight),
+                 residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl,
-            x_scale)
+            x_scale, post_weight, post_weight_offset)
     torch.autograd.graph.increment_version((x,) if residual is None else (x, residual))
 
 
@@ -158,13 +186,13 @@ def _written(*tensors):
 
 
 def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-               x_scale=1.0):
-    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd"),
-                 (x, residual, weight, out, residual_out, rstd), residual is None)
+               x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight"),
+                 (x, residual, weight, out, residual_out, rstd, post_weight), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-            weight_offset, numerics, pdl, x_scale)
+            weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
     torch.autograd.graph.increment_version(_written(out, residual_out, rstd))
 
 

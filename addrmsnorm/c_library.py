@@ -35,7 +35,8 @@ class NormArgs(ctypes.Structure):
                 ("stride_out", ctypes.c_int64), ("stride_out_group", ctypes.c_int64), ("rstd", ctypes.c_void_p),
                 ("eps", ctypes.c_double), ("weight_offset", ctypes.c_double), ("flags", ctypes.c_uint32),
                 ("reserved", ctypes.c_uint32), ("quant", ctypes.c_void_p), ("y", ctypes.c_void_p),
-                ("stride_y", ctypes.c_int64), ("x_scale", ctypes.c_double)]
+                ("stride_y", ctypes.c_int64), ("x_scale", ctypes.c_double), ("post_weight", ctypes.c_void_p),
+                ("post_weight_offset", ctypes.c_double)]
 
 
 class NormBackwardArgs(ctypes.Structure):
@@ -85,10 +86,11 @@ def _stride(t, dim=0, default=0):
 
 def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, eps=1e-6, weight_offset=0.0,
               numerics=0, flags=0, weight2=None, weight2_from_group=0, quant=None, y=None,
-              x_scale=None) -> NormArgs:
+              x_scale=None, post_weight=None, post_weight_offset=0.0) -> NormArgs:
     """addrmsnorm_norm_args for tensors: x and out (rows, H) or (rows, groups, H) with their strides; residual,
     residual_out and y (rows, H); quant a Quant (kept alive by the caller). weight None: the weightless
-    norm; x_scale: sets ADDRMSNORM_FLAG_X_SCALE and the field."""
+    norm; x_scale: sets ADDRMSNORM_FLAG_X_SCALE and the field; post_weight: the sandwich norm (weight_dtype
+    is post_weight's where weight is None)."""
     a = NormArgs()
     a.struct_size = ctypes.sizeof(NormArgs)
     grouped = x.dim() == 3
@@ -101,6 +103,9 @@ def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, ep
     a.residual_out, a.stride_residual_out = _ptr(residual_out), _stride(residual_out)
     a.weight = _ptr(weight)
     a.weight_dtype = DTYPE_ENUM.get(weight.dtype, 99) if weight is not None else a.x_dtype
+    if post_weight is not None and weight is None:
+        a.weight_dtype = DTYPE_ENUM.get(post_weight.dtype, 99)
+    a.post_weight, a.post_weight_offset = _ptr(post_weight), post_weight_offset
     a.weight2, a.weight2_from_group = _ptr(weight2), weight2_from_group
     a.out, a.stride_out = _ptr(out), out.stride(0)
     a.stride_out_group = out.stride(1) if out.dim() == 3 else 0

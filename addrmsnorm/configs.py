@@ -332,7 +332,8 @@ def quant_kernel_mode(static: bool, group_size: int, q: str = "") -> int:
 
 
 QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
-QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr")
+QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr",
+                              "post_weight_ptr")
 # float8_e4m3fn is a type of sm_89 and newer (Triton refuses it below): sm_80 gets the int8 kernels only.
 QUANT_FP8_MIN_ARCH = 89
 
@@ -353,7 +354,8 @@ def quant_built_for(q: str, arch: int) -> bool:
 # (ALIGN = 4) rather than 2-byte ones. ALIGN = 1 promises nothing. The backward has the two ends only
 # (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
 # `backward_align`, so that both compile the same specialization for the same call.
-ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr")
+ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr",
+                        "post_weight_ptr")
 ALIGNMENT_BYTES = 16
 
 
@@ -545,6 +547,31 @@ QK_MAX_HEAD_DIM = 512
 # The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight
 # is read, every w is 1 (kernels._load_weight_any). The C runtime has it as kWeightlessDtype.
 WEIGHTLESS_DTYPE = 3
+
+
+# The sandwich norm (kernels.py's SANDWICH: x normalized with post_weight before the add) has rows of its
+# own, few because each is 6 kernels per arch (fp16 and bf16 x, the weights of x's dtype, vector-aligned
+# rows, the contract and HF's two forms): the fused table's would have been 224 kernels, 4 MiB on sm_90,
+# which sm_100's share of the AOT budget cannot hold. The single pass holds x's row and h's: on the fused
+# op's rows 79 registers at 4096 (8 warps, weight first; the fused op 40) and 115 at 8192 (8 warps; 61).
+# These rows give each thread at most 16 elements of a row: 64 registers at 4096 and 8192, 60 in the loop
+# (sm_90, bf16, no stack). Not yet tuned on the GPU.
+SANDWICH_TABLE = tuple(TableRule(2, *row) for row in (
+    (256, _single(256, 8, 4)),
+    (1024, _single(1024, 2, 4)),
+    (2048, _single(2048, 1, 4)),
+    (4096, _single(4096, 1, 8)),
+    (8192, _single(8192, 1, 16)),
+    (None, _looped(8192, 16, keep_h=True)),
+))
+# The sandwich norm's calls: 16-bit x, residual and weights of x's dtype, rows of 16-byte multiples on
+# 16-byte boundaries (validation.check_forward and the C runtime refuse others).
+SANDWICH_DTYPES = ("fp16", "bf16")
+
+
+def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
+    """The sandwich norm's config: the row of SANDWICH_TABLE that admits H (x_itemsize 2)."""
+    return _select(SANDWICH_TABLE, H, x_itemsize, x_itemsize)
 
 
 # The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32

@@ -280,6 +280,104 @@ def fused_add_rmsnorm_(
     return x, residual
 
 
+def _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl,
+                          return_rstd=False):
+    if not isinstance(post_weight, _Tensor):
+        raise TypeError(f"post_weight must be a torch.Tensor, got {type(post_weight).__name__}")
+    v.check_real("post_weight_offset", post_weight_offset)
+    _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd)
+
+
+def sandwich_rmsnorm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post_weight: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    post_weight_offset: float | None = None,
+    out: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    return_rstd: bool = False,
+    numerics: str = "contract",
+    pdl: bool = False,
+):
+    """The sandwich norm of Gemma 2/3 and GLM-4 in one pass:
+    ``h = residual + rmsnorm(x) * (post_weight + post_weight_offset); y = rmsnorm(h) * (weight + weight_offset)``.
+
+    x is the attention's or the MLP's output, normalized by the block's post-norm before it joins
+    the residual stream; y is the next block's pre-norm of h. One kernel reads x and residual and
+    writes h and y (two norms of one row, both in fp32, as the fused op's contract says: p =
+    rmsnorm(x; post_weight) is not rounded before the add).
+
+    Args:
+        x, residual: (..., H), float16, bfloat16 or float32, residual of x's dtype. As in
+            ``fused_add_rmsnorm`` otherwise.
+        post_weight: (H,) the post-norm's weight, x's dtype or float32.
+        weight: (H,) the pre-norm's weight, post_weight's dtype; or None (weightless).
+        eps: both norms' eps.
+        weight_offset: added to weight in fp32 (1.0 for Gemma's ``1 + w``).
+        post_weight_offset: added to post_weight in fp32; None (the default) takes weight_offset,
+            as a model's norms share their form.
+        out, residual_out: as ``fused_add_rmsnorm``'s (out may be x or residual, residual_out
+            residual or x).
+        return_rstd: also return rstd, float32 of shape (2, *x.shape[:-1]): h's, then x's.
+        numerics: "contract", or "hf": HF's modules bit for bit (the post-norm's output rounded to
+            x's dtype, the add in x's dtype, then the pre-norm as ``fused_add_rmsnorm``'s "hf");
+            needs post_weight_offset equal to weight_offset.
+        pdl: as ``fused_add_rmsnorm``'s.
+
+    Returns:
+        ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``. Differentiable
+        in x, residual, post_weight and weight.
+    """
+    if post_weight_offset is None:
+        post_weight_offset = weight_offset
+    hf = numerics == "hf" or _hf(numerics)
+    _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl, return_rstd)
+    if out is None and residual_out is None:
+        y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, 1.0, post_weight,
+                              post_weight_offset)
+        return (y, h, rstd) if return_rstd else (y, h)
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if residual_out is None:
+        residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+    rstd = torch.empty((2, *x.shape[:-1]), dtype=torch.float32, device=x.device) if return_rstd else None
+    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, 1.0, post_weight,
+                  post_weight_offset)
+    return (out, residual_out, rstd) if return_rstd else (out, residual_out)
+
+
+def sandwich_rmsnorm_(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post_weight: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    post_weight_offset: float | None = None,
+    numerics: str = "contract",
+    pdl: bool = False,
+):
+    """In place, vLLM's convention: ``residual <- residual + rmsnorm(x; post_weight)``, then ``x <- y``.
+
+    Takes the same arguments and obeys the same rules as ``sandwich_rmsnorm``. Returns
+    ``(x, residual)``, now holding ``(y, h)``.
+    """
+    if post_weight_offset is None:
+        post_weight_offset = weight_offset
+    hf = numerics == "hf" or _hf(numerics)
+    _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl)
+    ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl, 1.0, post_weight, post_weight_offset)
+    return x, residual
+
+
 def _quant_mode_args(quant_dtype, group_size, scale_dtype=None, swizzled_scales=False):
     """The schema's group_size (0 for none) from the Python API's: fp4 without one is NVFP4 (16), or
     MXFP4 (32) with e8m0 scales. scale_dtype, where given, must be the block format's."""

@@ -9,7 +9,7 @@ In HF's decoder layers the residual add and the norm are separate modules::
 straddles two layers and the last layer's add with the model's final norm. Every other RMSNorm of the
 stack runs addrmsnorm's plain norm (``rmsnorm``): the first layer's input norm (there is no add before
 it), Qwen 3's and Gemma 3's per-head ``q_norm`` and ``k_norm`` (on the projections' head views, no
-copy), Gemma 2/3's norms of a branch's output, and all of OLMo 2's, whose layers normalize each
+copy), and all of OLMo 2's, whose layers normalize each
 branch's output before its add (post-norm: no add is followed by a norm) and whose ``q_norm`` and
 ``k_norm`` span the whole projection. After a patch no module of the family's RMSNorm class runs its
 own forward.
@@ -44,6 +44,10 @@ Numerics:
 Granite's layers add ``residual + x * residual_multiplier``: the fused call's ``x_scale`` (with
 ``"hf"``, x * multiplier rounded to the model dtype first, as HF does).
 
+Gemma 2/3's layers normalize each branch's output before its add, and the norm after the add is the
+next: ``h = residual + post_norm(x); y = next_norm(h)``, twice a layer, is one sandwich-norm call
+(``post_weight``), four passes over memory where a plain norm and a fused one take six.
+
 The backward of either is the contract's gradient (HF's extra roundings differentiate as the
 identity, as in autograd of HF's modules).
 """
@@ -54,7 +58,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import ops
+from . import ops, validation
 from .configs import NUMERICS, PLAIN_NUMERICS
 from .functional import inverse_order, memory_order
 
@@ -119,6 +123,20 @@ def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link:
     return y, h
 
 
+def _sandwich(x: torch.Tensor, residual: torch.Tensor, post_norm: torch.nn.Module, norm: torch.nn.Module,
+              link: _Link):
+    """Gemma 2/3's ``h = residual + post_norm(x); y = norm(h)`` in one kernel (the sandwich norm): returns
+    (y, h). Where the one call does not take the pair (fp32 activations or weights, as under autocast
+    with fp32 parameters; two eps; a width not of 8's multiples), the plain norm, then the fused one."""
+    pw, w, eps = post_norm.weight, norm.weight, _eps(norm)
+    offset = link.family.offset
+    if (x.dtype not in validation.SANDWICH_DTYPES or not x.dtype == residual.dtype == pw.dtype == w.dtype
+            or _eps(post_norm) != eps or x.shape[-1] % validation.SANDWICH_ALIGN):
+        return _fused(post_norm(x), residual, norm, link)
+    y, h, _ = ops.norm(x, residual, w, eps, offset, False, int(link.hf), link.pdl, 1.0, pw, offset)
+    return y, h
+
+
 @dataclass(frozen=True)
 class _NormLink:
     """A patched norm's arguments after eps (weight_offset, return_rstd, numerics, pdl), and the
@@ -157,14 +175,12 @@ def _forward(self, hidden_states, normed=None, **kwargs):
     x, _ = self.self_attn(hidden_states=x, **kwargs)
     # Granite scales each branch's output in its add (residual_multiplier): the kernels' x_scale.
     scale = float(getattr(self, link.family.x_scale)) if link.family.x_scale else 1.0
-    if link.family.sandwich:  # Gemma 2/3: the branch is normed before its add
-        x = self.post_attention_layernorm(x)
-        x, residual = _fused(x, residual, self.pre_feedforward_layernorm, link)
-        x = self.post_feedforward_layernorm(self.mlp(x))
-    else:
-        x, residual = _fused(x, residual, self.post_attention_layernorm, link, scale)
-        x = self.mlp(x)
-    y, h = _fused(x, residual, link.next_norm, link, scale)
+    if link.family.sandwich:  # Gemma 2/3: the branch is normed before its add, both in one kernel with the next norm
+        x, residual = _sandwich(x, residual, self.post_attention_layernorm, self.pre_feedforward_layernorm, link)
+        y, h = _sandwich(self.mlp(x), residual, self.post_feedforward_layernorm, link.next_norm, link)
+        return h, y
+    x, residual = _fused(x, residual, self.post_attention_layernorm, link, scale)
+    y, h = _fused(self.mlp(x), residual, link.next_norm, link, scale)
     return h, y
 
 

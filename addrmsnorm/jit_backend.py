@@ -43,6 +43,8 @@ def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: boo
         stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
         stride_out=o.row_stride, stride_residual_out=ro.row_stride,
         eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, x_scale=call.x_scale,
+        post_weight=None if call.post_weight is None else call.post_weight.tensor,
+        post_weight_offset=call.post_weight_offset,
     )
 
 
@@ -52,32 +54,38 @@ def _numerics(hf) -> int:
 
 
 def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False,
-                      x_scale=1.0):
-    """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for)."""
+                      x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+    """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for; with
+    post_weight, the sandwich norm, (2, rows...))."""
     call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=_numerics(hf),
-                           x_scale=x_scale)
+                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
-    rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
+    rstd = torch.empty(v.rstd_shape(shape, post_weight is not None) if return_rstd else (0,), dtype=torch.float32,
+                       device=device)
     call.out = v.as_rows("out", out, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
     _launch(call, rstd if return_rstd else None, eps, weight_offset, hf, pdl)
     return out, residual_out, rstd
 
 
-def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False, x_scale=1.0):
-    """addrmsnorm::fused_add_rmsnorm_: residual <- x_scale * x + residual, x <- y."""
-    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl, x_scale)
+def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False, x_scale=1.0,
+                       post_weight=None, post_weight_offset=0.0):
+    """addrmsnorm::fused_add_rmsnorm_: residual <- x_scale * x + residual (or the sandwich's
+    residual + rmsnorm(x; post_weight)), x <- y."""
+    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl, x_scale, post_weight,
+                           post_weight_offset)
 
 
 def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False,
-                           pdl=False, x_scale=1.0):
+                           pdl=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::fused_add_rmsnorm_into: into caller-given outputs (which may alias inputs exactly)."""
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
-                           numerics=_numerics(hf), x_scale=x_scale)
+                           numerics=_numerics(hf), x_scale=x_scale, post_weight=post_weight,
+                           post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch(call, rstd, eps, weight_offset, hf, pdl)
@@ -215,9 +223,12 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
     )
 
 
-def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
-    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for). x_scale: refused unless 1."""
-    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale)
+def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
+            post_weight=None, post_weight_offset=0.0):
+    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for). x_scale: refused unless 1,
+    post_weight unless None (they need a residual)."""
+    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
+                           post_weight=post_weight, post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
@@ -228,15 +239,17 @@ def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pd
     return out, rstd
 
 
-def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+             post_weight_offset=0.0):
     """addrmsnorm::rmsnorm_: x <- y."""
-    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale)
+    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
 
 
-def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+                 post_weight_offset=0.0):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
     call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                           x_scale=x_scale)
+                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
@@ -311,30 +324,37 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
 
 # ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
 
-def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
+def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
+         post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
     asked for)."""
     if residual is None:
-        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
+        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale, post_weight,
+                          post_weight_offset)
         return y, x.new_empty((0,)), rstd
-    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale)
+    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
+                             post_weight, post_weight_offset)
 
 
-def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
-    """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first."""
+def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+          post_weight_offset=0.0):
+    """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
+    sandwich norm: residual <- residual + rmsnorm(x; post_weight))."""
     if residual is None:
-        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale)
-    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale)
+        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
+    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight,
+                              post_weight_offset)
 
 
 def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-              x_scale=1.0):
+              x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale)
+        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
+                            post_weight_offset)
     return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
-                                  x_scale)
+                                  x_scale, post_weight, post_weight_offset)
 
 
 norm_backward = fused_add_rmsnorm_backward

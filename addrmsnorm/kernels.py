@@ -66,6 +66,10 @@ Points the contract insists on, and how this source honours them:
   head's rows inside a fused QKV buffer are read in place. SPLIT (the QK norm) gives a group's rows from
   group_split on a second weight: a token's q heads and k heads in one launch. The quantized forward
   takes RESIDUAL too (the plain norm's quantized outputs).
+* The sandwich norm (SANDWICH, with RESIDUAL) normalizes x first with its own weight, p = x * rstd_x *
+  (post_weight + post_weight_offset), and adds p in x's place: p stays fp32 (HF numerics: rounded to x's
+  dtype, as HF's post-norm returns it). rstd_x is a reduction of its own over x before h exists (the
+  looped paths walk x once more for it), and is stored after the n_rows rstd of h.
 
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """
@@ -139,6 +143,28 @@ def _residual_add(x, r, x_scale, HF_NUMERICS: tl.constexpr):
     if HF_NUMERICS:
         xs = xs.to(x.dtype).to(tl.float32)
     return xs + r.to(tl.float32)
+
+
+@triton.jit
+def _post_norm(x, rstd_x, wp, HF_NUMERICS: tl.constexpr):
+    """The sandwich norm's first norm, p = rmsnorm(x; post_weight), the value the residual add takes in
+    x's place: fp32 under the contract (no rounding before the add), rounded to x's dtype under HF
+    numerics, as HF's post-attention and post-feedforward norms return it (Gemma 2/3, GLM-4)."""
+    p = _scale(x.to(tl.float32), rstd_x, wp, x.dtype, HF_NUMERICS)
+    if HF_NUMERICS:  # one return type: the rounded value, held in fp32 (exact)
+        p = p.to(x.dtype).to(tl.float32)
+    return p
+
+
+@triton.jit
+def _post_rstd(x_row, H, eps, BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr):
+    """The looped paths' pass 0 of the sandwich norm: rstd of x, the first norm's, before any h exists."""
+    acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for start in range(0, H, BLOCK_H):
+        cols = start + tl.arange(0, BLOCK_H)
+        xf = tl.load(x_row + cols, mask=cols < H, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        acc += xf * xf
+    return _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
 
 
 @triton.jit
@@ -394,6 +420,9 @@ def _single_pass_rows(
     scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
     # The weightless norm (has_weight 0) and the scaled residual add (x_scale).
     has_weight=1, x_scale=1.0,
+    # SANDWICH: x is first normalized with its own weight (post_weight, post_weight_offset), and that
+    # is added to the residual; the rstd of x is stored after the n_rows rstd of h.
+    SANDWICH: tl.constexpr = False, post_weight_ptr=None, post_weight_offset=0.0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -421,6 +450,11 @@ def _single_pass_rows(
     if RESIDUAL:
         r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
                     eviction_policy="evict_last" if EVICT_LAST else "")
+        if SANDWICH:  # x -> rmsnorm(x; post_weight): a reduction of its own before the add
+            wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=col_mask, other=0), weight_dtype) + post_weight_offset
+            xf = x.to(tl.float32)
+            rstd_x = _rstd_from_sum_sq(tl.sum(xf * xf, axis=1), H, eps, HF_NUMERICS)
+            x = _post_norm(x, rstd_x[:, None], wp[None, :], HF_NUMERICS)
         h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add: the residual stream must not lose bits
         h_stored = h.to(residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
@@ -471,6 +505,8 @@ def _single_pass_rows(
     # cost 2-7% at small, latency-bound shapes and 5% at 8184 x 4100 bf16/fp32 (registers).
     if write_rstd != 0:
         tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        if SANDWICH:
+            tl.store(rstd_ptr + n_rows + rows, rstd_x, mask=row_mask)
 
 
 @triton.jit
@@ -498,8 +534,9 @@ def _looped_row(
     QUANT: tl.constexpr = 0, y_ptr=None, stride_y_row=0, write_y=0, scale_ptr=None, scales_ptr=None,
     scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
     has_weight=1, x_scale=1.0,
+    SANDWICH: tl.constexpr = False, post_weight_ptr=None, post_weight_offset=0.0, n_rows=0,
 ):
-    # One row per program, walked in BLOCK_H chunks twice. KEEP_H: L2 hints that h is read again
+    # One row per program, walked in BLOCK_H chunks twice (SANDWICH: three times, pass 0 for x's rstd). KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
     # L2 when the rows in flight outgrow it.
     row = tl.program_id(0).to(tl.int64)
@@ -510,6 +547,8 @@ def _looped_row(
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
     # The plain norm stores no h: pass 2 reads x again (each chunk before its own store, in place too).
     h_row = residual_out_row if RESIDUAL else x_row
+    if SANDWICH:
+        rstd_x = _post_rstd(x_row, H, eps, BLOCK_H, HF_NUMERICS)
 
     # Pass 1: h = x + residual, store it as residual_out, accumulate sum(h*h) per lane. Per token, also
     # each lane's largest |u|, u = h_stored * w: the row's amax (below).
@@ -528,6 +567,9 @@ def _looped_row(
             h_stored = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last" if KEEP_H else "")
         if QUANT == 2:
             w = _weight_f32(_load_w(weight_ptr, cols, mask, has_weight), weight_dtype) + w_off
+        if SANDWICH:
+            wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=mask, other=0), weight_dtype) + post_weight_offset
+            x = _post_norm(x, rstd_x, wp, HF_NUMERICS)
         if RESIDUAL:
             _loads_before_stores()
             h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add
@@ -544,6 +586,8 @@ def _looped_row(
     rstd = _rstd_from_sum_sq(tl.sum(acc, axis=0), H, eps, HF_NUMERICS)
     if rstd_ptr is not None:  # the unquantized forward: a predicated store
         tl.store(rstd_ptr + row, rstd, mask=write_rstd != 0)
+        if SANDWICH:
+            tl.store(rstd_ptr + n_rows + row, rstd_x, mask=write_rstd != 0)
 
     # Make every thread's pass-1 stores visible to the whole program before pass 2 reads them back.
     tl.debug_barrier()
@@ -601,6 +645,7 @@ def _reread_row(
     BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr,
     group_rows, stride_x_group, stride_out_group, RESIDUAL: tl.constexpr, GROUPED: tl.constexpr,
     has_weight=1, x_scale=1.0,
+    SANDWICH: tl.constexpr = False, post_weight_ptr=None, post_weight_offset=0.0, n_rows=0,
 ):
     # One row per program, in BLOCK_H chunks, holding nothing across the reduction. Pass 1 reads x
     # and residual and only sums the squares (evict-last: pass 2 reads them again); pass 2 reads
@@ -612,6 +657,8 @@ def _reread_row(
     x_row = x_ptr + _row_offset(row, stride_x_row, group_rows, stride_x_group, GROUPED)
     out_row = out_ptr + _row_offset(row, stride_out_row, group_rows, stride_out_group, GROUPED)
     residual_row = residual_ptr + row * stride_residual_row
+    if SANDWICH:  # pass 0: x's rstd; passes 1 and 2 then normalize each chunk of x before the add
+        rstd_x = _post_rstd(x_row, H, eps, BLOCK_H, HF_NUMERICS)
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
@@ -619,6 +666,10 @@ def _reread_row(
         x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
         if RESIDUAL:
             r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+            if SANDWICH:
+                wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=mask, other=0, eviction_policy="evict_last"),
+                                 weight_dtype) + post_weight_offset
+                x = _post_norm(x, rstd_x, wp, HF_NUMERICS)
             h = _residual_add(x, r, x_scale, HF_NUMERICS)
             if HF_NUMERICS:
                 h = h.to(residual_out_ptr.dtype.element_ty).to(tl.float32)
@@ -634,8 +685,13 @@ def _reread_row(
             r = tl.load(residual_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
         w = _weight_f32(tl.load(weight_ptr + cols, mask=mask & (has_weight != 0), other=0,
                                 eviction_policy="evict_last"), weight_dtype) + _weight_offset(weight_offset, has_weight)
+        if SANDWICH:
+            wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=mask, other=0, eviction_policy="evict_last"),
+                             weight_dtype) + post_weight_offset
         _loads_before_stores()
         if RESIDUAL:
+            if SANDWICH:
+                x = _post_norm(x, rstd_x, wp, HF_NUMERICS)
             h = _residual_add(x, r, x_scale, HF_NUMERICS)
             h_stored = h.to(residual_out_ptr.dtype.element_ty)
             tl.store(residual_out_ptr + row * stride_residual_out_row + cols, h_stored, mask=mask)
@@ -647,6 +703,8 @@ def _reread_row(
         tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
     if write_rstd != 0:
         tl.store(rstd_ptr + row, rstd)
+        if SANDWICH:
+            tl.store(rstd_ptr + n_rows + row, rstd_x)
 
 
 # H and the strides are not specialized by value: their alignment reaches the kernel only through
@@ -682,6 +740,8 @@ def rmsnorm_fwd(
     group_split: tl.int32,    # SPLIT: rows of a group before it take weight, the others weight2
     has_weight: tl.int32,     # i32: 0 for the weightless norm (no weight read: w = 1 + weight_offset, offset 0)
     x_scale: tl.float32,      # fp32: h = residual + x_scale * x (1.0: the unscaled add, the same bits)
+    post_weight_ptr,          # SANDWICH: [H] the first norm's weight, typed as weight; else a stand-in, unread
+    post_weight_offset: tl.float32,  # SANDWICH: added to post_weight in fp32
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -695,6 +755,7 @@ def rmsnorm_fwd(
     RESIDUAL: tl.constexpr = True,   # False: the plain norm, h = x; residual and residual_out untouched
     GROUPED: tl.constexpr = False,   # rows addressed as (group, row in group): two leading strides
     SPLIT: tl.constexpr = False,     # GROUPED, single pass: two weights by the row's place in its group
+    SANDWICH: tl.constexpr = False,  # RESIDUAL: h = residual + rmsnorm(x; post_weight); rstd [2, n_rows]
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -712,14 +773,17 @@ def rmsnorm_fwd(
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
                     group_rows, stride_x_group, stride_out_group, RESIDUAL, GROUPED,
-                    has_weight=has_weight, x_scale=x_scale)
+                    has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr,
+                    post_weight_offset=post_weight_offset, n_rows=n_rows)
     elif LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, weight_dtype, BLOCK_H, KEEP_H, RESIDUAL,
                     rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS,
                     GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
-                    stride_out_group=stride_out_group, has_weight=has_weight, x_scale=x_scale)
+                    stride_out_group=stride_out_group, has_weight=has_weight, x_scale=x_scale,
+                    SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
+                    n_rows=n_rows)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                           n_rows, H,
@@ -730,7 +794,8 @@ def rmsnorm_fwd(
                           GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
                           stride_out_group=stride_out_group,
                           SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split,
-                          has_weight=has_weight, x_scale=x_scale)
+                          has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
+                          post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -759,11 +824,14 @@ def rmsnorm_quant_fwd(
     swizzled: tl.int32,       # QUANT 4-6: nonzero for the 128 x 4 tiled scale layout
     has_weight: tl.int32,     # i32: 0 for the weightless norm (as rmsnorm_fwd)
     x_scale: tl.float32,      # fp32: h = residual + x_scale * x (as rmsnorm_fwd)
+    post_weight_ptr,          # SANDWICH: [H] the first norm's weight, typed as weight (as rmsnorm_fwd)
+    post_weight_offset: tl.float32,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4 (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
     KEEP_H: tl.constexpr = False,
     RESIDUAL: tl.constexpr = True,  # False: the plain norm's quantized outputs (residual, residual_out unused)
+    SANDWICH: tl.constexpr = False,  # as rmsnorm_fwd's (no rstd is written here)
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
     if PDL:
@@ -782,7 +850,8 @@ def rmsnorm_quant_fwd(
                     QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y, scale_ptr=scale_ptr,
                     scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr, stride_s_row=stride_s_row,
                     stride_s_group=stride_s_group, group_size=group_size, has_ub=has_ub, ue8m0=ue8m0,
-                    swizzled=swizzled, has_weight=has_weight, x_scale=x_scale)
+                    swizzled=swizzled, has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
+                    post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                           n_rows, H,
@@ -792,7 +861,8 @@ def rmsnorm_quant_fwd(
                           QUANT=QUANT, y_ptr=y_ptr, stride_y_row=stride_y_row, write_y=write_y,
                           scale_ptr=scale_ptr, scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr,
                           stride_s_row=stride_s_row, stride_s_group=stride_s_group, group_size=group_size,
-                          has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled, has_weight=has_weight, x_scale=x_scale)
+                          has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled, has_weight=has_weight, x_scale=x_scale,
+                          SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset)
     if QUANT >= 4:  # after every row's loads and stores, as rstd's store (see _single_pass_rows)
         if (swizzled != 0) & (scale_rows > n_rows) & (tl.program_id(0) == tl.num_programs(0) - 1):
             _swizzle_padding(scales_ptr, n_rows, H, QUANT)
@@ -956,7 +1026,7 @@ def rmsnorm_bwd(
 rmsnorm_fwd_unaligned = triton.jit(
     rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
-                                    "rstd_ptr", "weight2_ptr"))
+                                    "rstd_ptr", "weight2_ptr", "post_weight_ptr"))
 rmsnorm_bwd_unaligned = triton.jit(
     rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",

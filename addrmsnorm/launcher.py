@@ -76,6 +76,7 @@ def launch_forward(
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
     weight2: torch.Tensor | None = None, group_split: int = 0, x_scale: float = 1.0,
+    post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -86,11 +87,17 @@ def launch_forward(
     3-D view with two leading strides (group_rows 1: rows of one stride). ``weight2`` (SPLIT) gives
     a group's rows from ``group_split`` on their own weight (QK norm: a token's q heads, then its k
     heads, each with theirs). ``weight`` None is the weightless norm (x stands in for it, unread:
-    _weightless). ``x_scale`` scales x in the residual add. ``pdl`` launches with programmatic dependent launch where the
+    _weightless). ``x_scale`` scales x in the residual add. ``post_weight`` (with a residual) is the
+    sandwich norm: h = residual + rmsnorm(x; post_weight + post_weight_offset), and rstd, if given,
+    is (2, n_rows): h's, then x's. ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
-    has_weight, weight = _weightless(x, weight)
+    sandwich = post_weight is not None
+    if sandwich and weight is None:  # the weightless sandwich: post_weight stands in, typed as the weights are
+        has_weight, weight = 0, post_weight
+    else:
+        has_weight, weight = _weightless(x, weight)
     plain = residual is None
     if plain:  # typed stand-ins the kernel never touches, as the AOT build has no None pointers
         residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
@@ -104,16 +111,22 @@ def launch_forward(
     xs, rs = x.element_size(), residual.element_size()
     if n_rows == 1:  # a single row has no stride; 0 keeps the alignment rule the same as the AOT runtime's
         stride_x = stride_residual = stride_out = stride_residual_out = stride_x_group = stride_out_group = 0
+    if not sandwich:
+        post_weight = weight  # a stand-in, never read (SANDWICH off)
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
-                weight2.data_ptr())
+                weight2.data_ptr(), post_weight.data_ptr())
     strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
-    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split)  # SPLIT: the ends alone
+    post_arg = w_arg if post_weight is weight else _forward_weight(x, post_weight)[0]
+    # SPLIT and SANDWICH: the ends alone
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich)
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:
         cfg = config
+    elif sandwich:
+        cfg = configs.select_sandwich_config(H, xs)
     elif plain:
         cfg = configs.select_plain_config(H, xs, vector_typed)
     else:
@@ -129,6 +142,8 @@ def launch_forward(
         extra["GROUPED"] = True
     if split:
         extra["SPLIT"] = True
+    if sandwich:
+        extra["SANDWICH"] = True
     grid = (cfg.grid(n_rows),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
@@ -140,6 +155,7 @@ def launch_forward(
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
             group_rows, stride_x_group, stride_out_group, w2_arg, group_split, has_weight, x_scale,
+            post_arg, post_weight_offset,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,
@@ -208,7 +224,7 @@ def launch_quant_forward(
             n_rows, H, stride_x, stride_residual, stride_q, stride_residual_out, stride_y,
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
-            scale_rows, int(swizzled), has_weight, x_scale,
+            scale_rows, int(swizzled), has_weight, x_scale, weight, 0.0,
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,

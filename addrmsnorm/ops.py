@@ -2,9 +2,10 @@
 
 One operator per form; each takes an optional residual, and without one is the plain norm (h = x):
 
-    norm(x, residual?, weight?, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False, x_scale=1.)
+    norm(x, residual?, weight?, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False, x_scale=1.,
+         post_weight?=None, post_weight_offset=0.)
         -> (y, residual_out, rstd)     functional; residual_out has 0 elements without a residual, rstd
-                                       unless return_rstd
+                                       unless return_rstd; post_weight: the sandwich norm
     norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False) -> ()
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
     norm_into(x, residual?, weight, out!, residual_out!?, rstd!?, eps, ...) -> ()
@@ -55,15 +56,18 @@ from .launcher import INTERPRETED
 NAMESPACE = "addrmsnorm"
 _QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool ue8m0_scales=False, "
                "float weight_offset=0., bool pdl=False, bool swizzled_scales=False, float x_scale=1.) -> ()")
-# weight None: the weightless norm. x_scale: h = residual + x_scale * x (1: the unscaled add).
+# weight None: the weightless norm. x_scale: h = residual + x_scale * x (1: the unscaled add). post_weight:
+# the sandwich norm, h = residual + rmsnorm(x; post_weight + post_weight_offset) (rstd then (2, rows...)).
+_SANDWICH = "Tensor? post_weight=None, float post_weight_offset=0."
 SCHEMAS = {
     "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
-            "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1.) -> (Tensor, Tensor, Tensor)",
+            "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH
+            + ") -> (Tensor, Tensor, Tensor)",
     "norm_": "(Tensor(a!) x, Tensor(b!)? residual, Tensor? weight, float eps, float weight_offset=0., "
-             "int numerics=0, bool pdl=False, float x_scale=1.) -> ()",
+             "int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH + ") -> ()",
     "norm_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
                  "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False, "
-                 "float x_scale=1.) -> ()",
+                 "float x_scale=1., " + _SANDWICH + ") -> ()",
     "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor? weight, "
                      "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
     "norm_quant": "(Tensor x, Tensor? residual, Tensor? weight, float eps, ScalarType quant_dtype, "
@@ -105,32 +109,38 @@ def _fake_residual_out(x, residual):
 
 
 def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
-                       numerics=0, x_scale=1.0):
+                       numerics=0, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     if residual is None:
         v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                             x_scale=x_scale)
+                             x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     else:
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
-                             numerics=numerics, x_scale=x_scale)
+                             numerics=numerics, x_scale=x_scale, post_weight=post_weight,
+                             post_weight_offset=post_weight_offset)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm")
-def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0):
-    _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale)
-    rstd = x.new_empty(x.shape[:-1] if return_rstd else (0,), dtype=torch.float32)
+def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
+      post_weight=None, post_weight_offset=0.0):
+    _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
+                       post_weight=post_weight, post_weight_offset=post_weight_offset)
+    rstd = x.new_empty(v.rstd_shape(x.shape, post_weight is not None) if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _fake_residual_out(x, residual), rstd
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_")
-def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+      post_weight_offset=0.0):
     _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                       x_scale=x_scale)
+                       x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_into")
-def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0):
+def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0,
+      post_weight=None, post_weight_offset=0.0):
     v.check_residual_outputs(residual, residual_out)
-    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale)
+    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale,
+                       post_weight, post_weight_offset)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")

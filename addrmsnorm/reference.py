@@ -67,6 +67,51 @@ def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6,
     return fused_add_rmsnorm_ref(x, torch.zeros_like(x), weight, eps, weight_offset, compute_dtype=compute_dtype)
 
 
+def sandwich_rmsnorm_ref(x, residual, post_weight, weight, eps=1e-6, weight_offset=0.0, post_weight_offset=0.0, *,
+                         compute_dtype: torch.dtype = torch.float64) -> RefResult:
+    """Reference sandwich norm: p = rmsnorm(x; post_weight), h = residual + p, y = rmsnorm(h; weight),
+    all in ``compute_dtype`` (p is not rounded before the add: the contract's one rounding per stored
+    output). residual_out is h rounded once to residual's dtype; rstd is (2, rows...), h's then x's."""
+    post = rmsnorm_ref(x, post_weight, eps, post_weight_offset, compute_dtype=compute_dtype)
+    hc = post.y + residual.to(compute_dtype)
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
+    rstd = 1.0 / torch.sqrt((hc * hc).sum(dim=-1) / x.shape[-1] + eps)
+    y = hc * rstd.unsqueeze(-1) * (weight.to(compute_dtype) + weight_offset)
+    return RefResult(y=y, residual_out=hc.to(residual.dtype), rstd=torch.stack([rstd, post.rstd]), h=hc.float())
+
+
+def sandwich_hf_ref(x, residual, post_weight, weight, eps=1e-6, weight_offset=0.0):
+    """HF's eager sandwich (Gemma 2/3's decoder layer, GLM-4's): the post-norm's output in x's dtype
+    (hf_norm_ref), the add in x's dtype, then the pre-norm (hf_style_ref). Returns (y, h)."""
+    xf = x.float()
+    p = hf_norm_ref(x, torch.rsqrt(xf.pow(2).mean(-1) + eps), post_weight, x.dtype, weight_offset)
+    return hf_style_ref(p, residual, weight, eps, weight_offset)
+
+
+def sandwich_grads_ref(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, dy,
+                       dresidual_out=None):
+    """Gradients (dx, dresidual, dpost_weight, dweight) of the sandwich norm, by float64 autograd
+    (weight None: weightless, dweight None)."""
+    weightless = weight is None
+    if weightless:
+        weight = torch.ones(x.shape[-1], dtype=torch.float64, device=x.device)
+    xs, rs, pws, ws = (t.detach().double().requires_grad_() for t in (x, residual, post_weight, weight))
+    h = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps) * (pws + post_weight_offset) + rs
+    _backward_of_norm(h, ws, eps, weight_offset, dy, dresidual_out)
+    return xs.grad, rs.grad, pws.grad, None if weightless else ws.grad
+
+
+def _backward_of_norm(h, w, eps, weight_offset, dy, dresidual_out):
+    """Backpropagate dy through y = rmsnorm(h; w), and dresidual_out (if any) into h, in float64."""
+    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (w + weight_offset)
+    outs, grads = [y], [dy.double()]
+    if dresidual_out is not None:
+        outs.append(h)
+        grads.append(dresidual_out.double())
+    torch.autograd.backward(outs, grads)
+
+
 def quant_y_ref(x, residual, weight, eps=1e-6, weight_offset=0.0, h_stored=None):
     """(reference, fp32 y) for the quantized kernels: the contract's y where a row fits one pass; on the
     looped path (H above the single-pass limit, in every mode) the kernel reloads h from residual_out
@@ -136,13 +181,7 @@ def fused_add_rmsnorm_grads_ref(x, residual, weight, eps, weight_offset, dy, dre
     if weightless:
         weight = torch.ones(x.shape[-1], dtype=torch.float64, device=x.device)
     xs, rs, ws = (t.detach().double().requires_grad_() for t in (x, residual, weight))
-    h = xs * x_scale + rs
-    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * (ws + weight_offset)
-    outs, grads = [y], [dy.double()]
-    if dresidual_out is not None:
-        outs.append(h)
-        grads.append(dresidual_out.double())
-    torch.autograd.backward(outs, grads)
+    _backward_of_norm(xs * x_scale + rs, ws, eps, weight_offset, dy, dresidual_out)
     return xs.grad, rs.grad, None if weightless else ws.grad
 
 

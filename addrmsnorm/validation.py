@@ -136,7 +136,7 @@ class ForwardCall:
     """A checked forward call: row views of every tensor, ready for a launch."""
 
     __slots__ = ("shape", "H", "device", "x", "residual", "weight", "out", "residual_out", "eps", "weight_offset",
-                 "hf", "x_scale")
+                 "hf", "x_scale", "post_weight", "post_weight_offset")
 
     def __init__(self, shape, H, device, x, residual, weight, out, residual_out):
         self.shape, self.H, self.device = shape, H, device
@@ -179,9 +179,15 @@ def _check_weight(weight, H: int, name: str = "weight") -> None:
         raise ValueError(f"{name} must be contiguous, got stride {weight.stride(0)}")
 
 
-def _check_rstd_layout(rstd, shape) -> None:
-    if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != shape[:-1] or not rstd.is_contiguous()):
-        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(shape[:-1])}, got "
+def rstd_shape(shape, sandwich: bool = False) -> torch.Size:
+    """rstd's shape: one value a row, or for the sandwich norm two, (2, rows...): h's, then x's."""
+    return torch.Size((2, *shape[:-1]) if sandwich else shape[:-1])
+
+
+def _check_rstd_layout(rstd, shape, sandwich: bool = False) -> None:
+    want = rstd_shape(shape, sandwich)
+    if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != want or not rstd.is_contiguous()):
+        raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(want)}, got "
                          f"{rstd.dtype} {tuple(rstd.shape)}")
 
 
@@ -214,6 +220,75 @@ def check_x_scale(x_scale, residual) -> float:
     return x_scale
 
 
+def check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale) -> float:
+    """The sandwich norm's scalar rules (post_weight given: h = residual + rmsnorm(x; post_weight)), in
+    validate_norm's order: post_weight_offset finite in fp32 and 0 without post_weight; post_weight
+    needs a residual and an unscaled add. Returns post_weight_offset as a float."""
+    post_weight_offset = check_scalar("post_weight_offset", post_weight_offset, positive=False)
+    if post_weight is None:
+        if post_weight_offset != 0.0:
+            raise ValueError(f"post_weight_offset is {post_weight_offset!r} but post_weight is None: it offsets the "
+                             f"sandwich norm's first weight")
+        return post_weight_offset
+    if residual is None:
+        raise ValueError("post_weight is the sandwich norm's first weight (h = residual + rmsnorm(x; post_weight)); "
+                         "it needs a residual")
+    if x_scale != 1.0:
+        raise ValueError(f"x_scale is {x_scale!r} with post_weight: the sandwich norm adds rmsnorm(x) unscaled")
+    return post_weight_offset
+
+
+def _check_post_weight(post_weight, weight, x, H: int) -> None:
+    """The mapping of the sandwich norm's first weight: (H,), contiguous, of weight's dtype (one
+    weight_dtype in the C ABI describes both)."""
+    check_tensor("post_weight", post_weight)
+    _check_weight(post_weight, H, "post_weight")
+    if weight is not None and post_weight.dtype != weight.dtype:
+        raise TypeError(f"post_weight has dtype {post_weight.dtype}; it must be weight's dtype ({weight.dtype})")
+
+
+SANDWICH_DTYPES = (torch.float16, torch.bfloat16)  # configs.SANDWICH_DTYPES
+SANDWICH_ALIGN = configs.vector_elems(2, 2)  # elements of one 16-byte access: the sandwich kernels' only ALIGN
+
+
+def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, post_weight_offset) -> None:
+    """validate_forward's rules of the sandwich norm: 16-bit x with residual and weights of its dtype
+    (the kernels built for it, configs.SANDWICH_TABLE), and under numerics='hf' one offset for both
+    norms (their HF form, the kernel's HF_NUMERICS, follows from it)."""
+    if x.dtype not in SANDWICH_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; the sandwich norm (post_weight) takes float16 or bfloat16")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual has dtype {residual.dtype}; the sandwich norm (post_weight) needs x's dtype "
+                        f"({x.dtype})")
+    if post_weight.dtype != x.dtype:
+        raise TypeError(f"post_weight has dtype {post_weight.dtype}; the sandwich norm's weights are x's dtype "
+                        f"({x.dtype})")
+    H = x.shape[-1]
+    if H % SANDWICH_ALIGN:
+        raise ValueError(f"x has H = {H}; the sandwich norm (post_weight) needs H a multiple of {SANDWICH_ALIGN}")
+    if hf and weight_offset is not None and _f32(post_weight_offset) != _f32(weight_offset):
+        raise ValueError(f"numerics='hf' with post_weight needs post_weight_offset equal to weight_offset "
+                         f"({post_weight_offset!r} and {weight_offset!r}): both of a model's norms take one HF form")
+
+
+def _check_sandwich_alignment(rows: dict) -> None:
+    """The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): every row stride
+    a multiple of 8 elements (H is, _sandwich_dtype_rules), every tensor on a 16-byte boundary. A call
+    of no rows is not checked (nothing is read or written)."""
+    for name, r in rows.items():
+        if r.n_rows > 1 and r.row_stride % SANDWICH_ALIGN:
+            raise ValueError(f"{name} has row stride {r.row_stride}; the sandwich norm (post_weight) needs row "
+                             f"strides of multiples of {SANDWICH_ALIGN} elements")
+        if r.start % configs.ALIGNMENT_BYTES:
+            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the sandwich "
+                             f"norm (post_weight) needs 16-byte aligned tensors")
+
+
+def _f32(v: float) -> float:
+    """v as the kernels and the C ABI take it, in fp32."""
+    return torch.tensor(v, dtype=torch.float32).item()
+
+
 def check_weightless(weight, weight_offset, name: str = "weight") -> None:
     """weight None is the weightless norm (y = h * rstd): then there is no weight to offset."""
     if weight is None and weight_offset:
@@ -229,9 +304,9 @@ def check_residual_outputs(residual, residual_out) -> None:
         raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
 
 
-def _map_forward(x, residual, weight, out, residual_out, rstd):
+def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None):
     """The mapping of a norm call (residual None: the plain norm) up to the views: dtypes, dims, the
-    outputs' dtypes, the weight, devices. Returns (shape, H, device)."""
+    outputs' dtypes, the weights, devices. Returns (shape, H, device)."""
     x = check_tensor("x", x)
     if residual is not None:
         check_tensor("residual", residual)
@@ -250,8 +325,10 @@ def _map_forward(x, residual, weight, out, residual_out, rstd):
                         f"({residual.dtype})")
     if weight is not None:
         _check_weight(weight, H)
+    if post_weight is not None:
+        _check_post_weight(post_weight, weight, x, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
-               "rstd": rstd}
+               "rstd": rstd, "post_weight": post_weight}
     return x.shape, H, check_devices({k: t for k, t in tensors.items() if t is not None})
 
 
@@ -269,16 +346,19 @@ def _fused_dtype_rules(x, residual, weight, hf: bool, H: int) -> None:
 
 
 def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                       weight_offset=None, numerics=None, x_scale=1.0):
+                       weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """The checks of a fused forward that need no memory (the fake implementations'): the mapping with
     shapes for views, then the rules that read no pointer. Returns (shape, H, device)."""
-    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd)
+    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
     check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
-    _check_rstd_layout(rstd, shape)
+    _check_rstd_layout(rstd, shape, post_weight is not None)
     _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
-    check_x_scale(x_scale, residual)
+    x_scale = check_x_scale(x_scale, residual)
+    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
     check_weightless(weight, weight_offset)
-    _fused_dtype_rules(x, residual, weight, hf or nhf, H)
+    _fused_dtype_rules(x, residual, post_weight if weight is None else weight, hf or nhf, H)
+    if post_weight is not None:
+        _sandwich_dtype_rules(x, residual, post_weight, hf or nhf, weight_offset, post_weight_offset)
     return shape, H, device
 
 
@@ -304,21 +384,31 @@ def _view_rows(x, residual, shape, outputs: dict):
 
 
 def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                  weight_offset=None, numerics=None, x_scale=1.0) -> ForwardCall:
+                  weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0
+                  ) -> ForwardCall:
     """Every check of a fused forward, in the two layers' order. ``out`` and ``residual_out`` may be
     None (the caller allocates them after this returns); ``rstd`` is checked only when given. eps,
-    weight_offset and numerics are checked where given (call.eps, call.weight_offset, call.hf)."""
-    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd)
+    weight_offset and numerics are checked where given (call.eps, call.weight_offset, call.hf).
+    ``post_weight`` makes it the sandwich norm (h = residual + rmsnorm(x; post_weight))."""
+    shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
     xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
-    _check_rstd_layout(rstd, shape)
+    _check_rstd_layout(rstd, shape, post_weight is not None)
     eps, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
     x_scale = check_x_scale(x_scale, residual)
+    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
     check_weightless(weight, weight_offset)
     hf = hf or nhf
-    _fused_dtype_rules(x, residual, weight, hf, H)
+    # The C ABI's one weight_dtype is post_weight's where weight is None (the weightless sandwich).
+    _fused_dtype_rules(x, residual, post_weight if weight is None else weight, hf, H)
+    if post_weight is not None:
+        _sandwich_dtype_rules(x, residual, post_weight, hf, weight_offset, post_weight_offset)
     inputs = {"x": xr, "residual": rr}
     if weight is not None:
         inputs["weight"] = Rows(weight, 1, H)
+    if post_weight is not None:
+        inputs["post_weight"] = Rows(post_weight, 1, H)
+        if xr.n_rows:
+            _check_sandwich_alignment({**inputs, **outputs})
     for name, r in outputs.items():
         check_no_self_overlap(name, r, {"x": xr, "residual": rr})
     check_aliasing(outputs, inputs, MAY_ALIAS)
@@ -329,6 +419,7 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
                 raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
     call = ForwardCall(shape, H, device, xr, rr, inputs.get("weight"), outputs.get("out"), outputs.get("residual_out"))
     call.eps, call.weight_offset, call.hf, call.x_scale = eps, weight_offset, hf, x_scale
+    call.post_weight, call.post_weight_offset = inputs.get("post_weight"), post_weight_offset
     return call
 
 
@@ -923,7 +1014,7 @@ class NormCall:
 
 
 def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
-                       x_scale=1.0):
+                       x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
     (shape, H, device)."""
     shape, H, device = _map_forward(x, None, weight, out, None, rstd)
@@ -932,6 +1023,7 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
     _check_rstd_layout(rstd, shape)
     _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
     check_x_scale(x_scale, None)
+    check_post_weight_scalars(post_weight, post_weight_offset, None, 1.0)
     check_weightless(weight, weight_offset)
     _check_hf_weight(hf or nhf, x, weight)
     if H == 0:
@@ -940,7 +1032,7 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
-                  numerics=None, x_scale=1.0) -> NormCall:
+                  numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0) -> NormCall:
     """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
     a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
     other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
@@ -955,6 +1047,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
     _check_rstd_layout(rstd, shape)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_x_scale(x_scale, None)  # refused unless 1: the plain norm has no add to scale
+    check_post_weight_scalars(post_weight, post_weight_offset, None, 1.0)  # nor a sandwich
     check_weightless(weight, weight_offset)
     hf = hf or nhf
     _check_hf_weight(hf, x, weight)

@@ -20,9 +20,12 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignme
 // The fused forward's launch (validated).
 addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
-    // The weightless norm: x in the weight's place, typed as x and never read (has_weight 0).
-    const void *x = c.x, *residual = c.residual, *weight = weightless ? c.x : c.weight, *out = c.out,
-               *residual_out = c.residual_out;
+    const bool sandwich = c.post_weight != nullptr;
+    // The weightless norm: x in the weight's place, typed as x and never read (has_weight 0); the weightless
+    // sandwich's stand-in is post_weight, typed as the weights are. Without SANDWICH, weight stands in for
+    // post_weight.
+    const void *x = c.x, *residual = c.residual, *weight = weightless ? (sandwich ? c.post_weight : c.x) : c.weight,
+               *out = c.out, *residual_out = c.residual_out, *post_weight = sandwich ? c.post_weight : weight;
     const float* rstd = c.rstd;
     const int64_t rows = c.rows, hidden = c.hidden;
     int64_t stride_x = c.stride_x, stride_residual = c.stride_residual, stride_out = c.stride_out,
@@ -40,19 +43,21 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     // configs.align_elems, generated (as on the JIT path, so that both run the same specialization):
     // the widest built class that divides H and every stride, if every pointer is 16-byte aligned.
     const bool hf = (flags & kFlagHf) != 0;
-    const bool pointers_aligned =
-        aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) && aligned16(residual_out);
-    const bool ends_only = hf || weight_slot(x_dtype, weight_dtype) == 2;
+    const bool pointers_aligned = aligned16(x) && aligned16(residual) && aligned16(weight) && aligned16(out) &&
+                                  aligned16(residual_out) && aligned16(post_weight);
+    const bool ends_only = hf || sandwich || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
     const int align_class = forward_align_class(
         pointers_aligned, hidden | stride_x | stride_residual | stride_out | stride_residual_out, xs, rs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs);
     const bool vector_typed = is_vector_typed(align_class, xs, rs, weight_dtype == x_dtype, numerics);
-    const int config = select_forward_config(hidden, xs, rs, 0, vector_typed, false);
+    const int config = sandwich ? select_sandwich_table_config(hidden, xs, rs, 0, false)
+                                : select_forward_config(hidden, xs, rs, 0, vector_typed, false);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
-    const int variant = variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
+    const int variant = sandwich ? sandwich_variant_index(config, x_dtype, weight_dtype, align_class, numerics)
+                                 : variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, "kernel", &k);
+    st = get_built_kernel(*d, variant, sandwich ? "sandwich-norm kernel" : "kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const KernelConfig& cfg = kConfigs[config];
@@ -80,6 +85,8 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     p.group_split = 1;
     p.has_weight = weightless ? 0 : 1;
     p.x_scale = c.x_scale;
+    p.post_weight_ptr = devptr(post_weight);  // read only by the SANDWICH kernels
+    p.post_weight_offset = c.post_weight_offset;
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -175,6 +182,8 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     p.swizzled = swizzled ? 1 : 0;
     p.has_weight = weightless ? 0 : 1;
     p.x_scale = c.x_scale;
+    p.post_weight_ptr = p.weight_ptr;  // SANDWICH is not built into the quantized forward
+    p.post_weight_offset = 0.0f;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -237,6 +246,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.group_split = qk ? split : static_cast<int32_t>(heads);
     p.has_weight = weightless ? 0 : 1;
     p.x_scale = 1.0f;  // no residual add
+    p.post_weight_ptr = devptr(weight);  // no sandwich
+    p.post_weight_offset = 0.0f;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

@@ -81,6 +81,8 @@ int select_forward_config(long long H, int x_itemsize, int residual_itemsize, in
 // element size), both generated.
 int select_plain_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 int select_plain_config(long long H, int x_itemsize, bool vector_typed);
+// configs.SANDWICH_TABLE's rule (configs.select_sandwich_config), generated.
+int select_sandwich_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 
 // The alignment rules (configs.align_elems, configs.backward_align): the ALIGN class to launch.
 // `common` is H OR-ed with every row stride (stride 0 for a single row); pointers_aligned, whether
@@ -131,6 +133,13 @@ extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the
 inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
     return kQkIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
                      align_class) * kNumNumerics + numerics];
+}
+
+extern const short kSandwichIndex[];  // the sandwich norm (RESIDUAL and SANDWICH), indexed as kPlainIndex
+
+inline int sandwich_variant_index(int config, int x, int weight, int align_class, int numerics) {
+    return kSandwichIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
+                           align_class) * kNumNumerics + numerics];
 }
 
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics);

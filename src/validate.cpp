@@ -25,6 +25,10 @@ int dtype_size(addrmsnorm_dtype d) {
 
 namespace {
 
+// The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): kAlignmentBytes on
+// every pointer, and H and every row stride in multiples of its 16-bit elements (validation.SANDWICH_ALIGN).
+int sandwich_align() { return kAlignmentBytes / 2; }
+
 const char* dtype_name(addrmsnorm_dtype d) {
     switch (d) {
         case ADDRMSNORM_FLOAT16: return "float16";
@@ -148,20 +152,44 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be > 0, got %lld", (long long)c.hidden);
     if (c.hidden > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
+    const bool sandwich = c.post_weight != nullptr;
+    if (sandwich) {  // validation._sandwich_dtype_rules
+        if (c.x_dtype == ADDRMSNORM_FLOAT32)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                        "x_dtype is float32; the sandwich norm (post_weight) takes float16 or bfloat16");
+        if (c.residual_dtype != c.x_dtype)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                        "residual_dtype is %s; the sandwich norm (post_weight) needs x_dtype (%s)",
+                        dtype_name(c.residual_dtype), dtype_name(c.x_dtype));
+        if (c.weight_dtype != c.x_dtype)  // weight_dtype is post_weight's (and weight's, if given)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                        "post_weight's weight_dtype is %s; the sandwich norm's weights are x_dtype (%s)",
+                        dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
+        if (c.hidden % sandwich_align() != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "hidden (H) is %lld; the sandwich norm (post_weight) needs H a multiple of %d",
+                        (long long)c.hidden, sandwich_align());
+        if ((c.flags & kFlagHf) && c.post_weight_offset != c.weight_offset)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "ADDRMSNORM_NUMERICS_HF with post_weight needs post_weight_offset equal to weight_offset "
+                        "(%g and %g): both of a model's norms take one HF form",
+                        (double)c.post_weight_offset, (double)c.weight_offset);
+    }
     if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
     if (c.rows > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be < 2^31, got %lld", (long long)c.rows);
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
 
     struct Named { const char* name; const void* p; int64_t stride; int elem; };
-    const Named views[5] = {{"x", c.x, c.stride_x, xs},
+    const Named views[6] = {{"x", c.x, c.stride_x, xs},
                             {"residual", c.residual, c.stride_residual, rs},
                             {"out", c.out, c.stride_out, xs},
                             {"residual_out", c.residual_out, c.stride_residual_out, rs},
-                            {"weight", c.weight, 0, ws}};
+                            {"weight", c.weight, 0, ws},
+                            {"post_weight", c.post_weight, 0, ws}};
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
     for (const Named& v : views) {
-        if (v.p == nullptr && &v == &views[4] && weightless) continue;
+        if (v.p == nullptr && ((&v == &views[4] && weightless) || &v == &views[5])) continue;  // absent weights
         if (v.p == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is NULL", v.name);
         if (reinterpret_cast<uintptr_t>(v.p) % v.elem != 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is not aligned to its %d-byte elements", v.name,
@@ -169,12 +197,27 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
     }
     if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
-    Rows r[5];
-    for (int i = 0; i < 5; ++i) {
+    if (sandwich) {  // validation._check_sandwich_alignment: 16-byte accesses only
+        const int order[6] = {0, 1, 4, 5, 2, 3};  // the Python check's: the inputs, then the outputs
+        for (int i : order) {
+            const Named& v = views[i];
+            if (v.p == nullptr) continue;
+            if (i < 4 && c.rows > 1 && v.stride % sandwich_align() != 0)
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                            "stride_%s is %lld; the sandwich norm (post_weight) needs row strides of multiples of %d "
+                            "elements", v.name, (long long)v.stride, sandwich_align());
+            if (reinterpret_cast<uintptr_t>(v.p) % kAlignmentBytes != 0)
+                return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                            "%s does not start on a %d-byte boundary; the sandwich norm (post_weight) needs 16-byte "
+                            "aligned tensors", v.name, kAlignmentBytes);
+        }
+    }
+    Rows r[6];
+    for (int i = 0; i < 6; ++i) {
         const Named& v = views[i];
-        const bool is_weight = i == 4;
+        const bool is_weight = i >= 4;
         int64_t stride = is_weight ? c.hidden : v.stride;
-        const int64_t rows = is_weight ? (weightless ? 0 : 1) : c.rows;  // no weight: an empty span
+        const int64_t rows = is_weight ? (v.p == nullptr ? 0 : 1) : c.rows;  // no weight: an empty span
         if (!is_weight && c.rows > 1 && stride < 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s must be >= 0, got %lld", v.name,
                         (long long)stride);
@@ -183,7 +226,7 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
         r[i] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, rows, v.elem, stride};
     }
-    const Rows &x = r[0], &res = r[1], &out = r[2], &rout = r[3], &w = r[4];
+    const Rows &x = r[0], &res = r[1], &out = r[2], &rout = r[3], &w = r[4], &pw = r[5];
     for (int i = 2; i < 4; ++i)
         if (const addrmsnorm_status st = check_no_self_overlap(r[i], x, res, c.hidden); st != ADDRMSNORM_SUCCESS)
             return st;
@@ -191,16 +234,18 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
     // out may be x or residual exactly; residual_out may be residual or x exactly.
     const Rows* outputs[2] = {&out, &rout};
     for (const Rows* o : outputs) {
-        const Rows* inputs[3] = {&x, &res, &w};
+        const Rows* inputs[4] = {&x, &res, &w, &pw};
         for (const Rows* in : inputs)
-            if (const addrmsnorm_status st = check_output_input(*o, *in, in != &w); st != ADDRMSNORM_SUCCESS) return st;
+            if (const addrmsnorm_status st = check_output_input(*o, *in, in == &x || in == &res);
+                st != ADDRMSNORM_SUCCESS)
+                return st;
     }
     if (c.rstd != nullptr) {
         Rows rs_rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4, 4, c.rows, 4, 1};
-        // rstd is one row of `rows` floats for this check.
-        rs_rows.len = 4 * c.rows;
+        // rstd is one row of `rows` floats (the sandwich norm's: 2 * rows) for this check.
+        rs_rows.len = 4 * c.rows * (sandwich ? 2 : 1);
         rs_rows.rows = 1;
-        const Rows* all[5] = {&x, &res, &w, &out, &rout};
+        const Rows* all[6] = {&x, &res, &w, &pw, &out, &rout};
         for (const Rows* t : all)
             if (overlaps(rs_rows, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps %s; it must not share memory with it",
@@ -720,7 +765,7 @@ addrmsnorm_status check_scalar(const char* name, double v, bool positive) {
 }  // namespace
 
 addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* n) {
-    // x_scale is the one field added since the first struct: a struct that ends before it is a 0.1 caller's.
+    // x_scale, post_weight and post_weight_offset came after the first struct: a 0.1 caller's struct ends before them.
     if (addrmsnorm_status st = read_struct(args, &n->a, "addrmsnorm_norm_args", offsetof(addrmsnorm_norm_args, x_scale));
         st != ADDRMSNORM_SUCCESS)
         return st;
@@ -743,6 +788,19 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(a.x_scale != 0.0, "x_scale is %s but ADDRMSNORM_FLAG_X_SCALE is not set",
                              shortest(a.x_scale).c_str());
     }
+    // The sandwich norm (validation.check_post_weight_scalars).
+    const bool sandwich = a.post_weight != nullptr;
+    if (addrmsnorm_status st = check_scalar("post_weight_offset", a.post_weight_offset, false); st != ADDRMSNORM_SUCCESS)
+        return st;
+    ADDRMSNORM_REFUSE_IF(!sandwich && a.post_weight_offset != 0.0,
+                         "post_weight_offset is %s but post_weight is NULL: it offsets the sandwich norm's first weight",
+                         shortest(a.post_weight_offset).c_str());
+    ADDRMSNORM_REFUSE_IF(sandwich && a.residual == nullptr,
+                         "post_weight is the sandwich norm's first weight (h = residual + rmsnorm(x; post_weight)); it "
+                         "needs a residual");
+    ADDRMSNORM_REFUSE_IF(sandwich && scaled && a.x_scale != 1.0,
+                         "x_scale is %s with post_weight: the sandwich norm adds rmsnorm(x) unscaled",
+                         shortest(a.x_scale).c_str());
     // The weightless norm: weight NULL. Its kernels read x's dtype in the weight's place (nothing is read).
     const bool weightless = a.weight == nullptr;
     if (weightless) {
@@ -751,7 +809,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(a.weight_offset != 0.0,
                              "weight_offset is %s but weight is NULL: the weightless norm has no weight to offset",
                              shortest(a.weight_offset).c_str());
-        a.weight_dtype = a.x_dtype;
+        if (!sandwich) a.weight_dtype = a.x_dtype;  // the weightless sandwich's weight_dtype is post_weight's
     }
     ADDRMSNORM_REFUSE_IF(a.reserved != 0, "reserved must be 0, got %u", a.reserved);
     ADDRMSNORM_REFUSE_IF(a.numerics < ADDRMSNORM_NUMERICS_CONTRACT || a.numerics > ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
@@ -776,6 +834,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     if (a.quant != nullptr) {
         n->kind = NormCallArgs::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
+        ADDRMSNORM_REFUSE_IF(sandwich, "post_weight (the sandwich norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
                              (long long)a.groups);
         ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
@@ -819,7 +878,8 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                              "residual, ADDRMSNORM_NUMERICS_HF");
         n->fused = ForwardCall{a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
                                a.stride_x, a.stride_residual, a.stride_out, a.stride_residual_out, a.x_dtype,
-                               a.residual_dtype, a.weight_dtype, eps, offset, flags, x_scale};
+                               a.residual_dtype, a.weight_dtype, eps, offset, flags, x_scale, a.post_weight,
+                               static_cast<float>(a.post_weight_offset)};
         return validate_forward(n->fused);
     }
     n->kind = NormCallArgs::kPlain;

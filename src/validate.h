@@ -30,6 +30,8 @@ struct ForwardCall {
     float eps, weight_offset;
     uint32_t flags;
     float x_scale = 1.0f;       // h = residual + x_scale * x
+    const void* post_weight = nullptr;  // the sandwich norm: h = residual + rmsnorm(x; post_weight)
+    float post_weight_offset = 0.0f;
 };
 
 struct BackwardCall {

@@ -84,7 +84,7 @@ def test_one_gradient_tensor_for_x_and_residual():
 
     class Ctx:
         saved_tensors = (h, rstd, w)
-        weight_offset, x_dtype, plain, x_scale = 0.0, x.dtype, False, 1.0
+        weight_offset, x_dtype, plain, x_scale, sandwich = 0.0, x.dtype, False, 1.0, False
         needs_input_grad = (True, True, False, False, False, False, False, False)
     dx, dres, dw, *_ = NormFunction.backward(Ctx, y_grad, None, None)
     assert dx is dres and dw is None

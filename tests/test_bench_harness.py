@@ -371,3 +371,20 @@ def test_the_report_harness_modules_form_a_tree():
 
     cycles = [m for m in edges if m in reach(m, set())]
     assert not cycles, {m: edges[m] for m in cycles}
+
+
+def test_sandwich_table_and_its_place_in_the_report():
+    from addrmsnorm.bench import variants, writers
+
+    rows = [dict(section="sandwich", impl="addrmsnorm", N=8, H=256, gbs=100.0, pct_roofline=2.0, us_median=1.0,
+                 note=""),
+            dict(section="sandwich", impl=variants.TWO_KERNELS, N=8, H=256, gbs=70.0, pct_roofline=1.4,
+                 us_median=1.4, note=""),
+            dict(section="sandwich", impl="torch.compile (same math)", N=8, H=256, gbs=80.0, pct_roofline=1.6,
+                 us_median=1.25, note=""),
+            dict(section="sandwich_latency", impl="addrmsnorm (PDL)", N=1, H=5376, us_median=2.0),
+            dict(section="sandwich_latency", impl="torch.compile (same math)", N=1, H=5376, us_median=4.0)]
+    t = variants.table(rows)
+    assert "| 8 × 256 | 100 · 2% · 1.0µs |" in t and "1.25×" in t  # ours over torch.compile, the one peer
+    assert "| 1 × 5376 | 2.00 | 4.00 | 0.50× |" in t
+    assert "#### The norm variants: the sandwich norm" in writers.markdown_report(HEADER, rows, [], {}, None)

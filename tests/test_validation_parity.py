@@ -135,6 +135,52 @@ def test_random_calls_get_the_same_verdict():
     assert all(v >= 15 for v in seen.values()), seen
 
 
+def test_random_sandwich_calls_get_the_same_verdict():
+    """The sandwich norm (post_weight): its dtype rules, its offset's rules, x_scale and numerics with it,
+    and post_weight's overlap with the outputs."""
+    lib = c_library.load(LIB_PATH)
+    rng = random.Random(3)
+    view = _view_drawer(rng, clustered=True)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    def fresh(dtype, N, H):  # a tensor of its own: contiguous and 16-byte aligned, as most calls are
+        return torch.zeros(N, H, dtype=dtype, device=DEVICE)
+
+    for _ in range(600):
+        N, H = rng.choice([1, 2, 5]), rng.choice([1, 8, 13, 64, 64])
+        xd = rng.choice([torch.float16, torch.bfloat16, torch.bfloat16, torch.float32])
+        rd = rng.choice([xd, xd, xd, torch.float32])
+        wd = rng.choice([xd, xd, xd, torch.float32, rng.choice(DTYPES)])
+        make = fresh if rng.random() < 0.6 else view  # views of one buffer: offsets, strides and overlaps
+        x, r = make(xd, N, H), make(rd, N, H)
+        pw = make(wd, 1, H)[0]
+        w = make(wd, 1, H)[0] if rng.random() < 0.8 else None
+        out = x if rng.random() < 0.3 else make(xd, N, H)
+        rout = r if rng.random() < 0.3 else make(rd, N, H)
+        numerics = rng.choice([0, 0, 1])
+        weight_offset = rng.choice([0.0, 1.0]) if w is not None else 0.0
+        post_offset = rng.choice([weight_offset, weight_offset, 0.0, 1.0, _scalar(rng)])
+        x_scale = None if rng.random() < 0.85 else rng.choice([1.0, 0.5])
+        try:
+            validation.check_forward(x, r, w, out, rout, eps=1e-6, weight_offset=weight_offset, numerics=numerics,
+                                     x_scale=1.0 if x_scale is None else x_scale, post_weight=pw,
+                                     post_weight_offset=post_offset)
+            py = "ok"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
+        st = c_library.check(lib, c_library.norm_args(x, w, out, residual=r, residual_out=rout, eps=1e-6,
+                                                      weight_offset=weight_offset, numerics=numerics,
+                                                      x_scale=x_scale, post_weight=pw,
+                                                      post_weight_offset=post_offset))
+        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+        context = (f"N={N} H={H} x={xd} r={rd} w={wd if w is not None else None} numerics={numerics} "
+                   f"offsets {weight_offset} {post_offset} x_scale={x_scale}")
+        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
+
+
 def addrmsnorm_last_error(lib):
     return lib.addrmsnorm_last_error().decode()
 

@@ -78,7 +78,8 @@ ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 class Spec:
     kind: str         # "forward" and "quant_forward" (rmsnorm_fwd, rmsnorm_quant_fwd), "backward" (rmsnorm_bwd),
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
-                      # (the two forwards with RESIDUAL off, plain_forward GROUPED), and "qk_forward" (SPLIT too)
+                      # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
+                      # "sandwich_forward" (rmsnorm_fwd with SANDWICH)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -92,7 +93,7 @@ class Spec:
     @property
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
-        return {"plain_forward": "forward", "qk_forward": "forward",
+        return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
@@ -216,6 +217,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
+    specs += _sandwich_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in configs.QUANT_MODES:
@@ -226,6 +228,15 @@ def all_specs(cfgs, bcfgs):
     return specs
 
 
+def _sandwich_specs(cfgs) -> list:
+    """The sandwich norm's kernels: configs.SANDWICH_TABLE's rows, for 16-bit x with residual and weights
+    of its dtype, vector-aligned rows, the contract and HF's two forms."""
+    v = configs.vector_elems(2, 2)
+    return [Spec("sandwich_forward", cfgs.index(cfg), x, x, x, v, numerics=mode)
+            for cfg in unique_configs(configs.SANDWICH_TABLE) for x in configs.SANDWICH_DTYPES
+            for mode in (configs.CONTRACT, configs.HF_LLAMA, configs.HF_GEMMA)]
+
+
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
 
 
@@ -234,6 +245,7 @@ def kernel_of(kind: str):
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
+            "sandwich_forward": k.rmsnorm_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
@@ -249,10 +261,10 @@ def _pointer_types(spec: Spec) -> dict:
         return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
                 "scale_ptr": "*fp32", "scales_ptr": "*u8" if spec.quant in configs.BLOCK_QUANT_MODES else "*fp32",
-                "scale_ub_ptr": "*fp32"}
+                "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight)}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
-            "weight2_ptr": ptr(spec.weight)}
+            "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight)}
 
 
 def signature(spec: Spec) -> dict:
@@ -322,8 +334,9 @@ def compile_one(job):
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
-                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind == "forward", "GROUPED": spec.kind != "forward",
-                          "SPLIT": spec.kind == "qk_forward"}
+                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind in ("forward", "sandwich_forward"),
+                          "GROUPED": spec.kind in ("plain_forward", "qk_forward"), "SPLIT": spec.kind == "qk_forward",
+                          "SANDWICH": spec.kind == "sandwich_forward"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
@@ -446,7 +459,8 @@ def _call_rules(n_align_classes: int) -> list[str]:
     return lines
 # The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
-         "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward"}
+         "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
+         "sandwich_forward": "SandwichForward"}
 
 
 
@@ -740,21 +754,19 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumWeightSlots = {n_w};")
     lines.append(f"const int kNumNumerics = {N_NUMERICS};")
     lines += _short_array("kVariantIndex", "[config][x][residual][weight slot][align_class][numerics]", dense)
-    # The plain norm: [config][x][weight slot][align_class][numerics] -> variant.
-    pdense = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS)
-    for si, s in enumerate(specs):
-        if s.kind == "plain_forward":
-            idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS \
-                + s.numerics
-            assert pdense[idx] == -1, s
-            pdense[idx] = si
-    lines += _short_array("kPlainIndex", "[config][x][weight slot][align_class][numerics]", pdense)
-    qkdense = [-1] * len(pdense)
-    for si, s in enumerate(specs):
-        if s.kind == "qk_forward":
-            qkdense[(((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS
-                    + s.numerics] = si
-    lines += _short_array("kQkIndex", "the QK norm's: [config][x][weight slot][align_class][numerics]", qkdense)
+    # The plain norm's, the QK norm's and the sandwich norm's: [config][x][weight slot][align_class][numerics].
+    def by_x(kind):
+        index = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS)
+        for si, s in enumerate(specs):
+            if s.kind == kind:
+                idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) \
+                    * N_NUMERICS + s.numerics
+                assert index[idx] == -1, s
+                index[idx] = si
+        return index
+    for name, kind, what in (("kPlainIndex", "plain_forward", ""), ("kQkIndex", "qk_forward", "the QK norm's: "),
+                             ("kSandwichIndex", "sandwich_forward", "the sandwich norm's: ")):
+        lines += _short_array(name, what + "[config][x][weight slot][align_class][numerics]", by_x(kind))
     lines.append(f"const int kQkMaxHeadDim = {configs.QK_MAX_HEAD_DIM};")
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
@@ -789,6 +801,7 @@ addrmsnorm_cubin_blob:
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
                              ("select_plain_table_config", configs.PLAIN_TABLE, cfgs),
+                             ("select_sandwich_table_config", configs.SANDWICH_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
@@ -848,6 +861,9 @@ addrmsnorm_cubin_blob:
             c = configs.select_plain_config(H, xs, vt)
             cases.append(f"{{{H}, {xs}, {xs}, -1, {str(vt).lower()}, false, {c.block_h}, "
                          f"{c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}, {cfgs.index(c)}}},")
+        c = configs.select_sandwich_config(H, 2)  # the sandwich norm: quant -2
+        cases.append(f"{{{H}, 2, 2, -2, false, false, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
+                     f"{str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 
     tols = _load("tolerances")
@@ -901,7 +917,7 @@ def main():
                  "environment. The JIT backend runs on other releases (tools/aot_build.py --jit-check).")
     kernels = _load("kernels")
 
-    cfgs = unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE)
+    cfgs = unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE)
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.rmsnorm_fwd, kernels.rmsnorm_bwd,
@@ -915,7 +931,8 @@ def main():
             print(f"sm_{arch}: {len(built)} kernels ({kinds['forward']} forward, {kinds['backward']} backward, "
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
-                  f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized)")
+                  f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
+                  f"{kinds['sandwich_forward']} sandwich norm)")
         return
     if args.sample or args.jit_check:
         picked = []

@@ -39,12 +39,13 @@ using at::Tensor;
 
 using OptTensor = std::optional<Tensor>;
 using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const OptTensor&, double, double,
-                                                  bool, int64_t, bool, double);
+                                                  bool, int64_t, bool, double, const OptTensor&, double);
 using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
                                                       const OptTensor&, double, bool);
-using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double);
+using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double,
+                       const OptTensor&, double);
 using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
-                    const OptTensor&, double, double, int64_t, bool, double);
+                    const OptTensor&, double, double, int64_t, bool, double, const OptTensor&, double);
 using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const OptTensor&,
                                                                  double, c10::ScalarType, const OptTensor&, int64_t,
                                                                  const OptTensor&, bool, bool, double, bool, bool, bool,
@@ -129,28 +130,36 @@ auto make_node(Args&&... args) {
     }
 }
 
-// The gradient of (y, residual_out) with respect to (x, residual, weight); without a residual (plain),
-// of y with respect to (x, -, weight), h being x.
+// The gradient of (y, residual_out) with respect to (x, residual, weight, post_weight); without a residual
+// (plain), of y with respect to (x, -, weight, -), h being x. The sandwich norm (post_weight): the fused
+// backward gives dh (residual's gradient), then the plain norm's backward of x with dh as its dy gives x's
+// and post_weight's, as autograd.py's _sandwich_backward.
 struct NormBackward final : public ag::Node {
     ag::SavedVariable h, rstd, weight;  // the fused norm's h is this node's output: saved without a cycle
+    ag::SavedVariable x, post_weight;   // the sandwich norm's first norm
     bool has_weight = true;             // false: the weightless norm (no weight, no weight gradient)
-    double weight_offset = 0.0;
+    bool sandwich = false;
+    double weight_offset = 0.0, post_weight_offset = 0.0;
     double x_scale = 1.0;               // h = residual + x_scale * x: dx = x_scale * dh
     c10::ScalarType x_dtype = c10::kFloat;
     bool plain = false;
 
-    std::string name() const override { return plain ? "RMSNormBackward" : "FusedAddRMSNormBackward"; }
+    std::string name() const override {
+        return plain ? "RMSNormBackward" : sandwich ? "SandwichRMSNormBackward" : "FusedAddRMSNormBackward";
+    }
 
     void release_variables() override {
         h.reset_data();
         rstd.reset_data();
         weight.reset_data();
+        x.reset_data();
+        post_weight.reset_data();
     }
 
     ag::variable_list apply(ag::variable_list&& grads) override {
         const bool need_x = should_compute_output(0), need_res = should_compute_output(1),
-                   need_w = should_compute_output(2);
-        if (!need_x && !need_res && !need_w) return {Tensor(), Tensor(), Tensor()};
+                   need_w = should_compute_output(2), need_pw = sandwich && should_compute_output(3);
+        if (!need_x && !need_res && !need_w && !need_pw) return {Tensor(), Tensor(), Tensor(), Tensor()};
         const Tensor h_ = plain ? h.unpack() : h.unpack(getptr()), rstd_ = rstd.unpack();
         const OptTensor weight_ = has_weight ? OptTensor(weight.unpack()) : std::nullopt;
         Tensor dy = grads[0];
@@ -161,7 +170,7 @@ struct NormBackward final : public ag::Node {
             auto [dres, dx, dweight] = backward_op().call(dy.reshape({-1, H}).contiguous(), std::nullopt,
                                                           h_.reshape({-1, H}), rstd_.reshape({-1}), weight_,
                                                           weight_offset, need_w && has_weight);
-            return {need_x ? dres.view(h_.sizes()) : Tensor(), Tensor(), need_w ? dweight : Tensor()};
+            return {need_x ? dres.view(h_.sizes()) : Tensor(), Tensor(), need_w ? dweight : Tensor(), Tensor()};
         }
         if (!dy.defined())
             dy = at::zeros(h_.sizes(), h_.options().dtype(x_dtype));  // y unused: its gradient is 0
@@ -169,13 +178,29 @@ struct NormBackward final : public ag::Node {
             dy = dy.contiguous();  // e.g. the expanded gradient of a sum()
         OptTensor dresidual_out;  // absent when residual_out is unused: nothing to add
         if (grads[1].defined()) dresidual_out = grads[1].is_contiguous() ? grads[1] : grads[1].contiguous();
+        if (sandwich) {
+            auto [dres, unused, dweight] =
+                backward_op().call(dy, dresidual_out, h_, rstd_[0], weight_, weight_offset, need_w && has_weight);
+            Tensor dx, dpost;
+            if (need_x || need_pw) {
+                const Tensor x_ = x.unpack();
+                const int64_t H = x_.size(-1);
+                auto [dxr, unused2, dpw] = backward_op().call(dres.reshape({-1, H}), std::nullopt, x_.reshape({-1, H}),
+                                                              rstd_[1].reshape({-1}), OptTensor(post_weight.unpack()),
+                                                              post_weight_offset, need_pw);
+                dx = dxr.view(x_.sizes());
+                dpost = dpw;
+            }
+            return {need_x ? dx : Tensor(), need_res ? dres : Tensor(), need_w ? dweight : Tensor(),
+                    need_pw ? dpost : Tensor()};
+        }
         auto [dres, dx, dweight] =
             backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w && has_weight);
         if (x_scale != 1.0)  // the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
             dx = need_x ? at::mul(dres, x_scale).to(x_dtype) : Tensor();
         else if (x_dtype == h_.scalar_type())
             dx = dres;  // one tensor, handed back for both x and residual
-        return {need_x ? dx : Tensor(), need_res ? dres : Tensor(), need_w ? dweight : Tensor()};
+        return {need_x ? dx : Tensor(), need_res ? dres : Tensor(), need_w ? dweight : Tensor(), Tensor()};
     }
 };
 
@@ -203,23 +228,26 @@ std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
 
 std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
                                                  const OptTensor& weight, double eps, double weight_offset,
-                                                 bool return_rstd, int64_t numerics, bool pdl, double x_scale) {
+                                                 bool return_rstd, int64_t numerics, bool pdl, double x_scale,
+                                                 const OptTensor& post_weight, double post_weight_offset) {
     const bool plain = !residual.has_value();
     const bool grad = c10::GradMode::is_enabled() &&
-                      (x.requires_grad() || or_none(weight).requires_grad() || (!plain && residual->requires_grad()));
+                      (x.requires_grad() || or_none(weight).requires_grad() || (!plain && residual->requires_grad()) ||
+                       or_none(post_weight).requires_grad());
     if (!grad) {
         at::AutoDispatchBelowADInplaceOrView below;
         return norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, weight_offset,
-                                    return_rstd, numerics, pdl, x_scale);
+                                    return_rstd, numerics, pdl, x_scale, post_weight, post_weight_offset);
     }
     auto node = make_node<NormBackward>();
-    node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight)));
+    node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight), or_none(post_weight)));
     Tensor y, h, rstd;
     {
         at::AutoDispatchBelowADInplaceOrView below;
         // rstd always: the backward needs the forward's own, not one recomputed from rounded h.
         std::tie(y, h, rstd) = norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
-                                                    weight_offset, true, numerics, pdl, x_scale);
+                                                    weight_offset, true, numerics, pdl, x_scale, post_weight,
+                                                    post_weight_offset);
     }
     const NodePtr fn(node);
     ag::set_history(y, fn);                // output 0
@@ -229,6 +257,12 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
     node->has_weight = weight.has_value();
     if (weight) node->weight = ag::SavedVariable(*weight, false);
     node->weight_offset = weight_offset;
+    node->sandwich = post_weight.has_value() && !plain;
+    if (node->sandwich) {
+        node->x = ag::SavedVariable(x, false);
+        node->post_weight = ag::SavedVariable(*post_weight, false);
+        node->post_weight_offset = post_weight_offset;
+    }
     node->x_scale = x_scale;
     node->x_dtype = x.scalar_type();
     node->plain = plain;
@@ -238,13 +272,15 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
 // ----- the mutating operators ----------------------------------------------------------------------
 
 void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
-                    double eps, double weight_offset, int64_t numerics, bool pdl, double x_scale) {
+                    double eps, double weight_offset, int64_t numerics, bool pdl, double x_scale,
+                    const OptTensor& post_weight, double post_weight_offset) {
     const bool plain = !residual.has_value();
-    refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}}, plain);
+    refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)},
+                          {"post_weight", &or_none(post_weight)}}, plain);
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
-                                             weight_offset, numerics, pdl, x_scale);
+                                             weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
     }
     bump(x);
     if (!plain) bump(*residual);
@@ -252,14 +288,17 @@ void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& re
 
 void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                         const Tensor& out, const OptTensor& residual_out, const OptTensor& rstd, double eps,
-                        double weight_offset, int64_t numerics, bool pdl, double x_scale) {
+                        double weight_offset, int64_t numerics, bool pdl, double x_scale,
+                        const OptTensor& post_weight, double post_weight_offset) {
     refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
-                              {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)}},
+                              {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)},
+                              {"post_weight", &or_none(post_weight)}},
                 !residual.has_value());
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
-                                       rstd, eps, weight_offset, numerics, pdl, x_scale);
+                                       rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
+                                       post_weight_offset);
     }
     for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd)})
         if (t->defined()) bump(*t);

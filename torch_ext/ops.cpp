@@ -243,8 +243,11 @@ void residual_outputs(const OptTensor& residual, const OptTensor& residual_out) 
 void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight,
                                              const at::Tensor* out, const at::Tensor* residual_out,
                                              const at::Tensor* rstd, double eps, double weight_offset,
-                                             int64_t numerics, bool pdl, double x_scale) {
+                                             int64_t numerics, bool pdl, double x_scale,
+                                             const OptTensor& post_weight, double post_weight_offset) {
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+    // The sandwich norm's first weight, mapped where there is a residual (without one the C ABI refuses it).
+    const at::Tensor* pw = post_weight && residual != nullptr ? &*post_weight : nullptr;
     a.x_dtype = dtype_of("x", x);
     a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
     a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
@@ -255,8 +258,15 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     if (out != nullptr) dtype_is("out", *out, "x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (weight) weight_of("weight", *weight, H);
+    if (pw != nullptr) {
+        dtype_of("post_weight", *pw);
+        weight_of("post_weight", *pw, H);
+        if (weight) dtype_is("post_weight", *pw, "weight", *weight);
+        else a.weight_dtype = dtype_of("post_weight", *pw);  // one weight_dtype: post_weight's when weightless
+    }
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
+    same_device("post_weight", pw, x);
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("rstd", rstd, x);
@@ -282,7 +292,9 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
         a.stride_out = go.stride;
         a.stride_out_group = go.head_stride;
     }
-    a.rstd = rstd_of(rstd, lead);
+    std::vector<int64_t> rstd_shape(lead.begin(), lead.end());
+    if (pw != nullptr) rstd_shape.insert(rstd_shape.begin(), 2);  // the sandwich's: h's, then x's
+    a.rstd = rstd_of(rstd, rstd_shape);
     a.hidden = H;
     a.x = data(x);
     a.residual = data(residual);
@@ -294,37 +306,46 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
     addrmsnorm_norm_args_set_x_scale(&a, x_scale);
+    a.post_weight = post_weight ? data(*post_weight) : nullptr;
+    a.post_weight_offset = post_weight_offset;
     launch(x.device(), a);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const OptTensor& residual,
                                                     const OptTensor& weight, double eps, double weight_offset,
-                                                    bool return_rstd, int64_t numerics, bool pdl, double x_scale) {
+                                                    bool return_rstd, int64_t numerics, bool pdl, double x_scale,
+                                                    const OptTensor& post_weight, double post_weight_offset) {
     // The outputs first (contiguous; freed again if the call is refused), then the one mapping.
     const at::Tensor* res = residual ? &*residual : nullptr;
     at::Tensor residual_out = res != nullptr ? at::empty(x.sizes(), res->options().memory_format(kContiguous))
                                              : at::empty({0}, x.options());
     at::Tensor out = at::empty(x.sizes(), x.options().memory_format(kContiguous));
-    at::Tensor rstd = at::empty(return_rstd ? x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1)
-                                            : c10::IntArrayRef{0},
-                                x.options().dtype(c10::kFloat));
+    std::vector<int64_t> rstd_shape{0};
+    if (return_rstd) {
+        const auto lead = x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1);
+        rstd_shape.assign(lead.begin(), lead.end());
+        if (post_weight && res != nullptr) rstd_shape.insert(rstd_shape.begin(), 2);  // the sandwich's two
+    }
+    at::Tensor rstd = at::empty(rstd_shape, x.options().dtype(c10::kFloat));
     norm_call(x, res, weight, &out, res != nullptr ? &residual_out : nullptr, return_rstd ? &rstd : nullptr, eps,
-              weight_offset, numerics, pdl, x_scale);
+              weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
     return {out, residual_out, rstd};
 }
 
 void norm_(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
-           double weight_offset, int64_t numerics, bool pdl, double x_scale) {
+           double weight_offset, int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight,
+           double post_weight_offset) {
     const at::Tensor* res = residual ? &*residual : nullptr;
-    norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl, x_scale);
+    norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight,
+              post_weight_offset);
 }
 
 void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                const OptTensor& residual_out, const OptTensor& rstd, double eps, double weight_offset,
-               int64_t numerics, bool pdl, double x_scale) {
+               int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight, double post_weight_offset) {
     residual_outputs(residual, residual_out);
     norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
-              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale);
+              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
 }
 
 // ----- the backward ----------------------------------------------------------------------------------

@@ -202,6 +202,8 @@ def run(args) -> int:
 
     command = "python -m addrmsnorm.bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.block_quant_only:  # no other section
+        args.plain_only = args.no_plain = args.no_quant = args.no_variants = True
+    if args.variants_only:
         args.plain_only = args.no_plain = args.no_quant = True
     impls = all_impls()
     if args.impls:
@@ -260,6 +262,13 @@ def run(args) -> int:
             shapes = []
     if args.block_quant_only:  # the block-scaled formats' rows alone
         shapes = []
+    if not args.no_variants:
+        from addrmsnorm.bench import variants
+
+        rows += variants.run(roof.gbs, log=_log)
+        _log("variant rows done")
+        if args.variants_only:
+            shapes = []
     if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
 
@@ -407,6 +416,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plain-only", action="store_true", help="only the plain-norm rows")
     ap.add_argument("--block-quant-only", action="store_true",
                     help="only the block-scaled rows (NVFP4, MXFP8, MXFP4; --no-quant skips them)")
+    ap.add_argument("--no-variants", action="store_true", help="skip the norm variants' rows (the sandwich norm)")
+    ap.add_argument("--variants-only", action="store_true", help="only the norm variants' rows")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",

@@ -199,7 +199,7 @@ typedef struct addrmsnorm_quant {
  *                 or x exactly (same pointer and stride). Without residual: NULL.
  *   weight        [hidden] of weight_dtype (any of the three), the same for every row and group; or
  *                 NULL, the weightless norm (Llama 4's L2 norm of q and k): out = h * rstd, nothing
- *                 read in the weight's place, weight_dtype ignored, weight_offset 0
+ *                 read in the weight's place, weight_dtype ignored (but for post_weight's), weight_offset 0
  *   weight2       NULL, or the QK norm's k weight: [hidden] of weight_dtype; groups from
  *                 weight2_from_group on take it (q's heads, then k's, in one launch). With weight
  *                 NULL too (a weightless QK norm), weight2_from_group alone marks the QK norm. The QK norm
@@ -210,7 +210,7 @@ typedef struct addrmsnorm_quant {
  *                 In-place, vLLM/FlashInfer style: out = x, residual_out = residual.
  *                 In-place, the other style:       residual_out = x.
  *   rstd          [rows * groups] fp32 (row r, group g at r * groups + g), or NULL not to write it;
- *                 NULL with quant
+ *                 NULL with quant; [2, rows] with post_weight
  *   rows          >= 0; 0 is a no-op (pointers may then be NULL). rows * groups < 2^31.
  *   hidden        > 0, < 2^31
  *   strides       in elements, >= 0. An output's rows must not overlap.
@@ -219,6 +219,7 @@ typedef struct addrmsnorm_quant {
  *   numerics      an addrmsnorm_numerics (CONTRACT with quant)
  *   flags         ADDRMSNORM_FLAG_PDL, ADDRMSNORM_FLAG_X_SCALE, or neither; other bits are rejected
  *   x_scale       with ADDRMSNORM_FLAG_X_SCALE, the scale of x in the residual add; else 0
+ *   post_weight   NULL, or [hidden] of weight_dtype: the sandwich norm (below); post_weight_offset its offset
  *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
  *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
  *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
@@ -261,10 +262,26 @@ typedef struct addrmsnorm_norm_args {
     const addrmsnorm_quant *quant;
     void *y;
     int64_t stride_y;
-    double x_scale; /* with ADDRMSNORM_FLAG_X_SCALE. The last field: an older caller's struct_size that ends
-                       before it is accepted, and x_scale read as 0 */
+    double x_scale; /* with ADDRMSNORM_FLAG_X_SCALE. An older caller's struct_size that ends before it is
+                       accepted, and it and the fields after it read as 0 */
+    const void *post_weight;   /* NULL, or the sandwich norm's first weight (below) */
+    double post_weight_offset; /* with post_weight: added to it in fp32; else 0 */
 } addrmsnorm_norm_args;
 
+/*
+ * The sandwich norm (post_weight given: Gemma 2/3's and GLM-4's post- and pre-norms around the residual add),
+ * in one pass:
+ *
+ *     p            = x * rstd_x * (post_weight + post_weight_offset)   rstd_x = 1 / sqrt(sum(x*x) / H + eps)
+ *     h            = p + residual                                      fp32, p not rounded first
+ *     residual_out = cast(h), y = cast(h * rstd * (weight + weight_offset)), as the fused call
+ *
+ * It is the fused call (residual given, no quant, no weight2, no ADDRMSNORM_FLAG_X_SCALE) with residual_dtype
+ * equal to x_dtype and weight_dtype (post_weight's, and weight's if given) x_dtype or fp32. rstd, if given, is
+ * [2, rows]: rstd of h, then rstd_x. ADDRMSNORM_NUMERICS_HF: HF's modules bit for bit (p rounded to x_dtype,
+ * as HF's post-norm returns it; the add rounded to x_dtype; then the fused call's HF form), with
+ * post_weight_offset equal to weight_offset. post_weight must not overlap an output.
+ */
 /* Every field zero, struct_size set: the starting point of every call. */
 static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {
     addrmsnorm_norm_args a;

@@ -3,7 +3,8 @@
 //
 //     h = float32(x) * x_scale + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
 //
-// A weight of nullptr is the weightless norm (out = h * rstd); x_scale other than 1 the scaled residual add.
+// A weight of nullptr is the weightless norm (out = h * rstd); x_scale other than 1 the scaled residual add;
+// a post_weight the sandwich norm (h = residual + rmsnorm(x; post_weight), Gemma 2/3, GLM-4; rstd then [2, rows]).
 //
 // and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace; and the quantized
 // outputs of both (fused_add_rmsnorm_quant, rmsnorm_quant), with a descriptor per mode (quant_static ... quant_mxfp4).
@@ -56,6 +57,8 @@ struct ForwardArgs {
     addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT;
     uint32_t flags = 0;  // ADDRMSNORM_FLAG_PDL
     float x_scale = 1.0f;  // h = residual + x_scale * x (Granite's residual_multiplier)
+    const void* post_weight = nullptr;  // the sandwich norm's first weight, of weight_dtype
+    float post_weight_offset = 0.0f;    // added to post_weight (Gemma: 1, as weight_offset)
 };
 
 namespace detail {
@@ -90,6 +93,8 @@ inline addrmsnorm_norm_args to_c(const ForwardArgs& a) {
     c.numerics = a.numerics;
     c.flags = a.flags;
     addrmsnorm_norm_args_set_x_scale(&c, a.x_scale);
+    c.post_weight = a.post_weight;
+    c.post_weight_offset = a.post_weight_offset;
     return c;
 }
 }  // namespace detail

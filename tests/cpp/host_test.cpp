@@ -252,7 +252,9 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = c.quant < 0  // the plain norm's rule
+        const int i = c.quant == -2  // the sandwich norm's rule
+                          ? addrmsnorm::detail::select_sandwich_table_config(c.H, c.x_size, c.residual_size, 0, false)
+                      : c.quant < 0  // the plain norm's rule
                           ? addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed)
                           : addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant,
                                                                       c.vector_typed, c.plain);
@@ -712,6 +714,23 @@ TEST(QuantValidation, BadCalls) {
 
 TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
+    // The sandwich norm: 16-bit x, residual and weights of its dtype, vector-aligned rows (as forward.cpp's
+    // launch_fused asks once the call is validated).
+    for (long long H : {8LL, 64LL, 1024LL, 4096LL, 5376LL, 8192LL, 16384LL, 262144LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (bool hf : {false, true})
+                for (float weight_offset : {0.0f, 1.0f}) {
+                    const int align_class = forward_align_class(true, H, 2, 2, true);
+                    const int numerics = numerics_mode(hf, weight_offset, 2);
+                    const int cfg = select_sandwich_table_config(H, 2, 2, 0, false);
+                    const int v = sandwich_variant_index(cfg, x, x, align_class, numerics);
+                    ASSERT_GE(v, 0) << "sandwich H=" << H << " x " << x << " numerics " << numerics;
+                    EXPECT_EQ(kVariants[v].kind, KernelKind::SandwichForward);
+                    EXPECT_EQ(kVariants[v].config, cfg);
+                    EXPECT_EQ(kVariants[v].x_dtype, x);
+                    EXPECT_EQ(kVariants[v].numerics, numerics);
+                    for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+                }
     for (long long H : {1LL, 64LL, 111LL, 128LL, 4096LL, 11111LL, 16384LL, 16385LL, 32768LL, 262144LL})
         for (int x = 0; x < 3; ++x)
             for (int w = 0; w < 3; ++w)
@@ -935,9 +954,12 @@ TEST(NormArgs, StructSizeGuardsOlderAndNewerCallers) {
     addrmsnorm_norm_args a = plain_args();
     EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
     EXPECT_EQ(addrmsnorm_norm_check(nullptr), ADDRMSNORM_ERROR_INVALID_ARGUMENT);
-    a.struct_size = sizeof(a) - 8;  // a caller built before x_scale, the last field: the unscaled add
+    // Callers built before the sandwich norm's two fields, and before x_scale: the fields read as 0.
+    a.struct_size = offsetof(addrmsnorm_norm_args, post_weight);
     EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
-    a.struct_size = sizeof(a) - 16;
+    a.struct_size = offsetof(addrmsnorm_norm_args, x_scale);
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    a.struct_size = offsetof(addrmsnorm_norm_args, x_scale) - 8;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "not the size of a addrmsnorm_norm_args");
     a.struct_size = 0;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "start from addrmsnorm_norm_args_init()");

@@ -1,0 +1,143 @@
+"""Rows of the report for the norm variants: the sandwich norm of Gemma 2/3 (post-norm, add, pre-norm),
+beside our own two-kernel path (the plain norm, then the fused op) and torch.compile of the same math.
+
+Byte model (bytes the one kernel must move at the least, per call; xs the activation's bytes):
+
+    sandwich norm    read x and residual, write h and y    4 * xs per element, plus both weights once
+
+The two-kernel path moves 6 * xs per element (it writes and reads back the post-norm's output) and is
+measured by the same byte model, so its GB/s is the one kernel's work over its time.
+
+Shapes: Gemma 3 27B's hidden 5376 and a 4096 row, bulk (16384 rows) and a prefill chunk (2048 rows), bf16,
+Gemma's 1 + w on both weights; and a decode chain at 1 × 5376 (CHAIN dependent in-place calls in one CUDA
+graph, µs per call; PDL where the implementation has it; torch.compile's form returns new tensors).
+
+Every implementation is first checked against the one reference (reference.sandwich_rmsnorm_ref), y and
+h, and marked where it differs.
+
+Timing: CUDA-graph replay over rotating buffer sets (cold L2 by size; every call writes fresh outputs;
+timing.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import addrmsnorm
+from addrmsnorm.reference import TOLERANCES, sandwich_rmsnorm_ref
+
+from .plain import CHAIN, OURS, _bandwidth, _fail, _grid, _live
+from .timing import sets_for_cold_l2, time_graph
+
+EPS = 1e-6
+OFFSET = 1.0  # Gemma's 1 + w
+SANDWICH_SHAPES = ((16384, 4096), (16384, 5376), (2048, 5376))
+SANDWICH_DECODE_H = 5376
+TWO_KERNELS = "addrmsnorm, two kernels (plain, then fused)"
+
+
+def sandwich_impls(pdl: bool = False) -> dict:
+    """name -> make() -> fn(x, residual, post_weight, weight) -> (y, h), new tensors."""
+    def ours():
+        return lambda x, r, pw, w: addrmsnorm.sandwich_rmsnorm(x, r, pw, w, EPS, weight_offset=OFFSET, pdl=pdl)
+
+    def two_kernels():
+        def f(x, r, pw, w):
+            p = addrmsnorm.rmsnorm(x, pw, EPS, weight_offset=OFFSET, pdl=pdl)
+            return addrmsnorm.fused_add_rmsnorm(p, r, w, EPS, weight_offset=OFFSET, pdl=pdl)
+        return f
+
+    def compiled():
+        def f(x, r, pw, w):
+            xf = x.float()
+            p = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * (pw.float() + OFFSET)
+            h = p + r.float()
+            y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS) * (w.float() + OFFSET)
+            return y.to(x.dtype), h.to(r.dtype)
+        return torch.compile(f, dynamic=False, fullgraph=True)
+
+    suffix = " (PDL)" if pdl else ""
+    out = {OURS + suffix: ours, TWO_KERNELS + suffix: two_kernels}
+    if not pdl:
+        out["torch.compile (same math)"] = compiled
+    return out
+
+
+def _note(y, h, x, r, pw, w) -> str:
+    ref = sandwich_rmsnorm_ref(x, r, pw, w, EPS, OFFSET, OFFSET)
+    tol = TOLERANCES[x.dtype]
+    for name, got, want in (("y", y, ref.y), ("h", h, ref.h)):
+        err = ((got.double() - want.double()).abs() / (tol.atol + tol.rtol * want.double().abs())).max().item()
+        if err > 1.0:
+            return f"{name} off the reference by {err:.1f}x the tolerance"
+    return ""
+
+
+def _weights(H, gen, xd):
+    return [(0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd) for _ in range(2)]
+
+
+def run_sandwich(roofline: float, log=print, shapes=SANDWICH_SHAPES) -> list[dict]:
+    xd = torch.bfloat16
+    impls, _ = _live(sandwich_impls(), log)
+    rows = []
+    for N, H in shapes:
+        nbytes = 4 * xd.itemsize * N * H + 2 * xd.itemsize * H
+        n_sets = sets_for_cold_l2(nbytes)
+        gen = torch.Generator(device="cuda").manual_seed(N + H)
+        pw, w = _weights(H, gen, xd)
+        for name, fn in impls.items():
+            base = dict(section="sandwich", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
+            try:
+                sets = [tuple(torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(2))
+                        for _ in range(n_sets)]
+                x0, r0 = sets[0]
+                note = _note(*fn(x0, r0, pw, w), x0, r0, pw, w)
+                _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(s[0], s[1], pw, w) for s in sets], n_sets,
+                           note)
+            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+                _fail(rows, base, e)
+            finally:
+                sets = None
+            torch.cuda.empty_cache()
+        log(f"sandwich {N}x{H}: " + "; ".join(f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs")
+                                              else f"{r['impl']} {r.get('note')}"
+                                              for r in rows if (r["N"], r["H"]) == (N, H)))
+    H = SANDWICH_DECODE_H  # a decode chain: each call's outputs are the next call's inputs
+    gen = torch.Generator(device="cuda").manual_seed(H)
+    pw, w = _weights(H, gen, xd)
+    for name, fn in {**impls, **_live(sandwich_impls(pdl=True), log)[0]}.items():
+        base = dict(section="sandwich_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="bf16")
+        try:
+            state = [torch.randn(1, H, device="cuda", generator=gen).to(xd) for _ in range(2)]
+
+            def chain(_):
+                x, r = state
+                for _ in range(CHAIN):
+                    x, r = fn(x, r, pw, w)
+            t = time_graph(chain, 1)
+            rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN, us_max=t.max_us / CHAIN))
+        except Exception as e:  # noqa: BLE001
+            _fail(rows, base, e)
+    log("sandwich chain 1x5376: " + "; ".join(f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median")
+                                              else f"{r['impl']} {r.get('note')}"
+                                              for r in rows if r["section"] == "sandwich_latency"))
+    return rows
+
+
+def run(roofline: float, log=print) -> list[dict]:
+    return run_sandwich(roofline, log)
+
+
+def table(rows: list[dict]) -> str:
+    parts = []
+    sel = [r for r in rows if r["section"] == "sandwich"]
+    if sel:
+        parts += ["Sandwich norm, bf16, Gemma's 1 + w (GB/s by the one kernel's byte model · % of roofline · µs):", "",
+                  _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H"), ""]
+    sel = [r for r in rows if r["section"] == "sandwich_latency"]
+    if sel:
+        parts += [f"Sandwich norm, decode chain of {CHAIN} dependent calls at 1 × {SANDWICH_DECODE_H} (µs per call):",
+                  "", _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H", "us_median", False,
+                            lambda r: f"{r['us_median']:.2f}"), ""]
+    return "\n".join(parts)
