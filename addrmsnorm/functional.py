@@ -145,12 +145,20 @@ def fused_add_rmsnorm(
     """
     hf = numerics == "hf" or _hf(numerics)
     _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd, x_scale)
+    if out is None and residual_out is None and weight_offset == 0.0 and x_scale == 1.0 and not (
+            return_rstd or hf or pdl):  # the defaults: fewer arguments to parse
+        return ops.norm(x, residual, weight, eps)[:2]
+    return _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, return_rstd, hf, pdl, x_scale)
+
+
+def _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, return_rstd, hf, pdl, x_scale,
+                post_weight=None, post_weight_offset=0.0):
+    """The functional fused forms (fused_add_rmsnorm, sandwich_rmsnorm) after their type checks: new
+    outputs, or the caller's (the missing one allocated)."""
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
-        if weight_offset == 0.0 and x_scale == 1.0 and not (return_rstd or hf or pdl):  # the defaults: fewer to parse
-            y, h, rstd = ops.norm(x, residual, weight, eps)
-        else:
-            y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, x_scale)
+        y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, x_scale,
+                              post_weight, post_weight_offset)
         return (y, h, rstd) if return_rstd else (y, h)
 
     # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
@@ -162,8 +170,10 @@ def fused_add_rmsnorm(
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if residual_out is None:
         residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
-    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, x_scale)
+    rstd = (torch.empty(v.rstd_shape(x.shape, post_weight is not None), dtype=torch.float32, device=x.device)
+            if return_rstd else None)
+    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, x_scale,
+                  post_weight, post_weight_offset)
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
@@ -312,10 +322,11 @@ def sandwich_rmsnorm(
     rmsnorm(x; post_weight) is not rounded before the add).
 
     Args:
-        x, residual: (..., H), float16, bfloat16 or float32, residual of x's dtype. As in
-            ``fused_add_rmsnorm`` otherwise.
-        post_weight: (H,) the post-norm's weight, x's dtype or float32.
-        weight: (H,) the pre-norm's weight, post_weight's dtype; or None (weightless).
+        x, residual: (..., H), float16 or bfloat16, residual of x's dtype; H and every row stride
+            multiples of 8, each tensor on a 16-byte boundary (the kernels take 16-byte accesses
+            only). As in ``fused_add_rmsnorm`` otherwise.
+        post_weight: (H,) the post-norm's weight, x's dtype.
+        weight: (H,) the pre-norm's weight, x's dtype; or None (weightless).
         eps: both norms' eps.
         weight_offset: added to weight in fp32 (1.0 for Gemma's ``1 + w``).
         post_weight_offset: added to post_weight in fp32; None (the default) takes weight_offset,
@@ -336,21 +347,8 @@ def sandwich_rmsnorm(
         post_weight_offset = weight_offset
     hf = numerics == "hf" or _hf(numerics)
     _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl, return_rstd)
-    if out is None and residual_out is None:
-        y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, 1.0, post_weight,
-                              post_weight_offset)
-        return (y, h, rstd) if return_rstd else (y, h)
-    for name, t in (("out", out), ("residual_out", residual_out)):
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if residual_out is None:
-        residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
-    rstd = torch.empty((2, *x.shape[:-1]), dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, 1.0, post_weight,
-                  post_weight_offset)
-    return (out, residual_out, rstd) if return_rstd else (out, residual_out)
+    return _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, return_rstd, hf, pdl, 1.0,
+                       post_weight, post_weight_offset)
 
 
 def sandwich_rmsnorm_(

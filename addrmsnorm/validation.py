@@ -224,6 +224,8 @@ def check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale
     """The sandwich norm's scalar rules (post_weight given: h = residual + rmsnorm(x; post_weight)), in
     validate_norm's order: post_weight_offset finite in fp32 and 0 without post_weight; post_weight
     needs a residual and an unscaled add. Returns post_weight_offset as a float."""
+    if post_weight is None and post_weight_offset == 0.0:  # every call but the sandwich's: nothing to check
+        return 0.0
     post_weight_offset = check_scalar("post_weight_offset", post_weight_offset, positive=False)
     if post_weight is None:
         if post_weight_offset != 0.0:
