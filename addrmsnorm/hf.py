@@ -42,7 +42,9 @@ Numerics:
 * ``"contract"``: addrmsnorm's contract, the fp32 add with y rounded once; more accurate than HF's.
 
 Granite's layers add ``residual + x * residual_multiplier``: the fused call's ``x_scale`` (with
-``"hf"``, x * multiplier rounded to the model dtype first, as HF does).
+``"hf"``, x * multiplier rounded to the model dtype first, as HF does). Llama 4's L2 norms of q and k
+(weightless, after RoPE) are the plain norm with weight None; its MoE layers' feed-forward output is
+reshaped to the residual's shape before the add.
 
 Gemma 2/3's layers normalize each branch's output before its add, and the norm after the add is the
 next: ``h = residual + post_norm(x); y = next_norm(h)``, twice a layer, is one sandwich-norm call
@@ -74,6 +76,8 @@ class _Family:
     hf_numerics: str = "hf"  # the plain norm's numerics that reproduce this family's norm
     x_scale: str = ""        # the layer's attribute that scales each branch's output in its add (Granite's
                              # residual_multiplier: h = residual + x * m), or "" for the plain add
+    mlp: str = "mlp"         # the layer's feed-forward module (Llama 4's feed_forward, a MoE in some layers)
+    l2_norm: str = ""        # the family's weightless norm class (Llama 4's L2 norm of q and k), or ""
 
 
 _FAMILIES = (
@@ -86,6 +90,8 @@ _FAMILIES = (
     _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0),
     _Family("Olmo2Model", "Olmo2DecoderLayer", "Olmo2RMSNorm", False, 0.0, fuse=False, hf_numerics="hf_round_once"),
     _Family("GraniteModel", "GraniteDecoderLayer", "GraniteRMSNorm", False, 0.0, x_scale="residual_multiplier"),
+    _Family("Llama4TextModel", "Llama4TextDecoderLayer", "Llama4TextRMSNorm", False, 0.0, mlp="feed_forward",
+            l2_norm="Llama4TextL2Norm"),
 )
 _BY_MODEL = {f.model: f for f in _FAMILIES}
 
@@ -160,6 +166,26 @@ def _norm_forward(self, hidden_states):
     return ops.norm(hidden_states.permute(order), None, w, _eps(self), *tail)[0].permute(inverse_order(order))
 
 
+def _l2_norm_forward(self, hidden_states):
+    """A patched weightless norm (Llama 4's L2 norm of q and k, after RoPE): the plain norm with weight
+    None, on any view of the input. HF computes it in fp32 and rounds once, as "hf" does without a weight."""
+    link: _NormLink = getattr(self, _NORM_LINK)
+    order = memory_order(hidden_states)
+    if order is None:
+        return ops.norm(hidden_states, None, None, float(self.eps), *link.tail)[0]
+    return ops.norm(hidden_states.permute(order), None, None, float(self.eps), *link.tail)[0].permute(
+        inverse_order(order))
+
+
+def _mlp(layer, link: _Link, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The layer's feed-forward output, shaped as the residual (Llama 4's MoE returns (out, router logits)
+    with the tokens flattened)."""
+    out = getattr(layer, link.family.mlp)(x)
+    if isinstance(out, tuple):
+        out = out[0]
+    return out.view(residual.shape)
+
+
 def _split(layer, hidden_states, normed):
     # A pair from the previous patched layer carries the input norm's output already.
     if normed is None:
@@ -180,7 +206,7 @@ def _forward(self, hidden_states, normed=None, **kwargs):
         y, h = _sandwich(self.mlp(x), residual, self.post_feedforward_layernorm, link.next_norm, link)
         return h, y
     x, residual = _fused(x, residual, self.post_attention_layernorm, link, scale)
-    y, h = _fused(self.mlp(x), residual, link.next_norm, link, scale)
+    y, h = _fused(_mlp(self, link, x, residual), residual, link.next_norm, link, scale)
     return h, y
 
 
@@ -278,9 +304,11 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
     for stack, family, layers in plan:  # checked all first: nothing changes unless all of it can
         index = PLAIN_NUMERICS.index(family.hf_numerics if numerics == "hf" else "contract")
         link = _NormLink((family.offset, False, index, pdl), (family.offset, False, 0, pdl))
-        for m in stack.modules():  # every norm of the family's class: the plain norm
-            if _unpatched_type(m).__name__ == family.norm:
-                m.__class__ = _patched_class(_unpatched_type(m), {"forward": _norm_forward})
+        for m in stack.modules():  # every norm of the family's classes: the plain norm
+            name = _unpatched_type(m).__name__
+            if name == family.norm or (family.l2_norm and name == family.l2_norm):
+                forward = _norm_forward if name == family.norm else _l2_norm_forward
+                m.__class__ = _patched_class(_unpatched_type(m), {"forward": forward})
                 object.__setattr__(m, _NORM_LINK, link)
         if not family.fuse:
             continue

@@ -37,6 +37,10 @@ FAMILIES = {  # name: (config class, model class, extra config, the stack class 
     "granite": ("GraniteConfig", "GraniteForCausalLM", {"residual_multiplier": 0.22, "embedding_multiplier": 12.0,
                                                         "attention_multiplier": 0.0078125, "logits_scaling": 8.0},
                 "GraniteModel"),
+    # Llama 4: the weightless L2 norm of q and k after RoPE; a MoE feed-forward in every second layer.
+    "llama4": ("Llama4TextConfig", "Llama4ForCausalLM", {"head_dim": 32, "intermediate_size_mlp": 256,
+                                                          "num_local_experts": 2, "interleave_moe_layer_step": 2,
+                                                          "use_qk_norm": True}, "Llama4TextModel"),
 }
 # One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
 FORMS = ["llama", "gemma3"]
@@ -332,14 +336,15 @@ def test_batch_one_is_bit_identical_at_a_real_hidden_size(capsys):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
-    """Count: in a patched model's prefill and decode, the family's RMSNorm class runs its forward 0
-    times (every norm goes through addrmsnorm), where the unpatched model runs it at every norm."""
+    """Count: in a patched model's prefill and decode, the family's norm classes (its RMSNorm, and Llama
+    4's weightless L2 norm) run their forward 0 times (every norm goes through addrmsnorm), where the
+    unpatched model runs them at every norm."""
     model = build(family)
-    cls = next(type(m) for m in model.modules() if type(m).__name__.endswith("RMSNorm"))
+    classes = {type(m) for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "L2Norm"))}
     calls = []
-    original = cls.forward
-    monkeypatch.setattr(cls, "forward", lambda self, *a, **k: (calls.append(1), original(self, *a, **k))[1])
-    n_norms = sum(1 for m in model.modules() if isinstance(m, cls))
+    for cls in classes:
+        monkeypatch.setattr(cls, "forward", lambda self, *a, _f=cls.forward, **k: (calls.append(1), _f(self, *a, **k))[1])
+    n_norms = sum(1 for m in model.modules() if isinstance(m, tuple(classes)))
     ids = prompt(batch=1, length=6)
     with torch.no_grad():
         model(ids)
@@ -349,5 +354,5 @@ def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
     with torch.no_grad():
         model(ids)
         model.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)
-    assert calls == [], f"{len(calls)} calls of {cls.__name__}.forward after the patch"
-    assert all(type(m).__name__.startswith("AddRMSNorm") for m in model.modules() if isinstance(m, cls))
+    assert calls == [], f"{len(calls)} calls of {sorted(c.__name__ for c in classes)} forwards after the patch"
+    assert all(type(m).__name__.startswith("AddRMSNorm") for m in model.modules() if isinstance(m, tuple(classes)))
