@@ -290,12 +290,18 @@ def fused_add_rmsnorm_(
     return x, residual
 
 
-def _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl,
-                          return_rstd=False):
+def _sandwich_args(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, numerics, pdl,
+                   return_rstd=False):
+    """The two sandwich functions' common start: post_weight_offset None takes weight_offset, numerics
+    becomes the hf flag, and the arguments' Python types are checked. Returns (hf, post_weight_offset)."""
+    if post_weight_offset is None:
+        post_weight_offset = weight_offset
+    hf = numerics == "hf" or _hf(numerics)
     if not isinstance(post_weight, _Tensor):
         raise TypeError(f"post_weight must be a torch.Tensor, got {type(post_weight).__name__}")
     v.check_real("post_weight_offset", post_weight_offset)
     _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd)
+    return hf, post_weight_offset
 
 
 def sandwich_rmsnorm(
@@ -343,10 +349,8 @@ def sandwich_rmsnorm(
         ``(y, residual_out)``, or ``(y, residual_out, rstd)`` when ``return_rstd``. Differentiable
         in x, residual, post_weight and weight.
     """
-    if post_weight_offset is None:
-        post_weight_offset = weight_offset
-    hf = numerics == "hf" or _hf(numerics)
-    _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl, return_rstd)
+    hf, post_weight_offset = _sandwich_args(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset,
+                                            numerics, pdl, return_rstd)
     return _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, return_rstd, hf, pdl, 1.0,
                        post_weight, post_weight_offset)
 
@@ -368,10 +372,8 @@ def sandwich_rmsnorm_(
     Takes the same arguments and obeys the same rules as ``sandwich_rmsnorm``. Returns
     ``(x, residual)``, now holding ``(y, h)``.
     """
-    if post_weight_offset is None:
-        post_weight_offset = weight_offset
-    hf = numerics == "hf" or _hf(numerics)
-    _check_sandwich_types(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, pdl)
+    hf, post_weight_offset = _sandwich_args(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset,
+                                            numerics, pdl)
     ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl, 1.0, post_weight, post_weight_offset)
     return x, residual
 
