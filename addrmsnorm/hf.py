@@ -155,26 +155,25 @@ class _NormLink:
 _NORM_LINK = "_addrmsnorm_norm"
 
 
-def _norm_forward(self, hidden_states):
-    """A patched RMSNorm: addrmsnorm's plain norm, on any view of the input (no copy)."""
-    link: _NormLink = getattr(self, _NORM_LINK)
-    w = self.weight
-    tail = link.tail if hidden_states.dtype == w.dtype else link.mixed
+def _plain_norm(norm: torch.nn.Module, hidden_states, weight, tail: tuple):
+    """addrmsnorm's plain norm of any view of the input (no copy): in its memory order, y in its strides."""
     order = memory_order(hidden_states)
     if order is None:
-        return ops.norm(hidden_states, None, w, _eps(self), *tail)[0]
-    return ops.norm(hidden_states.permute(order), None, w, _eps(self), *tail)[0].permute(inverse_order(order))
+        return ops.norm(hidden_states, None, weight, _eps(norm), *tail)[0]
+    return ops.norm(hidden_states.permute(order), None, weight, _eps(norm), *tail)[0].permute(inverse_order(order))
+
+
+def _norm_forward(self, hidden_states):
+    """A patched RMSNorm: addrmsnorm's plain norm."""
+    link: _NormLink = getattr(self, _NORM_LINK)
+    w = self.weight
+    return _plain_norm(self, hidden_states, w, link.tail if hidden_states.dtype == w.dtype else link.mixed)
 
 
 def _l2_norm_forward(self, hidden_states):
     """A patched weightless norm (Llama 4's L2 norm of q and k, after RoPE): the plain norm with weight
-    None, on any view of the input. HF computes it in fp32 and rounds once, as "hf" does without a weight."""
-    link: _NormLink = getattr(self, _NORM_LINK)
-    order = memory_order(hidden_states)
-    if order is None:
-        return ops.norm(hidden_states, None, None, float(self.eps), *link.tail)[0]
-    return ops.norm(hidden_states.permute(order), None, None, float(self.eps), *link.tail)[0].permute(
-        inverse_order(order))
+    None. HF computes it in fp32 and rounds once, as "hf" does without a weight."""
+    return _plain_norm(self, hidden_states, None, getattr(self, _NORM_LINK).tail)
 
 
 def _mlp(layer, link: _Link, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
