@@ -49,6 +49,12 @@ def no_backward_message(op: str, arg: str, plain: bool = False) -> str:
             f"residual_out=")
 
 
+def no_gated_backward_message(arg: str) -> str:
+    """The gated norm's refusal under autograd; torch_ext/autograd.cpp words it the same."""
+    return (f"addrmsnorm's gated norm (z given) has no backward yet, but {arg} requires grad; call it under "
+            f"torch.no_grad() or torch.inference_mode()")
+
+
 def no_double_backward_message() -> str:
     """The refusal of a second-order gradient; torch_ext/autograd.cpp words it the same."""
     return ("addrmsnorm::norm_backward has no backward: the gradients of fused_add_rmsnorm, "
@@ -160,24 +166,28 @@ def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0
 
 
 def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False,
-          x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    if _C.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, weight, post_weight)):
+          x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+    if _C.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, weight, post_weight, z)):
+        if z is not None:
+            for name, t in (("x", x), ("weight", weight), ("z", z)):
+                if t is not None and t.requires_grad:
+                    raise RuntimeError(no_gated_backward_message(name))
         return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
                                   post_weight, post_weight_offset)
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl,
-            x_scale, post_weight, post_weight_offset)
+            x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate)
 
 
 def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-           post_weight_offset=0.0):
-    _refuse_grad("norm_", ("x", "residual", "weight", "post_weight"), (x, residual, weight, post_weight),
+           post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+    _refuse_grad("norm_", ("x", "residual", "weight", "post_weight", "z"), (x, residual, weight, post_weight, z),
                  residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl,
-            x_scale, post_weight, post_weight_offset)
+            x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate)
     torch.autograd.graph.increment_version((x,) if residual is None else (x, residual))
 
 
@@ -186,13 +196,13 @@ def _written(*tensors):
 
 
 def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-               x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight"),
-                 (x, residual, weight, out, residual_out, rstd, post_weight), residual is None)
+               x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight", "z"),
+                 (x, residual, weight, out, residual_out, rstd, post_weight, z), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-            weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
+            weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate)
     torch.autograd.graph.increment_version(_written(out, residual_out, rstd))
 
 

@@ -355,7 +355,7 @@ def quant_built_for(q: str, arch: int) -> bool:
 # (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
 # `backward_align`, so that both compile the same specialization for the same call.
 ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr",
-                        "post_weight_ptr")
+                        "post_weight_ptr", "z_ptr")
 ALIGNMENT_BYTES = 16
 
 
@@ -572,6 +572,35 @@ SANDWICH_DTYPES = ("fp16", "bf16")
 def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
     """The sandwich norm's config: the row of SANDWICH_TABLE that admits H (x_itemsize 2)."""
     return _select(SANDWICH_TABLE, H, x_itemsize, x_itemsize)
+
+
+# The gated norm (kernels.py's GATED: Qwen3-Next's and Mamba2's rmsnorm with a silu gate of z, over groups
+# of a row) is the plain norm's single pass over a group, z's group read beside x's: rows of its own, each
+# 4 kernels per arch (fp16 and bf16 x and z, weights of x's dtype, vector-aligned rows, the contract and
+# HF's form). A group wider than the last row is refused (validation.GATED_MAX_GROUP): the families'
+# groups are 128 (Qwen3-Next's value heads) to 8192 (Mamba2's one group of d_inner). Each thread holds at
+# most 16 elements of x and of z. Not yet tuned on the GPU.
+GATED_TABLE = tuple(TableRule(2, *row) for row in (
+    (128, _single(128, 16, 4)),
+    (256, _single(256, 8, 4)),
+    (512, _single(512, 4, 4)),
+    (1024, _single(1024, 2, 4)),
+    (2048, _single(2048, 1, 4)),
+    (4096, _single(4096, 1, 8)),
+    (None, _single(8192, 1, 16)),
+))
+GATED_MAX_GROUP = 8192  # GATED_TABLE's widest row
+GATED_DTYPES = ("fp16", "bf16")
+# The gate's activations (the C ABI's addrmsnorm_gate_activation): silu, as every family using the gated
+# norm has it; the field leaves room for others.
+GATE_ACTIVATIONS = ("silu",)
+
+
+def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:
+    """The gated norm's config: the row of GATED_TABLE that admits the group (x_itemsize 2)."""
+    if group_size > GATED_MAX_GROUP:
+        raise ValueError(f"the gated norm's groups are at most {GATED_MAX_GROUP} elements, got {group_size}")
+    return _select(GATED_TABLE, group_size, x_itemsize, x_itemsize)
 
 
 # The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32

@@ -258,6 +258,71 @@ def rmsnorm_(
     return x
 
 
+def gated_rmsnorm(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    activation: str = "silu",
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    out: torch.Tensor | None = None,
+    pdl: bool = False,
+):
+    """The gated RMSNorm of Qwen3-Next (Qwen3.5), Mamba2, Nemotron-H and Falcon-H1, in one pass: each
+    group of ``group_size`` columns of a row normalized on its own, gated by silu(z).
+
+        norm_before_gate True:   y = cast(rmsnorm(x) * (weight + weight_offset) * silu(z))
+        norm_before_gate False:  y = cast(rmsnorm(x * silu(z)) * (weight + weight_offset))
+
+    rmsnorm of a group is ``v * rstd``, ``rstd = 1 / sqrt(sum(v*v over the group) / group_size + eps)``,
+    all in fp32 with one rounding at the store; the weight is indexed by the column in the row.
+
+    Args:
+        x: (..., H), float16 or bfloat16, rows of one stride (the leading dimensions flatten to one),
+            a contiguous last dimension, 16-byte aligned, row strides of multiples of 8 elements.
+        z: the gate, x's shape and dtype, under the same rules; its rows may have their own stride (a
+            column slice of the input projection's output, as Qwen3-Next's z is).
+        weight: (H,) of x's dtype, or None (the weightless gated norm).
+        eps: > 0 and finite.
+        group_size: the columns normalized together, dividing H, a multiple of 8 and at most
+            ``configs.GATED_MAX_GROUP`` (8192); None: the whole row.
+        norm_before_gate: the order, as fla-core's ``FusedRMSNormGated`` names it (True: Qwen3-Next's
+            ``Qwen3NextRMSNormGated``; False: Mamba2's ``MambaRMSNormGated``).
+        activation: the gate's, "silu" (the field names it so that others can follow).
+        weight_offset: added to the weight in fp32 (contract numerics only).
+        numerics: "contract", or "hf": the HF module bit for bit (norm before gate: the normalized
+            value rounded to x's dtype, times the weight rounded again, times silu(z) in fp32; gate
+            first: x * silu(z) in fp32, then LlamaRMSNorm's two roundings).
+        out: optional tensor for y, x's shape and dtype; may be x itself (in place), must not overlap z.
+        pdl: programmatic dependent launch (sm_90+; ignored elsewhere).
+
+    Returns:
+        y. There is no backward yet: under autograd an input that requires grad is refused by name.
+    """
+    if type(norm_before_gate) is not bool:
+        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
+    if not isinstance(z, _Tensor):
+        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
+    if group_size is not None and (type(group_size) is not int):
+        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    v.gate_activation_index(activation)
+    n = plain_numerics_index(numerics)
+    _check_norm_types(x, weight, eps, weight_offset, pdl)
+    g = 0 if group_size is None else group_size
+    if out is None:
+        return ops.norm(x, None, weight, eps, weight_offset, False, n, pdl, 1.0, None, 0.0, z, g,
+                        norm_before_gate)[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    ops.norm_into(x, None, weight, out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, z, g,
+                  norm_before_gate)
+    return out
+
+
 def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
     if (isinstance(x, _Tensor) and (weight is None or isinstance(weight, _Tensor)) and type(eps) is float
             and type(weight_offset) is float and type(pdl) is bool and type(return_rstd) is bool):

@@ -215,6 +215,17 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
     if xr.n_rows == 0:
         return
     hf, round_once = v.plain_numerics(numerics)
+    g = call.gate
+    if g is not None:  # the gated norm: each row's groups as rows of a group (validation: rows of one stride)
+        groups = call.H // g.group_size
+        launch_forward(
+            xr.tensor, None, call.weight, o.tensor, None, None,
+            n_rows=xr.n_rows * groups, H=g.group_size, stride_x=xr.row_stride, stride_residual=0,
+            stride_out=o.row_stride, stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+            group_rows=groups, stride_x_group=g.group_size, stride_out_group=g.group_size,
+            gate=(g.z.tensor, g.z.row_stride, g.gate_first),
+        )
+        return
     launch_forward(
         xr.tensor, None, call.weight, o.tensor, None, rstd,
         n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
@@ -224,11 +235,12 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
 
 
 def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
-            post_weight=None, post_weight_offset=0.0):
+            post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for). x_scale: refused unless 1,
-    post_weight unless None (they need a residual)."""
+    post_weight unless None (they need a residual). z: the gated norm."""
     call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
-                           post_weight=post_weight, post_weight_offset=post_weight_offset)
+                           post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                           group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
@@ -240,16 +252,18 @@ def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pd
 
 
 def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-             post_weight_offset=0.0):
+             post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::rmsnorm_: x <- y."""
-    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
+    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
+                 z, group_size, norm_before_gate)
 
 
 def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-                 post_weight_offset=0.0):
+                 post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
     call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
+                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                           group_size=group_size, norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
@@ -325,34 +339,38 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
 # ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
 
 def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
-         post_weight=None, post_weight_offset=0.0):
+         post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
-    asked for)."""
+    asked for). z: the gated norm (no residual)."""
     if residual is None:
         y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale, post_weight,
-                          post_weight_offset)
+                          post_weight_offset, z, group_size, norm_before_gate)
         return y, x.new_empty((0,)), rstd
+    v.check_gate_residual(z, residual)
     return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
                              post_weight, post_weight_offset)
 
 
 def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-          post_weight_offset=0.0):
+          post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
     sandwich norm: residual <- residual + rmsnorm(x; post_weight))."""
     if residual is None:
-        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset)
+        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z,
+                        group_size, norm_before_gate)
+    v.check_gate_residual(z, residual)
     return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight,
                               post_weight_offset)
 
 
 def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-              x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+              x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
         return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                            post_weight_offset)
+                            post_weight_offset, z, group_size, norm_before_gate)
+    v.check_gate_residual(z, residual)
     return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
                                   x_scale, post_weight, post_weight_offset)
 

@@ -168,6 +168,18 @@ def _post_rstd(x_row, H, eps, BLOCK_H: tl.constexpr, HF_NUMERICS: tl.constexpr):
 
 
 @triton.jit
+def _silu(z):
+    """silu(z) = z / (1 + exp(-z)) in fp32, as torch computes it (an IEEE divide; CUDA's expf, which
+    is libdevice's: the GPU's bits are HF's). The interpreter cannot run libdevice: its exp is NumPy's."""
+    zf = z.to(tl.float32)
+    if _INTERPRETED:
+        e = tl.exp(-zf)
+    else:
+        e = tl.extra.cuda.libdevice.exp(-zf)
+    return tl.math.div_rn(zf, 1.0 + e)
+
+
+@triton.jit
 def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
     if HF_NUMERICS:
         # What torch does for HF's `torch.rsqrt(h.pow(2).mean(-1) + eps)`: the mean multiplies by
@@ -423,6 +435,10 @@ def _single_pass_rows(
     # SANDWICH: x is first normalized with its own weight (post_weight, post_weight_offset), and that
     # is added to the residual; the rstd of x is stored after the n_rows rstd of h.
     SANDWICH: tl.constexpr = False, post_weight_ptr=None, post_weight_offset=0.0,
+    # GATED (GROUPED, no residual): y = rmsnorm(x) * silu(z) (gate_first 0, norm before gate) or
+    # rmsnorm(x * silu(z)) (gate_first 1), each group of stride_x_group columns of a row normalized on
+    # its own, the weight indexed by the column in the row (a group's rows step it by stride_x_group).
+    GATED: tl.constexpr = False, z_ptr=None, stride_z_row=0, gate_first=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -439,6 +455,12 @@ def _single_pass_rows(
         if SPLIT:  # QK norm: a group's rows (a token's heads) from group_split on take weight2
             r32 = rows.to(tl.int32)
             second = (r32 - (r32 // group_rows) * group_rows) >= group_split
+        if GATED:  # z's row of the same (token, group), and the group's columns of the weight
+            g32 = rows.to(tl.int32)
+            tok = g32 // group_rows
+            part = (g32 - tok * group_rows).to(tl.int64) * stride_x_group
+            z_rows = (tok.to(tl.int64) * stride_z_row + part)[:, None]
+            w_cols = part[:, None] + cols_2d
     else:
         x_rows = rows_2d * stride_x_row
 
@@ -462,17 +484,30 @@ def _single_pass_rows(
             h = h_stored.to(tl.float32)
     else:  # the plain norm: h is x, exactly (no add, no rounding, nothing stored)
         h = x.to(tl.float32)
+        if GATED:
+            g = _silu(tl.load(z_ptr + z_rows + cols_2d, mask=mask, other=0.0,
+                              eviction_policy="evict_last" if EVICT_LAST else ""))
+            if gate_first != 0:  # rmsnorm(x * silu(z)): the product in fp32, unrounded (HF's too)
+                h = h * g
 
     rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
 
-    if not WEIGHT_FIRST:
-        w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
     w_off = _weight_offset(weight_offset, has_weight)
-    w = (_weight_f32(w_raw, weight_dtype) + w_off)[None, :]
+    if GATED:
+        w = _weight_f32(_load_w(weight_ptr, w_cols, mask, has_weight), weight_dtype) + w_off
+    else:
+        if not WEIGHT_FIRST:
+            w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
+        w = (_weight_f32(w_raw, weight_dtype) + w_off)[None, :]
     if SPLIT:
         w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
         w = tl.where(second[:, None], w2[None, :], w)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
+    if GATED:
+        if gate_first == 0:  # the norm, then the gate; HF rounds the weighted norm to x's dtype first
+            if HF_NUMERICS:
+                y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+            y = y * g
     if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -712,7 +747,7 @@ def _reread_row(
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group", "group_split", "has_weight")
+                     "stride_out_group", "group_split", "has_weight", "stride_z_row", "gate_first")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -742,6 +777,9 @@ def rmsnorm_fwd(
     x_scale: tl.float32,      # fp32: h = residual + x_scale * x (1.0: the unscaled add, the same bits)
     post_weight_ptr,          # SANDWICH: [H] the first norm's weight, typed as weight; else a stand-in, unread
     post_weight_offset: tl.float32,  # SANDWICH: added to post_weight in fp32
+    z_ptr,                    # GATED: [n_rows, H] the gate, x's dtype; else a stand-in, unread
+    stride_z_row: tl.int64,   # GATED: elements between consecutive rows of z (a slice may have its own)
+    gate_first: tl.int32,     # GATED: 0 rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z))
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -756,6 +794,7 @@ def rmsnorm_fwd(
     GROUPED: tl.constexpr = False,   # rows addressed as (group, row in group): two leading strides
     SPLIT: tl.constexpr = False,     # GROUPED, single pass: two weights by the row's place in its group
     SANDWICH: tl.constexpr = False,  # RESIDUAL: h = residual + rmsnorm(x; post_weight); rstd [2, n_rows]
+    GATED: tl.constexpr = False,     # GROUPED, single pass, no residual: the gated norm (silu of z)
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -768,6 +807,8 @@ def rmsnorm_fwd(
     if GROUPED:
         stride_x_group = _aligned(stride_x_group, ALIGN)
         stride_out_group = _aligned(stride_out_group, ALIGN)
+    if GATED:
+        stride_z_row = _aligned(stride_z_row, ALIGN)
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
@@ -795,7 +836,8 @@ def rmsnorm_fwd(
                           stride_out_group=stride_out_group,
                           SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split,
                           has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
-                          post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset)
+                          post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
+                          GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -1026,7 +1068,8 @@ def rmsnorm_bwd(
 rmsnorm_fwd_unaligned = triton.jit(
     rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
-                                    "rstd_ptr", "weight2_ptr", "post_weight_ptr"))
+                                    "rstd_ptr", "weight2_ptr", "post_weight_ptr",
+                                    "z_ptr"))
 rmsnorm_bwd_unaligned = triton.jit(
     rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",

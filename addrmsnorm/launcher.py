@@ -77,6 +77,7 @@ def launch_forward(
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
     weight2: torch.Tensor | None = None, group_split: int = 0, x_scale: float = 1.0,
     post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
+    gate: tuple[torch.Tensor, int, int] | None = None,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -89,7 +90,10 @@ def launch_forward(
     heads, each with theirs). ``weight`` None is the weightless norm (x stands in for it, unread:
     _weightless). ``x_scale`` scales x in the residual add. ``post_weight`` (with a residual) is the
     sandwich norm: h = residual + rmsnorm(x; post_weight + post_weight_offset), and rstd, if given,
-    is (2, n_rows): h's, then x's. ``pdl`` launches with programmatic dependent launch where the
+    is (2, n_rows): h's, then x's. ``gate`` (z, stride_z, gate_first), without a residual, is the gated
+    norm over groups of H columns (stride_x_group and stride_out_group are H, group_rows the groups of a
+    row): z's rows have stride_z, and gate_first 0 gives rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z)).
+    ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
@@ -113,20 +117,27 @@ def launch_forward(
         stride_x = stride_residual = stride_out = stride_residual_out = stride_x_group = stride_out_group = 0
     if not sandwich:
         post_weight = weight  # a stand-in, never read (SANDWICH off)
+    gated = gate is not None
+    z, stride_z, gate_first = gate if gated else (x, 0, 0)  # x: a stand-in, never read (GATED off)
+    if n_rows == 1:
+        stride_z = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
-                weight2.data_ptr(), post_weight.data_ptr())
-    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group)
+                weight2.data_ptr(), post_weight.data_ptr(), z.data_ptr())
+    strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group,
+               stride_z)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     post_arg = w_arg if post_weight is weight else _forward_weight(x, post_weight)[0]
-    # SPLIT and SANDWICH: the ends alone
-    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich)
+    # SPLIT, SANDWICH and GATED: the ends alone
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated)
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:
         cfg = config
     elif sandwich:
         cfg = configs.select_sandwich_config(H, xs)
+    elif gated:
+        cfg = configs.select_gated_config(H, xs)
     elif plain:
         cfg = configs.select_plain_config(H, xs, vector_typed)
     else:
@@ -144,6 +155,8 @@ def launch_forward(
         extra["SPLIT"] = True
     if sandwich:
         extra["SANDWICH"] = True
+    if gated:
+        extra["GATED"] = True
     grid = (cfg.grid(n_rows),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
@@ -155,7 +168,7 @@ def launch_forward(
             stride_x, stride_residual, stride_out, stride_residual_out,
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
             group_rows, stride_x_group, stride_out_group, w2_arg, group_split, has_weight, x_scale,
-            post_arg, post_weight_offset,
+            post_arg, post_weight_offset, z, stride_z, gate_first,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

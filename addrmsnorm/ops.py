@@ -3,9 +3,10 @@
 One operator per form; each takes an optional residual, and without one is the plain norm (h = x):
 
     norm(x, residual?, weight?, eps, weight_offset=0., return_rstd=False, numerics=0, pdl=False, x_scale=1.,
-         post_weight?=None, post_weight_offset=0.)
+         post_weight?=None, post_weight_offset=0., z?=None, group_size=0, norm_before_gate=True)
         -> (y, residual_out, rstd)     functional; residual_out has 0 elements without a residual, rstd
-                                       unless return_rstd; post_weight: the sandwich norm
+                                       unless return_rstd; post_weight: the sandwich norm; z: the gated
+                                       norm (no residual; norm_ and norm_into take the same fields)
     norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False) -> ()
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
     norm_into(x, residual?, weight, out!, residual_out!?, rstd!?, eps, ...) -> ()
@@ -58,7 +59,10 @@ _QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_u
                "float weight_offset=0., bool pdl=False, bool swizzled_scales=False, float x_scale=1.) -> ()")
 # weight None: the weightless norm. x_scale: h = residual + x_scale * x (1: the unscaled add). post_weight:
 # the sandwich norm, h = residual + rmsnorm(x; post_weight + post_weight_offset) (rstd then (2, rows...)).
-_SANDWICH = "Tensor? post_weight=None, float post_weight_offset=0."
+# z: the gated norm (no residual), rmsnorm(x) * silu(z) over groups of group_size columns (0: the row), or
+# rmsnorm(x * silu(z)) with norm_before_gate False.
+_SANDWICH = ("Tensor? post_weight=None, float post_weight_offset=0., Tensor? z=None, int group_size=0, "
+             "bool norm_before_gate=True")
 SCHEMAS = {
     "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
             "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH
@@ -109,11 +113,14 @@ def _fake_residual_out(x, residual):
 
 
 def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
-                       numerics=0, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                       numerics=0, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
+                       norm_before_gate=True, return_rstd=False):
     if residual is None:
         v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                             x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
+                             x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                             group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd)
     else:
+        v.check_gate_residual(z, residual)
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                              numerics=numerics, x_scale=x_scale, post_weight=post_weight,
                              post_weight_offset=post_weight_offset)
@@ -121,26 +128,28 @@ def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
 
 @torch.library.register_fake(f"{NAMESPACE}::norm")
 def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
-      post_weight=None, post_weight_offset=0.0):
+      post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     _fake_forward_meta(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
-                       post_weight=post_weight, post_weight_offset=post_weight_offset)
+                       post_weight=post_weight, post_weight_offset=post_weight_offset, z=z, group_size=group_size,
+                       norm_before_gate=norm_before_gate, return_rstd=return_rstd)
     rstd = x.new_empty(v.rstd_shape(x.shape, post_weight is not None) if return_rstd else (0,), dtype=torch.float32)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _fake_residual_out(x, residual), rstd
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_")
 def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-      post_weight_offset=0.0):
+      post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                       x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
+                       x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                       group_size=group_size, norm_before_gate=norm_before_gate)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_into")
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0,
-      post_weight=None, post_weight_offset=0.0):
+      post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     v.check_residual_outputs(residual, residual_out)
     _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale,
-                       post_weight, post_weight_offset)
+                       post_weight, post_weight_offset, z, group_size, norm_before_gate)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")

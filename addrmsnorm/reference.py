@@ -89,6 +89,43 @@ def sandwich_hf_ref(x, residual, post_weight, weight, eps=1e-6, weight_offset=0.
     return hf_style_ref(p, residual, weight, eps, weight_offset)
 
 
+def gated_rmsnorm_ref(x, z, weight, eps=1e-6, group_size=None, norm_before_gate=True, weight_offset=0.0, *,
+                      compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Reference gated norm, all in ``compute_dtype`` (unrounded): each group of ``group_size`` columns
+    (None: the row) normalized alone; norm_before_gate: rmsnorm(x) * w * silu(z), else
+    rmsnorm(x * silu(z)) * w, the weight indexed by the column in the row (weight None: w = 1)."""
+    H = x.shape[-1]
+    g = H if group_size is None else group_size
+    xc, zc = x.to(compute_dtype), z.to(compute_dtype)
+    gate = zc * torch.sigmoid(zc)
+    v = xc if norm_before_gate else xc * gate
+    vg = v.reshape(*x.shape[:-1], H // g, g)
+    rstd = 1.0 / torch.sqrt((vg * vg).sum(dim=-1, keepdim=True) / g + eps)
+    w = torch.ones(H, dtype=compute_dtype, device=x.device) if weight is None else weight.to(compute_dtype)
+    y = (vg * rstd).reshape(x.shape) * (w + weight_offset)
+    return y * gate if norm_before_gate else y
+
+
+def gated_hf_ref(x, z, weight, eps=1e-6, group_size=None, norm_before_gate=True) -> torch.Tensor:
+    """HF's eager gated norms over groups of a row: Qwen3NextRMSNormGated (norm before gate: the
+    normalized value rounded to x's dtype, times the weight in x's dtype, times silu(z) in fp32, rounded)
+    and MambaRMSNormGated (gate first: x * silu(z) in fp32, then LlamaRMSNorm's two roundings)."""
+    H = x.shape[-1]
+    g = H if group_size is None else group_size
+    shape, dt = x.shape, x.dtype
+    xs, zs = x.reshape(-1, g), z.reshape(-1, g)
+    w = torch.ones(g, dtype=dt, device=x.device) if weight is None else None
+    h = xs.float()
+    if not norm_before_gate:
+        h = h * torch.nn.functional.silu(zs.float())
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    hv = h.to(dt).reshape(shape)
+    y = (weight if w is None else torch.ones(H, dtype=dt, device=x.device)) * hv
+    if norm_before_gate:
+        y = y * torch.nn.functional.silu(z.float())
+    return y.to(dt)
+
+
 def sandwich_grads_ref(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset, dy,
                        dresidual_out=None):
     """Gradients (dx, dresidual, dpost_weight, dweight) of the sandwich norm, by float64 autograd

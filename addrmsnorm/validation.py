@@ -306,10 +306,12 @@ def check_residual_outputs(residual, residual_out) -> None:
         raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
 
 
-def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None):
+def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None, z=None):
     """The mapping of a norm call (residual None: the plain norm) up to the views: dtypes, dims, the
     outputs' dtypes, the weights, devices. Returns (shape, H, device)."""
     x = check_tensor("x", x)
+    if z is not None:
+        check_tensor("z", z)
     if residual is not None:
         check_tensor("residual", residual)
     if weight is not None:  # None: the weightless norm
@@ -330,7 +332,7 @@ def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None)
     if post_weight is not None:
         _check_post_weight(post_weight, weight, x, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
-               "rstd": rstd, "post_weight": post_weight}
+               "rstd": rstd, "post_weight": post_weight, "z": z}
     return x.shape, H, check_devices({k: t for k, t in tensors.items() if t is not None})
 
 
@@ -928,6 +930,101 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
     return device, rows, weight_offset
 
 
+# ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------
+
+GATED_DTYPES = (torch.float16, torch.bfloat16)  # configs.GATED_DTYPES
+GATED_ALIGN = configs.vector_elems(2, 2)  # elements of one 16-byte access: the gated kernels' only ALIGN
+GATE_ACTIVATIONS = configs.GATE_ACTIVATIONS
+
+
+class GateCall:
+    """A checked gated call's gate: z's rows, the group (columns normalized together) and the order
+    (gate_first 0: rmsnorm(x) * silu(z); 1: rmsnorm(x * silu(z)))."""
+
+    __slots__ = ("z", "group_size", "gate_first")
+
+
+def gate_activation_index(activation) -> int:
+    """The activation's index in configs.GATE_ACTIVATIONS (the C ABI's addrmsnorm_gate, less 1)."""
+    if activation not in GATE_ACTIVATIONS:
+        raise ValueError(f"activation is {activation!r}; the gated norm's gate is one of {GATE_ACTIVATIONS}")
+    return GATE_ACTIVATIONS.index(activation)
+
+
+def check_gate_residual(z, residual) -> None:
+    """The gated norm normalizes x alone: z with a residual is refused (validate_norm says the same)."""
+    if z is not None and residual is not None:
+        raise ValueError("z is the gated norm's gate, which normalizes x alone: it takes no residual")
+
+
+def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_gate, hf: bool, round_once: bool,
+                     weight_offset, residual=None, return_rstd=False) -> int:
+    """The gated norm's rules that need no memory, in validate_norm's order. Without z, group_size must be 0
+    (or None) and norm_before_gate True. Returns the group size (H when not given)."""
+    if z is None:
+        if group_size not in (None, 0):
+            raise ValueError(f"group_size is {group_size!r} but z is None: it is the gated norm's group")
+        if norm_before_gate is not True and norm_before_gate != 1:
+            raise ValueError("norm_before_gate is False but z is None: it orders the gated norm's gate")
+        return 0
+    check_gate_residual(z, residual)
+    if x.dtype not in GATED_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; the gated norm (z) takes float16 or bfloat16")
+    if z.dtype != x.dtype:
+        raise TypeError(f"z has dtype {z.dtype}; it must be x's dtype ({x.dtype})")
+    check_shape("z", z, shape)
+    if weight is not None and weight.dtype != x.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype}; the gated norm's weight is x's dtype ({x.dtype})")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+        raise ValueError(f"group_size is {group_size!r}; it must be an int dividing H = {H}")
+    g = H if group_size in (None, 0) else group_size
+    if g < 0 or H % g:
+        raise ValueError(f"group_size is {group_size!r}; it must divide H = {H}")
+    if g > configs.GATED_MAX_GROUP:
+        raise ValueError(f"group_size is {g}; the gated norm's groups are at most {configs.GATED_MAX_GROUP} "
+                         f"elements")
+    if g % GATED_ALIGN:
+        raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {GATED_ALIGN} "
+                         f"elements")
+    if rstd is not None or return_rstd:
+        raise ValueError("rstd is asked for, but the gated norm (z) writes no rstd")
+    if round_once:
+        raise ValueError("numerics 2 (hf_round_once) is not the gated norm's: its numerics are 0 (contract) or "
+                         "1 (hf)")
+    if hf and weight_offset:
+        raise ValueError(f"numerics='hf' with z needs weight_offset 0, got {weight_offset!r}: HF's gated norms "
+                         f"(Qwen3-Next, Mamba2) keep the weight as it is")
+    return g
+
+
+def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
+    """The gated norm's rules on memory: rows of one stride for x, z and out, row strides of whole
+    16-byte accesses, every tensor on a 16-byte boundary; out (x exactly, or apart) must not overlap z."""
+    zr = as_grouped_rows("z", z, call.shape)
+    rows = {"x": call.x, "z": zr}
+    if call.out is not None:
+        rows["out"] = call.out
+    for name, r in rows.items():
+        if r.group_rows != 1 and r.n_rows > 1:
+            raise ValueError(f"{name}: the gated norm takes rows of one stride (the dimensions before the last "
+                             f"must flatten to one)")
+        if r.n_rows > 1 and r.row_stride % GATED_ALIGN:
+            raise ValueError(f"{name} has row stride {r.row_stride}; the gated norm (z) needs row strides of "
+                             f"multiples of {GATED_ALIGN} elements")
+        if r.start % configs.ALIGNMENT_BYTES:
+            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the gated norm "
+                             f"(z) needs 16-byte aligned tensors")
+    if call.weight is not None and call.weight.data_ptr() % configs.ALIGNMENT_BYTES:
+        raise ValueError(f"weight does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the gated norm (z) "
+                         f"needs 16-byte aligned tensors")
+    o = call.out
+    if o is not None and o.n_rows and zr.n_rows and o.start < zr.end and zr.start < o.end:
+        raise ValueError("out overlaps z; out may be x exactly (in place), or apart from z")
+    gate = GateCall()
+    gate.z, gate.group_size, gate.gate_first = zr, g, 0 if norm_before_gate else 1
+    return gate
+
+
 # ----- the plain norm (no residual) ---------------------------------------------------------------
 
 class GroupedRows:
@@ -1012,34 +1109,38 @@ def _rows_self_overlap(name: str, r: GroupedRows, H: int) -> None:
 class NormCall:
     """A checked plain-norm call: the rows of x and out in one addressing (the same group_rows)."""
 
-    __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once")
+    __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once", "gate")
 
 
 def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
-                       x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                       x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
+                       norm_before_gate=True, return_rstd=False):
     """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
     (shape, H, device)."""
-    shape, H, device = _map_forward(x, None, weight, out, None, rstd)
+    shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
     if out is not None and out is not x:
         check_same_shape(shape, {"out": out})
     _check_rstd_layout(rstd, shape)
-    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    _, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_x_scale(x_scale, None)
     check_post_weight_scalars(post_weight, post_weight_offset, None, 1.0)
     check_weightless(weight, weight_offset)
     _check_hf_weight(hf or nhf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf or nhf, round_once,
+                     weight_offset, return_rstd=return_rstd)
     return shape, H, device
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
-                  numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0) -> NormCall:
+                  numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
+                  norm_before_gate=True, return_rstd=False) -> NormCall:
     """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
     a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
     other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
-    strides)."""
-    shape, H, device = _map_forward(x, None, weight, out, None, rstd)
+    strides). z given is the gated norm (call.gate; else None)."""
+    shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
     xr = as_grouped_rows("x", x, shape)
     orr = None
     if out is not None:
@@ -1055,9 +1156,12 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
     _check_hf_weight(hf, x, weight)
     if H == 0:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
+    g = check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf, round_once, weight_offset,
+                         return_rstd=return_rstd)
     call = NormCall()
     call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
     call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
+    call.gate = None
     if orr is not None:
         _rows_self_overlap("x" if out is x else "out", orr, H)
         if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
@@ -1068,6 +1172,8 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
                 raise ValueError("out overlaps weight; out must not share memory with weight")
         call.out = orr
     call.x = xr
+    if z is not None:
+        call.gate = _check_gate_memory(call, z, g, norm_before_gate)
     if rstd is not None and rstd.numel():
         r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
         for name, v in (("x", xr), ("out", call.out)):
