@@ -87,6 +87,9 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     p.x_scale = c.x_scale;
     p.post_weight_ptr = devptr(post_weight);  // read only by the SANDWICH kernels
     p.post_weight_offset = c.post_weight_offset;
+    p.z_ptr = devptr(x);  // no gate (GATED off): a stand-in, unread
+    p.stride_z_row = 0;
+    p.gate_first = 0;
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -194,30 +197,43 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
 
 namespace {
 
+// The gated norm's gate for launch_plain: z's rows and the order (validated).
+struct Gate {
+    const void* z;
+    int64_t stride_z;
+    int32_t gate_first;
+};
+
 // One launch of the plain forward (RESIDUAL off, GROUPED) over x as [rows, heads, hidden] with two
 // leading strides (elements). With weight2 (the QK norm: SPLIT), a group's rows from `split` on take
-// weight2.
+// weight2. With a gate (GATED), heads are a row's groups of hidden columns, each with its columns of
+// the weight.
 addrmsnorm_status launch_plain(const void* x, const void* weight, const void* weight2, int32_t split, void* out,
                                float* rstd, int64_t rows, int64_t heads, int64_t hidden, int64_t stride_x,
                                int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
                                addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset,
-                               uint32_t flags, addrmsnorm_stream stream) {
+                               uint32_t flags, addrmsnorm_stream stream, const Gate* gate = nullptr) {
     addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
     if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
-    if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = 0;
+    int64_t stride_z = gate != nullptr ? gate->stride_z : 0;
+    if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = stride_z = 0;
     const bool weightless = (flags & kFlagNoWeight) != 0;
     if (weightless) weight = x, weight2 = nullptr;  // x stands in, never read; no second weight to split on
     const bool qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
     int config = -1;
-    const int variant = plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
-                                           stride_out_head, x_dtype, weight_dtype, weight_offset,
-                                           (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config);
+    const int variant =
+        gate != nullptr ? gated_call_variant(x, weight, gate->z, out, hidden, stride_x | stride_out | stride_z,
+                                             x_dtype, weight_dtype, weight_offset, (flags & kFlagHf) != 0, &config)
+                        : plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
+                                             stride_out_head, x_dtype, weight_dtype, weight_offset,
+                                             (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, qk ? "QK-norm kernel" : "plain-norm kernel", &k);
+    st = get_built_kernel(*d, variant, gate != nullptr ? "gated-norm kernel" : qk ? "QK-norm kernel" : "plain-norm kernel",
+                          &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const KernelConfig& cfg = kConfigs[config];
     // rmsnorm_fwd with RESIDUAL off: x stands in for residual, and out for residual_out.
@@ -248,6 +264,9 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.x_scale = 1.0f;  // no residual add
     p.post_weight_ptr = devptr(weight);  // no sandwich
     p.post_weight_offset = 0.0f;
+    p.z_ptr = devptr(gate != nullptr ? gate->z : x);  // read only by the GATED kernels
+    p.stride_z_row = stride_z;
+    p.gate_first = gate != nullptr ? gate->gate_first : 0;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -271,6 +290,15 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_nor
         case NormCallArgs::kQuant: return launch_quant(n.quant, stream);
         case NormCallArgs::kPlain: {
             const NormCall& c = n.plain;
+            if (c.z != nullptr) {
+                // The gated norm: each row's groups of group_size columns as a group of rows (validated: one
+                // row stride, groups contiguous in the row).
+                const int64_t g = c.group_size == 0 ? c.hidden : c.group_size;
+                const Gate gate{c.z, c.stride_z, c.gate_first};
+                return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), nullptr, c.rows, c.hidden / g,
+                                    g, c.stride_x, g, c.stride_out, g, c.x_dtype, c.weight_dtype, c.eps,
+                                    c.weight_offset, c.flags, stream, &gate);
+            }
             return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), const_cast<float*>(c.rstd),
                                 c.rows, c.heads, c.hidden, c.stride_x, c.stride_x_head, c.stride_out,
                                 c.stride_out_head, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset, c.flags, stream);

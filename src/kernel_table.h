@@ -142,6 +142,16 @@ inline int sandwich_variant_index(int config, int x, int weight, int align_class
                            align_class) * kNumNumerics + numerics];
 }
 
+extern const short kGatedIndex[];  // the gated norm (GROUPED and GATED), indexed as kPlainIndex
+extern const int kGatedMaxGroup;  // configs.GATED_MAX_GROUP: the widest group the gated norm is built for
+// configs.GATED_TABLE's rule (configs.select_gated_config), generated.
+int select_gated_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+
+inline int gated_variant_index(int config, int x, int weight, int align_class, int numerics) {
+    return kGatedIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
+                        align_class) * kNumNumerics + numerics];
+}
+
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics);
 
 // The plain norm's kernel for a call (the QK norm's with qk), as the JIT launcher picks it: the alignment
@@ -162,6 +172,20 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
     if (*config < 0) return -1;
     return qk ? qk_variant_index(*config, x_dtype, weight_dtype, align_class, numerics)
               : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
+}
+
+// The gated norm's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone are built
+// (validation refuses others), the contract or HF's form, the config by the group (hidden).
+inline int gated_call_variant(const void* x, const void* weight, const void* z, const void* out, long long hidden,
+                              long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                              float weight_offset, bool hf, int* config) {
+    auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
+    const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(z) && aligned(out);
+    const int align_class = forward_align_class(pointers_aligned, hidden | strides, 2, 2, true);
+    const int numerics = numerics_mode(hf, weight_offset, 2);
+    *config = select_gated_table_config(hidden, 2, 2, 0, false);
+    if (*config < 0) return -1;
+    return gated_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }
 
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {

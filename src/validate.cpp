@@ -11,6 +11,12 @@
 #include "errors.h"
 #include "kernel_table.h"
 
+// A rule's refusal: ADDRMSNORM_ERROR_INVALID_ARGUMENT with the message, where cond holds.
+#define ADDRMSNORM_REFUSE_IF(cond, ...) \
+    do {                                 \
+        if (cond) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, __VA_ARGS__); \
+    } while (0)
+
 namespace addrmsnorm {
 namespace detail {
 
@@ -28,6 +34,8 @@ namespace {
 // The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): kAlignmentBytes on
 // every pointer, and H and every row stride in multiples of its 16-bit elements (validation.SANDWICH_ALIGN).
 int sandwich_align() { return kAlignmentBytes / 2; }
+// The gated norm's likewise (configs.GATED_TABLE): 8 16-bit elements a 16-byte access.
+int gated_align() { return kAlignmentBytes / 2; }
 
 const char* dtype_name(addrmsnorm_dtype d) {
     switch (d) {
@@ -596,6 +604,61 @@ addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
     return ADDRMSNORM_SUCCESS;
 }
 
+// validation.check_gate_rules: the gated norm's rules that need no memory, in its order.
+addrmsnorm_status check_gate_rules(const NormCall& c) {
+    ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
+                         "groups are group_size)");
+    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the gated norm (z) takes float16 or bfloat16",
+                    dtype_name(c.x_dtype));
+    if (c.weight_dtype != c.x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; the gated norm's weight is x_dtype (%s)",
+                    dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
+    const int64_t g = c.group_size == 0 ? c.hidden : c.group_size;
+    ADDRMSNORM_REFUSE_IF(g < 0 || c.hidden % g != 0, "group_size is %lld; it must divide hidden (H) = %lld",
+                         (long long)c.group_size, (long long)c.hidden);
+    ADDRMSNORM_REFUSE_IF(g > kGatedMaxGroup, "group_size is %lld; the gated norm's groups are at most %d elements",
+                         (long long)g, kGatedMaxGroup);
+    ADDRMSNORM_REFUSE_IF(g % gated_align() != 0,
+                         "group_size is %lld; the gated norm (z) needs groups of a multiple of %d elements",
+                         (long long)g, gated_align());
+    ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with z: the gated norm writes no rstd");
+    ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
+                         "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is not the gated norm's: its numerics are CONTRACT or HF");
+    ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
+                         "ADDRMSNORM_NUMERICS_HF with z needs weight_offset 0: HF's gated norms (Qwen3-Next, Mamba2) "
+                         "keep the weight as it is");
+    ADDRMSNORM_REFUSE_IF(c.gate != ADDRMSNORM_GATE_SILU, "gate %d is not an addrmsnorm_gate (ADDRMSNORM_GATE_SILU)",
+                         (int)c.gate);
+    ADDRMSNORM_REFUSE_IF(c.gate_first != 0 && c.gate_first != 1, "gate_first must be 0 or 1, got %d",
+                         (int)c.gate_first);
+    return ADDRMSNORM_SUCCESS;
+}
+
+// validation._check_gate_memory: 16-byte rows and tensors; out apart from z.
+addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintptr_t out_end) {
+    if (addrmsnorm_status st = check_pointer("z", c.z, dtype_size(c.x_dtype)); st != ADDRMSNORM_SUCCESS) return st;
+    ADDRMSNORM_REFUSE_IF(c.rows > 1 && (c.stride_z < 0 || c.stride_z > INT64_MAX / 8),
+                         "stride_z must be >= 0, got %lld", (long long)c.stride_z);
+    struct R { const char* name; const void* p; int64_t stride; };
+    const R rows[3] = {{"x", c.x, c.stride_x}, {"z", c.z, c.stride_z}, {"out", c.out, c.stride_out}};
+    for (const R& r : rows) {
+        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % gated_align() != 0,
+                             "stride_%s is %lld; the gated norm (z) needs row strides of multiples of %d elements",
+                             r.name, (long long)r.stride, gated_align());
+        ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(r.p) % kAlignmentBytes != 0,
+                             "%s does not start on a %d-byte boundary; the gated norm (z) needs 16-byte aligned tensors",
+                             r.name, kAlignmentBytes);
+    }
+    ADDRMSNORM_REFUSE_IF((c.flags & kFlagNoWeight) == 0 && reinterpret_cast<uintptr_t>(c.weight) % kAlignmentBytes != 0,
+                         "weight does not start on a %d-byte boundary; the gated norm (z) needs 16-byte aligned tensors",
+                         kAlignmentBytes);
+    const Grouped z{"z", reinterpret_cast<uintptr_t>(c.z), c.rows, 1, c.stride_z, 0, dtype_size(c.x_dtype)};
+    ADDRMSNORM_REFUSE_IF(spans_meet(out.ptr, out_end, z.ptr, z.end(c.hidden)),
+                         "out overlaps z; out may be x exactly (in place), or apart from z");
+    return ADDRMSNORM_SUCCESS;
+}
+
 }  // namespace
 
 // The checks of validation.check_rmsnorm, in its order where the two meet.
@@ -612,6 +675,9 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     if (c.rows > INT32_MAX / c.heads)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows * heads must be < 2^31, got %lld * %lld",
                     (long long)c.rows, (long long)c.heads);
+    const bool gated = c.z != nullptr;
+    if (gated)
+        if (addrmsnorm_status st = check_gate_rules(c); st != ADDRMSNORM_SUCCESS) return st;
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
     const int xs = dtype_size(c.x_dtype), ws = dtype_size(c.weight_dtype);
     if (addrmsnorm_status st = check_pointer("x", c.x, xs); st != ADDRMSNORM_SUCCESS) return st;
@@ -651,6 +717,7 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
         if (spans_meet(r0, r1, w0, w1))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps weight; it must not share memory with it");
     }
+    if (gated) return check_gate_memory(c, out, o1);
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -757,11 +824,6 @@ addrmsnorm_status check_scalar(const char* name, double v, bool positive) {
     return ADDRMSNORM_SUCCESS;
 }
 
-#define ADDRMSNORM_REFUSE_IF(cond, ...) \
-    do {                                 \
-        if (cond) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, __VA_ARGS__); \
-    } while (0)
-
 }  // namespace
 
 addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* n) {
@@ -801,6 +863,16 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     ADDRMSNORM_REFUSE_IF(sandwich && scaled && a.x_scale != 1.0,
                          "x_scale is %s with post_weight: the sandwich norm adds rmsnorm(x) unscaled",
                          shortest(a.x_scale).c_str());
+    // The gated norm (validation.check_gate_rules: the fields without z; z with a residual).
+    const bool gated = a.z != nullptr;
+    ADDRMSNORM_REFUSE_IF(!gated && a.group_size != 0, "group_size is %lld but z is NULL: it is the gated norm's group",
+                         (long long)a.group_size);
+    ADDRMSNORM_REFUSE_IF(!gated && a.gate_first != 0, "gate_first is %d but z is NULL: it orders the gated norm's gate",
+                         (int)a.gate_first);
+    ADDRMSNORM_REFUSE_IF(!gated && (a.stride_z != 0 || a.gate != 0),
+                         "z is NULL but stride_z or gate is set: they describe the gated norm's gate");
+    ADDRMSNORM_REFUSE_IF(gated && a.residual != nullptr,
+                         "z is the gated norm's gate, which normalizes x alone: it takes no residual");
     // The weightless norm: weight NULL. Its kernels read x's dtype in the weight's place (nothing is read).
     const bool weightless = a.weight == nullptr;
     if (weightless) {
@@ -835,6 +907,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         n->kind = NormCallArgs::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(sandwich, "post_weight (the sandwich norm) has no quantized outputs yet; quant must be NULL");
+        ADDRMSNORM_REFUSE_IF(gated, "z (the gated norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
                              (long long)a.groups);
         ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
@@ -857,6 +930,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     }
     if (qk) {
         n->kind = NormCallArgs::kQk;
+        ADDRMSNORM_REFUSE_IF(gated, "z is the gated norm's gate; the QK norm (weight2) takes none");
         ADDRMSNORM_REFUSE_IF(a.residual != nullptr, "weight2 is the QK norm's k weight; the QK norm takes no residual");
         ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with weight2: the QK norm writes no rstd");
         ADDRMSNORM_REFUSE_IF(a.rows > 0 && (a.out != a.x || a.stride_out != a.stride_x ||
@@ -884,7 +958,8 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     }
     n->kind = NormCallArgs::kPlain;
     n->plain = NormCall{a.x, a.weight, a.out, a.rstd, a.rows, groups, a.hidden, a.stride_x, a.stride_x_group,
-                        a.stride_out, a.stride_out_group, a.x_dtype, a.weight_dtype, eps, offset, flags};
+                        a.stride_out, a.stride_out_group, a.x_dtype, a.weight_dtype, eps, offset, flags,
+                        a.z, a.stride_z, a.group_size, a.gate, a.gate_first};
     return validate_rmsnorm(n->plain);
 }
 

@@ -81,6 +81,10 @@ struct NormCall {
     addrmsnorm_dtype x_dtype, weight_dtype;
     float eps, weight_offset;
     uint32_t flags;
+    // The gated norm (z given): z's rows, the group, the activation and the order (addrmsnorm_norm_args').
+    const void* z = nullptr;
+    int64_t stride_z = 0, group_size = 0;
+    int32_t gate = 0, gate_first = 0;
 };
 
 // addrmsnorm_rmsnorm's checks (validation.check_rmsnorm's rules).

@@ -181,6 +181,48 @@ def test_random_sandwich_calls_get_the_same_verdict():
     assert all(v >= 15 for v in seen.values()), seen
 
 
+def test_random_gated_calls_get_the_same_verdict():
+    """The gated norm (z): its dtype rules, the group's rules, numerics with it, rstd, 16-byte rows and
+    tensors, and out's overlap with z."""
+    lib = c_library.load(LIB_PATH)
+    rng = random.Random(5)
+    view = _view_drawer(rng, clustered=True)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    def fresh(dtype, N, H):
+        return torch.zeros(N, H, dtype=dtype, device=DEVICE)
+
+    for _ in range(600):
+        N, H = rng.choice([1, 2, 5]), rng.choice([8, 13, 64, 64, 128])
+        xd = rng.choice([torch.float16, torch.bfloat16, torch.bfloat16, torch.float32])
+        wd = rng.choice([xd, xd, xd, torch.float32])
+        make = fresh if rng.random() < 0.6 else view
+        x, z = make(xd, N, H), make(xd, N, H)
+        w = make(wd, 1, H)[0] if rng.random() < 0.8 else None
+        out = x if rng.random() < 0.3 else (z if rng.random() < 0.1 else make(xd, N, H))
+        rstd = torch.zeros(N, device=DEVICE) if rng.random() < 0.05 else None
+        numerics = rng.choice([0, 0, 1, 2])
+        weight_offset = rng.choice([0.0, 0.0, 1.0]) if w is not None else 0.0
+        group = rng.choice([0, 0, 8, 16, 32, 12, -8])
+        before = rng.random() < 0.7
+        try:
+            validation.check_rmsnorm(x, w, out, rstd, eps=1e-6, weight_offset=weight_offset, numerics=numerics, z=z,
+                                     group_size=group, norm_before_gate=before)
+            py = "ok"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
+        st = c_library.check(lib, c_library.norm_args(x, w, out, rstd=rstd, eps=1e-6, weight_offset=weight_offset,
+                                                      numerics=numerics, z=z, group_size=group,
+                                                      norm_before_gate=before))
+        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+        context = (f"N={N} H={H} x={xd} w={wd if w is not None else None} numerics={numerics} group={group} "
+                   f"offset={weight_offset} strides x{x.stride(0)} z{z.stride(0)} o{out.stride(0)}")
+        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
+
+
 def addrmsnorm_last_error(lib):
     return lib.addrmsnorm_last_error().decode()
 

@@ -79,7 +79,8 @@ class Spec:
     kind: str         # "forward" and "quant_forward" (rmsnorm_fwd, rmsnorm_quant_fwd), "backward" (rmsnorm_bwd),
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
                       # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
-                      # "sandwich_forward" (rmsnorm_fwd with SANDWICH)
+                      # "sandwich_forward" (rmsnorm_fwd with SANDWICH), and "gated_forward" (the plain
+                      # forward GATED)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -94,6 +95,7 @@ class Spec:
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
         return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
+                "gated_forward": "forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
@@ -217,7 +219,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
-    specs += _sandwich_specs(cfgs)
+    specs += _sandwich_specs(cfgs) + _gated_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in configs.QUANT_MODES:
@@ -237,6 +239,20 @@ def _sandwich_specs(cfgs) -> list:
             for mode in (configs.CONTRACT, configs.HF_LLAMA, configs.HF_GEMMA)]
 
 
+def _gated_specs(cfgs) -> list:
+    """The gated norm's kernels: configs.GATED_TABLE's rows, for 16-bit x and z with weights of their dtype,
+    vector-aligned rows, the contract and HF's form (HF's gated norms have no offset weight)."""
+    v = configs.vector_elems(2, 2)
+    return [Spec("gated_forward", cfgs.index(cfg), x, x, x, v, numerics=mode)
+            for cfg in unique_configs(configs.GATED_TABLE) for x in configs.GATED_DTYPES
+            for mode in (configs.CONTRACT, configs.HF_LLAMA)]
+
+
+def forward_configs() -> list:
+    """The forward kernels' configs, deduplicated, in the order of kConfigs: every table's rows."""
+    return unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE + configs.GATED_TABLE)
+
+
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
 
 
@@ -245,7 +261,7 @@ def kernel_of(kind: str):
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
-            "sandwich_forward": k.rmsnorm_fwd,
+            "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
@@ -264,7 +280,7 @@ def _pointer_types(spec: Spec) -> dict:
                 "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight)}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
-            "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight)}
+            "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x)}
 
 
 def signature(spec: Spec) -> dict:
@@ -335,8 +351,9 @@ def compile_one(job):
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
                           "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind in ("forward", "sandwich_forward"),
-                          "GROUPED": spec.kind in ("plain_forward", "qk_forward"), "SPLIT": spec.kind == "qk_forward",
-                          "SANDWICH": spec.kind == "sandwich_forward"}
+                          "GROUPED": spec.kind in ("plain_forward", "qk_forward", "gated_forward"),
+                          "SPLIT": spec.kind == "qk_forward", "SANDWICH": spec.kind == "sandwich_forward",
+                          "GATED": spec.kind == "gated_forward"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
@@ -460,7 +477,7 @@ def _call_rules(n_align_classes: int) -> list[str]:
 # The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
-         "sandwich_forward": "SandwichForward"}
+         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward"}
 
 
 
@@ -765,10 +782,12 @@ addrmsnorm_cubin_blob:
                 index[idx] = si
         return index
     for name, kind, what in (("kPlainIndex", "plain_forward", ""), ("kQkIndex", "qk_forward", "the QK norm's: "),
-                             ("kSandwichIndex", "sandwich_forward", "the sandwich norm's: ")):
+                             ("kSandwichIndex", "sandwich_forward", "the sandwich norm's: "),
+                             ("kGatedIndex", "gated_forward", "the gated norm's: ")):
         lines += _short_array(name, what + "[config][x][weight slot][align_class][numerics]", by_x(kind))
     lines.append(f"const int kQkMaxHeadDim = {configs.QK_MAX_HEAD_DIM};")
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
+    lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
@@ -802,6 +821,7 @@ addrmsnorm_cubin_blob:
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
                              ("select_plain_table_config", configs.PLAIN_TABLE, cfgs),
                              ("select_sandwich_table_config", configs.SANDWICH_TABLE, cfgs),
+                             ("select_gated_table_config", configs.GATED_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
@@ -864,6 +884,10 @@ addrmsnorm_cubin_blob:
         c = configs.select_sandwich_config(H, 2)  # the sandwich norm: quant -2
         cases.append(f"{{{H}, 2, 2, -2, false, false, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
                      f"{str(c.looped).lower()}, {cfgs.index(c)}}},")
+        if H <= configs.GATED_MAX_GROUP:
+            c = configs.select_gated_config(H, 2)  # the gated norm: quant -3
+            cases.append(f"{{{H}, 2, 2, -3, false, false, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
+                         f"{str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 
     tols = _load("tolerances")
@@ -917,7 +941,7 @@ def main():
                  "environment. The JIT backend runs on other releases (tools/aot_build.py --jit-check).")
     kernels = _load("kernels")
 
-    cfgs = unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE)
+    cfgs = forward_configs()
     bcfgs = unique_configs(configs.BACKWARD_TABLE)
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.rmsnorm_fwd, kernels.rmsnorm_bwd,
@@ -932,7 +956,7 @@ def main():
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
                   f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
-                  f"{kinds['sandwich_forward']} sandwich norm)")
+                  f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm)")
         return
     if args.sample or args.jit_check:
         picked = []

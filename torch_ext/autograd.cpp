@@ -39,13 +39,15 @@ using at::Tensor;
 
 using OptTensor = std::optional<Tensor>;
 using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const OptTensor&, double, double,
-                                                  bool, int64_t, bool, double, const OptTensor&, double);
+                                                  bool, int64_t, bool, double, const OptTensor&, double,
+                                                  const OptTensor&, int64_t, bool);
 using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
                                                       const OptTensor&, double, bool);
 using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double,
-                       const OptTensor&, double);
+                       const OptTensor&, double, const OptTensor&, int64_t, bool);
 using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
-                    const OptTensor&, double, double, int64_t, bool, double, const OptTensor&, double);
+                    const OptTensor&, double, double, int64_t, bool, double, const OptTensor&, double,
+                    const OptTensor&, int64_t, bool);
 using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const OptTensor&,
                                                                  double, c10::ScalarType, const OptTensor&, int64_t,
                                                                  const OptTensor&, bool, bool, double, bool, bool, bool,
@@ -87,6 +89,12 @@ std::string no_backward_message(const char* name, const char* arg, bool plain = 
     if (plain) return head + "call it under torch.no_grad(), or for training call addrmsnorm.rmsnorm(x, weight) without out=";
     return head + "call it under torch.no_grad(), or for training call addrmsnorm.fused_add_rmsnorm(x, residual, "
                   "weight) without out= or residual_out=";
+}
+
+// addrmsnorm/autograd.py no_gated_backward_message, word for word.
+std::string no_gated_backward_message(const char* arg) {
+    return std::string("addrmsnorm's gated norm (z given) has no backward yet, but ") + arg +
+           " requires grad; call it under torch.no_grad() or torch.inference_mode()";
 }
 
 // addrmsnorm/autograd.py no_double_backward_message, word for word.
@@ -229,15 +237,22 @@ std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
 std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
                                                  const OptTensor& weight, double eps, double weight_offset,
                                                  bool return_rstd, int64_t numerics, bool pdl, double x_scale,
-                                                 const OptTensor& post_weight, double post_weight_offset) {
+                                                 const OptTensor& post_weight, double post_weight_offset,
+                                                 const OptTensor& z, int64_t group_size, bool norm_before_gate) {
     const bool plain = !residual.has_value();
     const bool grad = c10::GradMode::is_enabled() &&
                       (x.requires_grad() || or_none(weight).requires_grad() || (!plain && residual->requires_grad()) ||
-                       or_none(post_weight).requires_grad());
+                       or_none(post_weight).requires_grad() || or_none(z).requires_grad());
     if (!grad) {
         at::AutoDispatchBelowADInplaceOrView below;
         return norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, weight_offset,
-                                    return_rstd, numerics, pdl, x_scale, post_weight, post_weight_offset);
+                                    return_rstd, numerics, pdl, x_scale, post_weight, post_weight_offset, z,
+                                    group_size, norm_before_gate);
+    }
+    if (z) {
+        for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"weight", &or_none(weight)},
+                                      {"z", &*z}})
+            TORCH_CHECK(!(t->defined() && t->requires_grad()), no_gated_backward_message(name));
     }
     auto node = make_node<NormBackward>();
     node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight), or_none(post_weight)));
@@ -247,7 +262,7 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
         // rstd always: the backward needs the forward's own, not one recomputed from rounded h.
         std::tie(y, h, rstd) = norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
                                                     weight_offset, true, numerics, pdl, x_scale, post_weight,
-                                                    post_weight_offset);
+                                                    post_weight_offset, OptTensor(), 0, true);
     }
     const NodePtr fn(node);
     ag::set_history(y, fn);                // output 0
@@ -273,14 +288,16 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
 
 void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                     double eps, double weight_offset, int64_t numerics, bool pdl, double x_scale,
-                    const OptTensor& post_weight, double post_weight_offset) {
+                    const OptTensor& post_weight, double post_weight_offset, const OptTensor& z, int64_t group_size,
+                    bool norm_before_gate) {
     const bool plain = !residual.has_value();
     refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)},
-                          {"post_weight", &or_none(post_weight)}}, plain);
+                          {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}}, plain);
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
-                                             weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
+                                             weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
+                                             z, group_size, norm_before_gate);
     }
     bump(x);
     if (!plain) bump(*residual);
@@ -289,16 +306,17 @@ void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& re
 void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                         const Tensor& out, const OptTensor& residual_out, const OptTensor& rstd, double eps,
                         double weight_offset, int64_t numerics, bool pdl, double x_scale,
-                        const OptTensor& post_weight, double post_weight_offset) {
+                        const OptTensor& post_weight, double post_weight_offset, const OptTensor& z,
+                        int64_t group_size, bool norm_before_gate) {
     refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
                               {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)},
-                              {"post_weight", &or_none(post_weight)}},
+                              {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}},
                 !residual.has_value());
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
                                        rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                                       post_weight_offset);
+                                       post_weight_offset, z, group_size, norm_before_gate);
     }
     for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd)})
         if (t->defined()) bump(*t);

@@ -244,7 +244,8 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
                                              const at::Tensor* out, const at::Tensor* residual_out,
                                              const at::Tensor* rstd, double eps, double weight_offset,
                                              int64_t numerics, bool pdl, double x_scale,
-                                             const OptTensor& post_weight, double post_weight_offset) {
+                                             const OptTensor& post_weight, double post_weight_offset,
+                                             const OptTensor& z, int64_t group_size, bool norm_before_gate) {
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
     // The sandwich norm's first weight, mapped where there is a residual (without one the C ABI refuses it).
     const at::Tensor* pw = post_weight && residual != nullptr ? &*post_weight : nullptr;
@@ -267,6 +268,17 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     same_device("post_weight", pw, x);
+    // The gated norm's gate: what the struct cannot carry (z's dtype, shape, device and rows), mapped here.
+    if (z) {
+        dtype_of("z", *z);
+        dtype_is("z", *z, "x", x);
+        same_device("z", &*z, x);
+        TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
+        a.z = data(*z);
+        a.stride_z = as_rows("z", *z, x.sizes()).stride;
+    }
+    a.group_size = group_size;
+    a.gate_first = norm_before_gate ? 0 : 1;
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("rstd", rstd, x);
@@ -314,7 +326,8 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const OptTensor& residual,
                                                     const OptTensor& weight, double eps, double weight_offset,
                                                     bool return_rstd, int64_t numerics, bool pdl, double x_scale,
-                                                    const OptTensor& post_weight, double post_weight_offset) {
+                                                    const OptTensor& post_weight, double post_weight_offset,
+                                                    const OptTensor& z, int64_t group_size, bool norm_before_gate) {
     // The outputs first (contiguous; freed again if the call is refused), then the one mapping.
     const at::Tensor* res = residual ? &*residual : nullptr;
     at::Tensor residual_out = res != nullptr ? at::empty(x.sizes(), res->options().memory_format(kContiguous))
@@ -328,24 +341,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const O
     }
     at::Tensor rstd = at::empty(rstd_shape, x.options().dtype(c10::kFloat));
     norm_call(x, res, weight, &out, res != nullptr ? &residual_out : nullptr, return_rstd ? &rstd : nullptr, eps,
-              weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
+              weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate);
     return {out, residual_out, rstd};
 }
 
 void norm_(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
            double weight_offset, int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight,
-           double post_weight_offset) {
+           double post_weight_offset, const OptTensor& z, int64_t group_size, bool norm_before_gate) {
     const at::Tensor* res = residual ? &*residual : nullptr;
     norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-              post_weight_offset);
+              post_weight_offset, z, group_size, norm_before_gate);
 }
 
 void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                const OptTensor& residual_out, const OptTensor& rstd, double eps, double weight_offset,
-               int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight, double post_weight_offset) {
+               int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight, double post_weight_offset,
+               const OptTensor& z, int64_t group_size, bool norm_before_gate) {
     residual_outputs(residual, residual_out);
     norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
-              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset);
+              rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
+              z, group_size, norm_before_gate);
 }
 
 // ----- the backward ----------------------------------------------------------------------------------

@@ -220,6 +220,8 @@ typedef struct addrmsnorm_quant {
  *   flags         ADDRMSNORM_FLAG_PDL, ADDRMSNORM_FLAG_X_SCALE, or neither; other bits are rejected
  *   x_scale       with ADDRMSNORM_FLAG_X_SCALE, the scale of x in the residual add; else 0
  *   post_weight   NULL, or [hidden] of weight_dtype: the sandwich norm (below); post_weight_offset its offset
+ *   z             NULL, or the gated norm's gate (below), with stride_z, group_size, gate and gate_first;
+ *                 with z NULL those are 0
  *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
  *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
  *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
@@ -266,7 +268,17 @@ typedef struct addrmsnorm_norm_args {
                        accepted, and it and the fields after it read as 0 */
     const void *post_weight;   /* NULL, or the sandwich norm's first weight (below) */
     double post_weight_offset; /* with post_weight: added to it in fp32; else 0 */
+    const void *z;             /* NULL, or the gated norm's gate: [rows, hidden] of x_dtype (below) */
+    int64_t stride_z;          /* z's row stride, in elements (z may be a column slice of a wider buffer) */
+    int64_t group_size;        /* the columns normalized together: divides hidden; 0 is hidden */
+    int32_t gate;              /* an addrmsnorm_gate */
+    int32_t gate_first;        /* 0: rmsnorm(x) * w * act(z) (norm before gate); 1: rmsnorm(x * act(z)) * w */
 } addrmsnorm_norm_args;
+
+/* The gated norm's activation of z. */
+typedef enum addrmsnorm_gate {
+    ADDRMSNORM_GATE_SILU = 0 /* z * sigmoid(z), in fp32 */
+} addrmsnorm_gate;
 
 /*
  * The sandwich norm (post_weight given: Gemma 2/3's and GLM-4's post- and pre-norms around the residual add),
@@ -281,6 +293,20 @@ typedef struct addrmsnorm_norm_args {
  * [2, rows]: rstd of h, then rstd_x. ADDRMSNORM_NUMERICS_HF: HF's modules bit for bit (p rounded to x_dtype,
  * as HF's post-norm returns it; the add rounded to x_dtype; then the fused call's HF form), with
  * post_weight_offset equal to weight_offset. post_weight must not overlap an output.
+ *
+ * The gated norm (z given: Qwen3-Next's and Qwen3.5's Qwen3NextRMSNormGated, Mamba2's, Nemotron-H's and
+ * Falcon-H1's MambaRMSNormGated), in one pass, each group of group_size columns of a row on its own:
+ *
+ *     gate_first 0:  y = cast(v * rstd * (weight + weight_offset) * silu(z)),  v = x
+ *     gate_first 1:  y = cast(v * rstd * (weight + weight_offset)),            v = x * silu(z)
+ *                    rstd = 1 / sqrt(sum(v*v over the group) / group_size + eps), all in fp32
+ *
+ * It is the plain call (residual, weight2 and quant NULL, groups 0 or 1) with x_dtype fp16 or bf16, z of
+ * x_dtype, weight_dtype x_dtype (or weight NULL), group_size a multiple of 8 of at most 8192, no rstd;
+ * x, z, out and weight on 16-byte boundaries and row strides of multiples of 8. The weight is indexed by
+ * the column in the row. ADDRMSNORM_NUMERICS_HF (weight_offset 0): HF's modules bit for bit (gate_first 0:
+ * the normalized value rounded to x_dtype, times the weight rounded again, times silu(z) in fp32; 1:
+ * LlamaRMSNorm's two roundings of v). out may be x exactly, and must not overlap z.
  */
 /* Every field zero, struct_size set: the starting point of every call. */
 static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {

@@ -4,7 +4,8 @@
 //     h = float32(x) * x_scale + float32(residual);  residual_out = h;  out = h * rstd * (weight + offset)
 //
 // A weight of nullptr is the weightless norm (out = h * rstd); x_scale other than 1 the scaled residual add;
-// a post_weight the sandwich norm (h = residual + rmsnorm(x; post_weight), Gemma 2/3, GLM-4; rstd then [2, rows]).
+// a post_weight the sandwich norm (h = residual + rmsnorm(x; post_weight), Gemma 2/3, GLM-4; rstd then [2, rows]);
+// a z in rmsnorm's NormArgs the gated norm (rmsnorm(x) * w * silu(z) over groups of group_size; Qwen3-Next, Mamba2).
 //
 // and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace; and the quantized
 // outputs of both (fused_add_rmsnorm_quant, rmsnorm_quant), with a descriptor per mode (quant_static ... quant_mxfp4).
@@ -153,6 +154,11 @@ struct NormArgs {
     float weight_offset = 0.0f;
     addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT;
     uint32_t flags = 0;  // ADDRMSNORM_FLAG_PDL
+    // The gated norm (addrmsnorm.h): z of x_dtype, [rows, heads * hidden] rows of stride_z (-1: contiguous).
+    const void* z = nullptr;
+    int64_t stride_z = -1;
+    int64_t group_size = 0;  // 0: the row
+    bool norm_before_gate = true;  // false: rmsnorm(x * silu(z)) * w
 };
 
 inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
@@ -175,6 +181,13 @@ inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
     c.weight_offset = a.weight_offset;
     c.numerics = a.numerics;
     c.flags = a.flags;
+    if (a.z != nullptr) {
+        c.z = a.z;
+        c.stride_z = a.stride_z == -1 ? row : a.stride_z;
+        c.group_size = a.group_size;
+        c.gate = ADDRMSNORM_GATE_SILU;
+        c.gate_first = a.norm_before_gate ? 0 : 1;
+    }
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 
