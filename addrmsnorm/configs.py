@@ -576,11 +576,12 @@ def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
 
 # The gated norm (kernels.py's GATED: Qwen3-Next's and Mamba2's rmsnorm with a silu gate of z, over groups
 # of a row) is the plain norm's single pass over a group, z's group read beside x's: rows of its own, each
-# 4 kernels per arch (fp16 and bf16 x and z, weights of x's dtype, vector-aligned rows, the contract and
-# HF's form). A group wider than the last row is refused (validation.GATED_MAX_GROUP): the families'
+# 6 kernels per arch (fp16, bf16 and fp32 x and z, weights of x's dtype, vector-aligned rows, the contract
+# and HF's form). A group wider than the last row is refused (validation.GATED_MAX_GROUP): the families'
 # groups are 128 (Qwen3-Next's value heads) to 8192 (Mamba2's one group of d_inner). Each thread holds at
-# most 16 elements of x and of z. Not yet tuned on the GPU.
-GATED_TABLE = tuple(TableRule(2, *row) for row in (
+# most 16 elements of x and of z; fp32 x (training without autocast) takes the same rows. Not yet tuned
+# on the GPU.
+_GATED_ROWS = (
     (128, _single(128, 16, 4)),
     (256, _single(256, 8, 4)),
     (512, _single(512, 4, 4)),
@@ -588,18 +589,17 @@ GATED_TABLE = tuple(TableRule(2, *row) for row in (
     (2048, _single(2048, 1, 4)),
     (4096, _single(4096, 1, 8)),
     (None, _single(8192, 1, 16)),
-))
+)
+GATED_TABLE = tuple(TableRule(act, *row) for act in (2, 4) for row in _GATED_ROWS)
 GATED_MAX_GROUP = 8192  # GATED_TABLE's widest row
-GATED_DTYPES = ("fp16", "bf16")
+GATED_DTYPES = ("fp16", "bf16", "fp32")
 # The gate's activations (the C ABI's addrmsnorm_gate_activation): silu, as every family using the gated
 # norm has it; the field leaves room for others.
 GATE_ACTIVATIONS = ("silu",)
 
 
 def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:
-    """The gated norm's config: the row of GATED_TABLE that admits the group (x_itemsize 2)."""
-    if group_size > GATED_MAX_GROUP:
-        raise ValueError(f"the gated norm's groups are at most {GATED_MAX_GROUP} elements, got {group_size}")
+    """The gated norm's config: the row of GATED_TABLE that admits the group (validation refuses wider)."""
     return _select(GATED_TABLE, group_size, x_itemsize, x_itemsize)
 
 

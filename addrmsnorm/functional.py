@@ -282,7 +282,7 @@ def gated_rmsnorm(
     all in fp32 with one rounding at the store; the weight is indexed by the column in the row.
 
     Args:
-        x: (..., H), float16 or bfloat16, rows of one stride (the leading dimensions flatten to one),
+        x: (..., H), float16, bfloat16 or float32, rows of one stride (the leading dimensions flatten to one),
             a contiguous last dimension, 16-byte aligned, row strides of multiples of 8 elements.
         z: the gate, x's shape and dtype, under the same rules; its rows may have their own stride (a
             column slice of the input projection's output, as Qwen3-Next's z is).

@@ -46,6 +46,10 @@ Granite's layers add ``residual + x * residual_multiplier``: the fused call's ``
 (weightless, after RoPE) are the plain norm with weight None; its MoE layers' feed-forward output is
 reshaped to the residual's shape before the add.
 
+Qwen3-Next's (Qwen3.5's) norms are Gemma's form (``1 + w``, one rounding); its linear-attention layers'
+gated norms, ``rmsnorm(x) * w * silu(z)`` on each value head, are the gated norm (z); a layer's token
+mixer is its gated delta net or its attention, as its ``block_type`` says.
+
 Gemma 2/3's layers normalize each branch's output before its add, and the norm after the add is the
 next: ``h = residual + post_norm(x); y = next_norm(h)``, twice a layer, is one sandwich-norm call
 (``post_weight``), four passes over memory where a plain norm and a fused one take six.
@@ -78,6 +82,8 @@ class _Family:
                              # residual_multiplier: h = residual + x * m), or "" for the plain add
     mlp: str = "mlp"         # the layer's feed-forward module (Llama 4's feed_forward, a MoE in some layers)
     l2_norm: str = ""        # the family's weightless norm class (Llama 4's L2 norm of q and k), or ""
+    gated_norm: str = ""     # the family's gated norm class (Qwen3-Next's rmsnorm(x) * w * silu(z)), or ""
+    hybrid: bool = False     # Qwen3-Next: a layer's token mixer is linear_attn or self_attn, by its block_type
 
 
 _FAMILIES = (
@@ -92,6 +98,8 @@ _FAMILIES = (
     _Family("GraniteModel", "GraniteDecoderLayer", "GraniteRMSNorm", False, 0.0, x_scale="residual_multiplier"),
     _Family("Llama4TextModel", "Llama4TextDecoderLayer", "Llama4TextRMSNorm", False, 0.0, mlp="feed_forward",
             l2_norm="Llama4TextL2Norm"),
+    _Family("Qwen3NextModel", "Qwen3NextDecoderLayer", "Qwen3NextRMSNorm", False, 1.0,
+            gated_norm="Qwen3NextRMSNormGated", hybrid=True),
 )
 _BY_MODEL = {f.model: f for f in _FAMILIES}
 
@@ -176,6 +184,28 @@ def _l2_norm_forward(self, hidden_states):
     return _plain_norm(self, hidden_states, None, getattr(self, _NORM_LINK).tail)
 
 
+def _gated_norm_forward(self, hidden_states, gate):
+    """A patched gated norm (Qwen3-Next's, on the linear attention's (tokens * heads, head_v_dim) rows): the
+    gated norm, norm before gate, under the family's numerics. Calls the kernels do not take (fp32
+    activations or weights, rows off 16-byte boundaries) run HF's own forward."""
+    if not validation.gate_takes(hidden_states, gate, self.weight):
+        return _unpatched_type(self).forward(self, hidden_states, gate)
+    link: _NormLink = getattr(self, _NORM_LINK)
+    return ops.norm(hidden_states, None, self.weight, _eps(self), 0.0, False, link.tail[2], link.tail[3], 1.0, None,
+                    0.0, gate, 0, True)[0]
+
+
+def _mixer(layer, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    """The layer's token mixer on the normed input: its attention, or (Qwen3-Next's linear-attention layers)
+    its gated delta net, given the arguments the unpatched layer gives it."""
+    if getattr(layer, "block_type", None) == "linear_attention":
+        rest = {k: v for k, v in kwargs.items() if k not in ("position_embeddings", "position_ids", "cache",
+                                                             "attention_mask")}
+        return layer.linear_attn(hidden_states=x, cache=kwargs.get("cache"), attention_mask=kwargs.get("attention_mask"),
+                                 **rest)
+    return layer.self_attn(hidden_states=x, **kwargs)[0]
+
+
 def _mlp(layer, link: _Link, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """The layer's feed-forward output, shaped as the residual (Llama 4's MoE returns (out, router logits)
     with the tokens flattened)."""
@@ -197,7 +227,7 @@ def _forward(self, hidden_states, normed=None, **kwargs):
     passed to its attention as the unpatched layer does. Returns ``(h, next norm's output)``."""
     link: _Link = getattr(self, _LINK)
     residual, x = _split(self, hidden_states, normed)
-    x, _ = self.self_attn(hidden_states=x, **kwargs)
+    x = _mixer(self, x, kwargs)
     # Granite scales each branch's output in its add (residual_multiplier): the kernels' x_scale.
     scale = float(getattr(self, link.family.x_scale)) if link.family.x_scale else 1.0
     if link.family.sandwich:  # Gemma 2/3: the branch is normed before its add, both in one kernel with the next norm
@@ -305,8 +335,9 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
         link = _NormLink((family.offset, False, index, pdl), (family.offset, False, 0, pdl))
         for m in stack.modules():  # every norm of the family's classes: the plain norm
             name = _unpatched_type(m).__name__
-            if name == family.norm or (family.l2_norm and name == family.l2_norm):
-                forward = _norm_forward if name == family.norm else _l2_norm_forward
+            if name in (family.norm, family.l2_norm, family.gated_norm) and name:
+                forward = {family.norm: _norm_forward, family.l2_norm: _l2_norm_forward,
+                           family.gated_norm: _gated_norm_forward}[name]
                 m.__class__ = _patched_class(_unpatched_type(m), {"forward": forward})
                 object.__setattr__(m, _NORM_LINK, link)
         if not family.fuse:

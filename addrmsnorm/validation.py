@@ -932,8 +932,10 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
 
 # ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------
 
-GATED_DTYPES = (torch.float16, torch.bfloat16)  # configs.GATED_DTYPES
-GATED_ALIGN = configs.vector_elems(2, 2)  # elements of one 16-byte access: the gated kernels' only ALIGN
+GATED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # configs.GATED_DTYPES: every dtype
+# The gated kernels are built for the vector's ALIGN alone (configs.vector_elems): groups and row strides of
+# multiples of 8 elements, whole 16-byte accesses at every dtype.
+GATED_ALIGN = 8
 GATE_ACTIVATIONS = configs.GATE_ACTIVATIONS
 
 
@@ -968,8 +970,6 @@ def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_
             raise ValueError("norm_before_gate is False but z is None: it orders the gated norm's gate")
         return 0
     check_gate_residual(z, residual)
-    if x.dtype not in GATED_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; the gated norm (z) takes float16 or bfloat16")
     if z.dtype != x.dtype:
         raise TypeError(f"z has dtype {z.dtype}; it must be x's dtype ({x.dtype})")
     check_shape("z", z, shape)
@@ -995,6 +995,21 @@ def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_
         raise ValueError(f"numerics='hf' with z needs weight_offset 0, got {weight_offset!r}: HF's gated norms "
                          f"(Qwen3-Next, Mamba2) keep the weight as it is")
     return g
+
+
+def gate_takes(x, z, weight) -> bool:
+    """Whether the gated kernels take a call on these tensors (the rules of check_gate_rules and
+    _check_gate_memory, for a patch that must fall back rather than refuse): 16-bit x, z and weight of one
+    dtype, rows of one stride, the row (the group) a multiple of 8 of at most GATED_MAX_GROUP, 16-byte
+    aligned starts and row strides."""
+    if x.dtype not in GATED_DTYPES or z.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype):
+        return False
+    if x.dim() != 2 or z.shape != x.shape or x.stride(-1) != 1 or z.stride(-1) != 1:
+        return False
+    H = x.shape[-1]
+    return (H % GATED_ALIGN == 0 and H <= configs.GATED_MAX_GROUP
+            and all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(0) % GATED_ALIGN == 0 for t in (x, z))
+            and (weight is None or weight.data_ptr() % configs.ALIGNMENT_BYTES == 0))
 
 
 def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:

@@ -181,9 +181,10 @@ inline int gated_call_variant(const void* x, const void* weight, const void* z, 
                               float weight_offset, bool hf, int* config) {
     auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
     const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(z) && aligned(out);
-    const int align_class = forward_align_class(pointers_aligned, hidden | strides, 2, 2, true);
-    const int numerics = numerics_mode(hf, weight_offset, 2);
-    *config = select_gated_table_config(hidden, 2, 2, 0, false);
+    const int xs = x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2;
+    const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, true);
+    const int numerics = numerics_mode(hf, weight_offset, xs);
+    *config = select_gated_table_config(hidden, xs, xs, 0, false);
     if (*config < 0) return -1;
     return gated_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }

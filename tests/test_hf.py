@@ -41,6 +41,13 @@ FAMILIES = {  # name: (config class, model class, extra config, the stack class 
     "llama4": ("Llama4TextConfig", "Llama4ForCausalLM", {"head_dim": 32, "intermediate_size_mlp": 256,
                                                           "num_local_experts": 2, "interleave_moe_layer_step": 2,
                                                           "use_qk_norm": True}, "Llama4TextModel"),
+    # Qwen3-Next: gated delta net layers (their gated norm on each value head of 32) around one attention layer,
+    # Gemma's 1 + w norms, a MoE feed-forward.
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                   {"head_dim": 32, "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+                    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+                    "linear_value_head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}, "Qwen3NextModel"),
 }
 # One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
 FORMS = ["llama", "gemma3"]
@@ -340,7 +347,7 @@ def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
     4's weightless L2 norm) run their forward 0 times (every norm goes through addrmsnorm), where the
     unpatched model runs them at every norm."""
     model = build(family)
-    classes = {type(m) for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "L2Norm"))}
+    classes = {type(m) for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "L2Norm", "RMSNormGated"))}
     calls = []
     for cls in classes:
         monkeypatch.setattr(cls, "forward", lambda self, *a, _f=cls.forward, **k: (calls.append(1), _f(self, *a, **k))[1])

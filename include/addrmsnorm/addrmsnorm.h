@@ -301,8 +301,8 @@ typedef enum addrmsnorm_gate {
  *     gate_first 1:  y = cast(v * rstd * (weight + weight_offset)),            v = x * silu(z)
  *                    rstd = 1 / sqrt(sum(v*v over the group) / group_size + eps), all in fp32
  *
- * It is the plain call (residual, weight2 and quant NULL, groups 0 or 1) with x_dtype fp16 or bf16, z of
- * x_dtype, weight_dtype x_dtype (or weight NULL), group_size a multiple of 8 of at most 8192, no rstd;
+ * It is the plain call (residual, weight2 and quant NULL, groups 0 or 1) with z of x_dtype (any of the three),
+ * weight_dtype x_dtype (or weight NULL), group_size a multiple of 8 of at most 8192, no rstd;
  * x, z, out and weight on 16-byte boundaries and row strides of multiples of 8. The weight is indexed by
  * the column in the row. ADDRMSNORM_NUMERICS_HF (weight_offset 0): HF's modules bit for bit (gate_first 0:
  * the normalized value rounded to x_dtype, times the weight rounded again, times silu(z) in fp32; 1:
