@@ -252,7 +252,9 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = c.quant == -2  // the sandwich norm's rule
+        const int i = c.quant == -3  // the gated norm's rule
+                          ? addrmsnorm::detail::select_gated_table_config(c.H, c.x_size, c.residual_size, 0, false)
+                      : c.quant == -2  // the sandwich norm's rule
                           ? addrmsnorm::detail::select_sandwich_table_config(c.H, c.x_size, c.residual_size, 0, false)
                       : c.quant < 0  // the plain norm's rule
                           ? addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed)
@@ -711,6 +713,64 @@ TEST(QuantValidation, BadCalls) {
 }
 
 // ----- the plain norm ---------------------------------------------------------------------------
+
+TEST(Dispatch, EveryGatedNormCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    // The gated norm: x, z and weight of one dtype, vector-aligned rows, the contract or HF's form (as
+    // forward.cpp's gated_call_variant asks once the call is validated), every group it takes.
+    alignas(16) static const unsigned char buf[64] = {};
+    for (long long g : {8LL, 64LL, 128LL, 1024LL, 4096LL, 5000LL, 8192LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16, ADDRMSNORM_FLOAT32})
+            for (bool hf : {false, true}) {
+                int cfg = -1;
+                const int v = gated_call_variant(buf, buf, buf, buf, g, 8 * g, x, x, 0.0f, hf, &cfg);
+                ASSERT_GE(v, 0) << "gated group " << g << " x " << x << " hf " << hf;
+                EXPECT_EQ(kVariants[v].kind, KernelKind::GatedForward);
+                EXPECT_EQ(kVariants[v].config, cfg);
+                EXPECT_EQ(kVariants[v].x_dtype, x);
+                EXPECT_GE(kConfigs[cfg].block_h, g);
+                for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+            }
+}
+
+TEST(Validate, GatedNormRulesNameTheirField) {
+    alignas(16) static unsigned char buf[4096] = {};
+    auto call = [&]() {
+        addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+        a.x = buf; a.out = buf + 1024; a.z = buf + 2048; a.weight = buf + 3072;
+        a.rows = 2; a.hidden = 128; a.stride_x = a.stride_out = a.stride_z = 128;
+        a.x_dtype = a.residual_dtype = a.weight_dtype = ADDRMSNORM_BFLOAT16;
+        a.eps = 1e-6;
+        return a;
+    };
+    addrmsnorm_norm_args a = call();
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    struct Case {
+        void (*edit)(addrmsnorm_norm_args&);
+        const char* starts;
+        addrmsnorm_status status = ADDRMSNORM_ERROR_INVALID_ARGUMENT;
+    };
+    const Case cases[] = {
+        {[](addrmsnorm_norm_args& c) { c.group_size = 48; }, "group_size is 48; it must divide"},
+        {[](addrmsnorm_norm_args& c) { c.group_size = 4; c.hidden = 128; }, "group_size is 4"},
+        {[](addrmsnorm_norm_args& c) { c.weight_dtype = ADDRMSNORM_FLOAT32; }, "weight_dtype is float32",
+         ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE},
+        {[](addrmsnorm_norm_args& c) { c.stride_z = 132; }, "stride_z is 132"},
+        {[](addrmsnorm_norm_args& c) { c.z = static_cast<const unsigned char*>(c.z) + 2; }, "z does not start"},
+        {[](addrmsnorm_norm_args& c) { c.out = const_cast<void*>(c.z); }, "out overlaps z"},
+        {[](addrmsnorm_norm_args& c) { c.gate = 7; }, "gate 7 is not"},
+        {[](addrmsnorm_norm_args& c) { c.numerics = ADDRMSNORM_NUMERICS_HF; c.weight_offset = 1.0; },
+         "ADDRMSNORM_NUMERICS_HF with z"},
+        {[](addrmsnorm_norm_args& c) { c.z = nullptr; c.group_size = 64; }, "group_size is 64 but z is NULL"},
+        {[](addrmsnorm_norm_args& c) { c.z = nullptr; c.gate_first = 1; }, "gate_first is 1 but z is NULL"},
+    };
+    for (const Case& k : cases) {
+        addrmsnorm_norm_args c = call();
+        k.edit(c);
+        EXPECT_EQ(addrmsnorm_norm_check(&c), k.status) << k.starts;
+        EXPECT_EQ(std::string(addrmsnorm_last_error()).rfind(k.starts, 0), 0u) << addrmsnorm_last_error();
+    }
+}
 
 TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
