@@ -12,6 +12,8 @@ hold the two to the same gradients, bit for bit, and to the same messages.
       dx = dresidual = d(rmsnorm)/dh . dy  +  dresidual_out        (one tensor when the dtypes agree)
       dweight        = sum over rows of dy * h * rstd, in fp32
 
+* ``norm`` with z (the gated norm): ``GatedFunction`` saves x, z and the weight; its backward is
+  ``gated_backward``, the fp32 formulas in torch operations (so a second-order gradient is taken too).
 * ``norm_backward``: first order only. Where its result would take part in a graph (grad mode on,
   as under ``create_graph=True``, and an input that requires grad), its outputs get a node that
   raises ``no_double_backward_message()`` if a backward ever reaches it: a second-order gradient is
@@ -47,12 +49,6 @@ def no_backward_message(op: str, arg: str, plain: bool = False) -> str:
     return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
             f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
             f"residual_out=")
-
-
-def no_gated_backward_message(arg: str) -> str:
-    """The gated norm's refusal under autograd; torch_ext/autograd.cpp words it the same."""
-    return (f"addrmsnorm's gated norm (z given) has no backward yet, but {arg} requires grad; call it under "
-            f"torch.no_grad() or torch.inference_mode()")
 
 
 def no_double_backward_message() -> str:
@@ -152,6 +148,67 @@ def _sandwich_backward(ctx, dy, dresidual_out, h, rstd, weight, need_x, need_res
             None, None, None, None, None, None, dpost if need_pw else None, None)
 
 
+class GatedFunction(torch.autograd.Function):
+    """The gated norm's autograd: ``apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, z,
+    group_size, norm_before_gate) -> (y, residual_out, rstd)`` (residual None, rstd not asked for: the operator
+    refuses others). The forward saves x, z and the weight; the backward is gated_backward's fp32 formulas
+    in torch operations (not a kernel of ours), the contract's gradient whatever the forward's numerics."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, z, group_size,
+                norm_before_gate):
+        with _C._AutoDispatchBelowAutograd():
+            y, h, rstd = torch.ops.addrmsnorm.norm.default(x, residual, weight, eps, weight_offset, return_rstd,
+                                                           numerics, pdl, 1.0, None, 0.0, z, group_size,
+                                                           norm_before_gate)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, z, weight)
+        ctx.args = (eps, weight_offset, group_size or x.shape[-1], norm_before_gate)
+        ctx.mark_non_differentiable(h, rstd)
+        return y, h, rstd
+
+    @staticmethod
+    def backward(ctx, dy, _dres, _drstd):
+        x, z, weight = ctx.saved_tensors
+        if dy is None:
+            return (None,) * 11
+        dx, dz, dw = gated_backward(x, z, weight, dy, *ctx.args)
+        need_x, _, need_w = ctx.needs_input_grad[:3]
+        return (dx if need_x else None, None, dw if need_w and weight is not None else None,
+                None, None, None, None, None, dz if ctx.needs_input_grad[8] else None, None, None)
+
+
+def gated_backward(x, z, weight, dy, eps: float, weight_offset: float, group_size: int, norm_before_gate: bool):
+    """The gated norm's gradients (dx, dz, dweight) in fp32, rounded to the inputs' dtypes; torch_ext/autograd.cpp
+    computes the same. With s = silu(z), s' = sigmoid(z) * (1 + z * (1 - sigmoid(z))), per group of the row
+    n = v * rstd and w = weight + weight_offset:
+
+        norm before gate (v = x):   dn = dy * w * s;  dz = dy * n * w * s';   dweight = sum_rows dy * n * s
+        gate first (v = x * s):     dn = dy * w;      dweight = sum_rows dy * n
+        dv = rstd * (dn - n * mean(dn * n))   (over the group);  gate first: dx = dv * s, dz = dv * x * s'
+    """
+    H = x.shape[-1]
+    shape = (*x.shape[:-1], H // group_size, group_size)
+    xf, zf, dyf = x.float(), z.float(), dy.float()
+    sig = torch.sigmoid(zf)
+    s = zf * sig
+    ds = sig * (1.0 + zf * (1.0 - sig))
+    w = (torch.ones(H, dtype=torch.float32, device=x.device) if weight is None else weight.float()) + weight_offset
+    v = xf if norm_before_gate else xf * s
+    vg = v.view(shape)
+    rstd = torch.rsqrt(vg.pow(2).mean(-1, keepdim=True) + eps)
+    n = (vg * rstd).view(x.shape)
+    dn = dyf * w * s if norm_before_gate else dyf * w
+    dng, ng = dn.view(shape), n.view(shape)
+    dv = (rstd * (dng - ng * (dng * ng).mean(-1, keepdim=True))).view(x.shape)
+    if norm_before_gate:
+        dx, dz, dw = dv, dyf * n * w * ds, (dyf * n * s)
+    else:
+        dx, dz, dw = dv * s, dv * xf * ds, dyf * n
+    dw = None if weight is None else dw.reshape(-1, H).sum(0).to(weight.dtype)
+    return dx.to(x.dtype), dz.to(z.dtype), dw
+
+
 def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     with _C._AutoDispatchBelowAutograd():
         grads = torch.ops.addrmsnorm.norm_backward.default.redispatch(
@@ -168,10 +225,9 @@ def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0
 def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False,
           x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
     if _C.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, residual, weight, post_weight, z)):
-        if z is not None:
-            for name, t in (("x", x), ("weight", weight), ("z", z)):
-                if t is not None and t.requires_grad:
-                    raise RuntimeError(no_gated_backward_message(name))
+        if z is not None:  # the gated norm (no residual: the operator refuses one, below autograd)
+            return GatedFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, z,
+                                       group_size, norm_before_gate)
         return NormFunction.apply(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
                                   post_weight, post_weight_offset)
     with _C._AutoDispatchBelowAutograd():

@@ -70,6 +70,11 @@ Points the contract insists on, and how this source honours them:
   (post_weight + post_weight_offset), and adds p in x's place: p stays fp32 (HF numerics: rounded to x's
   dtype, as HF's post-norm returns it). rstd_x is a reduction of its own over x before h exists (the
   looped paths walk x once more for it), and is stored after the n_rows rstd of h.
+* The gated norm (GATED, the plain norm's single pass) reads z's tile beside x's and gates with
+  silu(z) = z / (1 + exp(-z)) in fp32: after the norm (gate_first 0; HF numerics round the weighted norm
+  to x's dtype first, as Qwen3NextRMSNormGated does) or before it (gate_first 1: rmsnorm(x * silu(z))).
+  A row's groups are the rows of a GROUPED group (stride_x_group the group's width), and each takes its
+  columns of the weight. gate_first is a runtime argument (a uniform branch around arithmetic only).
 
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """

@@ -387,4 +387,18 @@ def test_sandwich_table_and_its_place_in_the_report():
     t = variants.table(rows)
     assert "| 8 × 256 | 100 · 2% · 1.0µs |" in t and "1.25×" in t  # ours over torch.compile, the one peer
     assert "| 1 × 5376 | 2.00 | 4.00 | 0.50× |" in t
-    assert "#### The norm variants: the sandwich norm" in writers.markdown_report(HEADER, rows, [], {}, None)
+    assert "#### The norm variants: the sandwich norm and the gated norm" in writers.markdown_report(
+        HEADER, rows, [], {}, None)
+
+
+def test_gated_table_gives_the_ratio_to_the_fastest_peer():
+    from addrmsnorm.bench import variants
+
+    rows = [dict(section="gated", impl="addrmsnorm", N=8, H=256, group=64, gbs=90.0, pct_roofline=2.0, us_median=1.0,
+                 note=""),
+            dict(section="gated", impl=variants.FLA, N=8, H=256, group=64, gbs=60.0, pct_roofline=1.4, us_median=1.5,
+                 note=""),
+            dict(section="gated", impl="torch.compile (same math)", N=8, H=256, group=64, gbs=100.0, pct_roofline=2.2,
+                 us_median=0.9, note="")]
+    t = variants.table(rows)
+    assert "Gated norm" in t and "| 8 × 256, groups of 64 | 90 · 2% · 1.0µs |" in t and "0.90×" in t

@@ -10,7 +10,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import reference as R
-from addrmsnorm.tolerances import Y_TOLERANCES
+from addrmsnorm.tolerances import GRAD_TOLERANCES, Y_TOLERANCES
 
 from conftest import DEVICE, ON_GPU, needs_kernels, gpu_only
 from helpers import argument_named, assert_refused
@@ -132,14 +132,40 @@ def test_gated_refuses_bad_input_and_writes_nothing():
                    lambda: addrmsnorm.gated_rmsnorm(x, z, w, out=z), x, z, w)
 
 
-def test_autograd_refuses_the_gated_norm_by_name():
-    x, z, w = _inputs(4, 64)
-    for name, args in (("z", (x, z.clone().requires_grad_(), w)), ("x", (x.clone().requires_grad_(), z, w)),
-                       ("weight", (x, z, w.clone().requires_grad_()))):
-        with pytest.raises(RuntimeError, match=f"gated norm .* {name} requires grad"):
-            addrmsnorm.gated_rmsnorm(*args)
-    with torch.no_grad():
-        addrmsnorm.gated_rmsnorm(x, z, w.clone().requires_grad_())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: NAMES[d])
+@pytest.mark.parametrize("before", [True, False], ids=["norm_first", "gate_first"])
+@pytest.mark.parametrize("weighted", [True, False], ids=["weight", "weightless"])
+def test_gated_gradients_match_float64(dtype, before, weighted):
+    """dx, dz and dweight against autograd of the float64 reference, in groups (and a weight offset)."""
+    H, group = (4096, 128) if ON_GPU else (64, 16)
+    x, z, w = _inputs(ROWS, H, dtype, seed=5)
+    w = w if weighted else None
+    leaves = [t.clone().requires_grad_() for t in (x, z)] + ([w.clone().requires_grad_()] if weighted else [])
+    offset = 0.5 if weighted else 0.0
+    y = addrmsnorm.gated_rmsnorm(leaves[0], leaves[1], leaves[2] if weighted else None, 1e-6, group_size=group,
+                                 norm_before_gate=before, weight_offset=offset)
+    dy = torch.randn(ROWS, H, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
+    y.backward(dy)
+    refs = [t.detach().double().requires_grad_() for t in (x, z)] + ([w.detach().double().requires_grad_()]
+                                                                      if weighted else [])
+    R.gated_rmsnorm_ref(refs[0], refs[1], refs[2] if weighted else None, 1e-6, group, before, offset).backward(
+        dy.double())
+    tol = GRAD_TOLERANCES[NAMES[dtype]]
+    for name, leaf, ref in zip(("x", "z", "weight"), leaves, refs):
+        R.assert_grad_close(leaf.grad, ref.grad, tol, f"d{name}")
+
+
+def test_gated_second_order_gradient_is_not_silently_zero():
+    """The backward is torch operations: a gradient of a gradient is taken, and agrees with float64."""
+    x, z, w = _inputs(4, 64, torch.float32, seed=3)
+    xs = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(addrmsnorm.gated_rmsnorm(xs, z, w, 1e-6).pow(2).sum(), xs, create_graph=True)
+    g.sum().backward()
+    xr = x.double().requires_grad_()
+    (gr,) = torch.autograd.grad(R.gated_rmsnorm_ref(xr, z, w, 1e-6).pow(2).sum(), xr, create_graph=True)
+    gr.sum().backward()
+    assert xs.grad.abs().max() > 0
+    R.assert_grad_close(xs.grad, xr.grad, GRAD_TOLERANCES["fp32"], "d2x")
 
 
 def test_the_ops_take_the_gate_under_opcheck_and_compile():

@@ -13,9 +13,13 @@
 // * the mutating and the quantized operators: no backward. With grad mode on they refuse any
 //   argument that requires grad, naming it; the mutating ones bump the version counters of what they
 //   wrote, as ADInplaceOrView does for torch's in-place ops.
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/edge.h>
@@ -89,12 +93,6 @@ std::string no_backward_message(const char* name, const char* arg, bool plain = 
     if (plain) return head + "call it under torch.no_grad(), or for training call addrmsnorm.rmsnorm(x, weight) without out=";
     return head + "call it under torch.no_grad(), or for training call addrmsnorm.fused_add_rmsnorm(x, residual, "
                   "weight) without out= or residual_out=";
-}
-
-// addrmsnorm/autograd.py no_gated_backward_message, word for word.
-std::string no_gated_backward_message(const char* arg) {
-    return std::string("addrmsnorm's gated norm (z given) has no backward yet, but ") + arg +
-           " requires grad; call it under torch.no_grad() or torch.inference_mode()";
 }
 
 // addrmsnorm/autograd.py no_double_backward_message, word for word.
@@ -212,6 +210,59 @@ struct NormBackward final : public ag::Node {
     }
 };
 
+// The gated norm's gradient with respect to (x, -, weight, z): addrmsnorm/autograd.py's gated_backward, the
+// same fp32 formulas in ATen operations.
+struct GatedBackward final : public ag::Node {
+    ag::SavedVariable x, z, weight;
+    bool has_weight = true;
+    double eps = 0.0, weight_offset = 0.0;
+    int64_t group_size = 0;
+    bool norm_before_gate = true;
+
+    std::string name() const override { return "GatedRMSNormBackward"; }
+
+    void release_variables() override {
+        x.reset_data();
+        z.reset_data();
+        weight.reset_data();
+    }
+
+    ag::variable_list apply(ag::variable_list&& grads) override {
+        const bool need_x = should_compute_output(0), need_w = has_weight && should_compute_output(2),
+                   need_z = should_compute_output(3);
+        const Tensor& dy = grads[0];
+        if (!dy.defined() || !(need_x || need_w || need_z)) return {Tensor(), Tensor(), Tensor(), Tensor()};
+        const Tensor x_ = x.unpack(), z_ = z.unpack();
+        const int64_t H = x_.size(-1);
+        std::vector<int64_t> shape(x_.sizes().begin(), x_.sizes().end() - 1);
+        shape.push_back(H / group_size);
+        shape.push_back(group_size);
+        const Tensor xf = x_.to(c10::kFloat), zf = z_.to(c10::kFloat), dyf = dy.to(c10::kFloat);
+        const Tensor sig = at::sigmoid(zf), s = zf * sig, ds = sig * (1.0 + zf * (1.0 - sig));
+        const Tensor w = (has_weight ? weight.unpack().to(c10::kFloat) : at::ones({H}, xf.options())) + weight_offset;
+        const Tensor v = norm_before_gate ? xf : xf * s;
+        const Tensor vg = v.view(shape);
+        const Tensor rstd = at::rsqrt(vg.pow(2).mean(-1, true) + eps);
+        const Tensor n = (vg * rstd).view(x_.sizes());
+        const Tensor dn = norm_before_gate ? dyf * w * s : dyf * w;
+        const Tensor dng = dn.view(shape), ng = n.view(shape);
+        const Tensor dv = (rstd * (dng - ng * (dng * ng).mean(-1, true))).view(x_.sizes());
+        Tensor dx, dz, dw;
+        if (norm_before_gate) {
+            dx = dv;
+            dz = dyf * n * w * ds;
+            dw = dyf * n * s;
+        } else {
+            dx = dv * s;
+            dz = dv * xf * ds;
+            dw = dyf * n;
+        }
+        return {need_x ? dx.to(x_.scalar_type()) : Tensor(), Tensor(),
+                need_w ? dw.reshape({-1, H}).sum(0).to(weight.unpack().scalar_type()) : Tensor(),
+                need_z ? dz.to(z_.scalar_type()) : Tensor()};
+    }
+};
+
 // The backward operator: its gradients are computed as usual; where they would take part in a graph,
 // they get an Error node, as torch.autograd.function.once_differentiable does.
 std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
@@ -249,10 +300,27 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
                                     return_rstd, numerics, pdl, x_scale, post_weight, post_weight_offset, z,
                                     group_size, norm_before_gate);
     }
-    if (z) {
-        for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"x", &x}, {"weight", &or_none(weight)},
-                                      {"z", &*z}})
-            TORCH_CHECK(!(t->defined() && t->requires_grad()), no_gated_backward_message(name));
+    if (z) {  // the gated norm (no residual: the operator refuses one, below autograd)
+        Tensor y, h, rstd;
+        {
+            at::AutoDispatchBelowADInplaceOrView below;
+            std::tie(y, h, rstd) = norm_op().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps,
+                                                        weight_offset, return_rstd, numerics, pdl, x_scale,
+                                                        post_weight, post_weight_offset, z, group_size,
+                                                        norm_before_gate);
+        }
+        auto node = make_node<GatedBackward>();
+        node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight), *z));
+        ag::set_history(y, NodePtr(node));
+        node->x = ag::SavedVariable(x, false);
+        node->z = ag::SavedVariable(*z, false);
+        node->has_weight = weight.has_value();
+        if (weight) node->weight = ag::SavedVariable(*weight, false);
+        node->eps = eps;
+        node->weight_offset = weight_offset;
+        node->group_size = group_size == 0 ? x.size(-1) : group_size;
+        node->norm_before_gate = norm_before_gate;
+        return {y, h, rstd};
     }
     auto node = make_node<NormBackward>();
     node->set_next_edges(ag::collect_next_edges(x, or_none(residual), or_none(weight), or_none(post_weight)));

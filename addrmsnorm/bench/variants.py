@@ -1,9 +1,16 @@
 """Rows of the report for the norm variants: the sandwich norm of Gemma 2/3 (post-norm, add, pre-norm),
-beside our own two-kernel path (the plain norm, then the fused op) and torch.compile of the same math.
+beside our own two-kernel path (the plain norm, then the fused op) and torch.compile of the same math; and
+the gated norm of Qwen3-Next and Mamba2 (rmsnorm(x) * w * silu(z) over groups of a row), beside fla-core's
+FusedRMSNormGated (where it imports) and torch.compile of the same math.
 
 Byte model (bytes the one kernel must move at the least, per call; xs the activation's bytes):
 
     sandwich norm    read x and residual, write h and y    4 * xs per element, plus both weights once
+    gated norm       read x and z, write y                 3 * xs per element, plus the weight once
+
+fla-core's FusedRMSNormGated normalizes whole rows: for groups narrower than the row it is called on the
+(rows * groups, group) view with a weight of the group's width (the same bytes; a weight shared by the
+groups, so its output is not compared with ours there).
 
 The two-kernel path moves 6 * xs per element (it writes and reads back the post-norm's output) and is
 measured by the same byte model, so its GB/s is the one kernel's work over its time.
@@ -125,8 +132,76 @@ def run_sandwich(roofline: float, log=print, shapes=SANDWICH_SHAPES) -> list[dic
     return rows
 
 
+GATED_SHAPES = ((65536, 4096, 4096), (65536, 4096, 1024), (8192, 4096, 128), (2048, 4096, 128))
+FLA = "fla-core FusedRMSNormGated"
+
+
+def gated_impls() -> dict:
+    """name -> make() -> fn(x, z, w, group) -> y, a new tensor."""
+    def ours():
+        return lambda x, z, w, g: addrmsnorm.gated_rmsnorm(x, z, w, EPS, group_size=g)
+
+    def fla():
+        from fla.modules import FusedRMSNormGated  # noqa: F401 - a peer that does not import is reported
+        from fla.modules.norm.fused_norm_gate import rms_norm_gated
+
+        def f(x, z, w, g):
+            H = x.shape[-1]
+            if g == H:
+                return rms_norm_gated(x, z, w, None, activation="silu", eps=EPS)
+            return rms_norm_gated(x.view(-1, g), z.view(-1, g), w[:g], None, activation="silu", eps=EPS).view(x.shape)
+        return f
+
+    def compiled():
+        def f(x, z, w, g):
+            xf = x.float().unflatten(-1, (-1, g))
+            n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).flatten(-2)
+            zf = z.float()
+            return (n * w.float() * zf * torch.sigmoid(zf)).to(x.dtype)
+        return torch.compile(f, dynamic=False, fullgraph=True)
+
+    return {OURS: ours, FLA: fla, "torch.compile (same math)": compiled}
+
+
+def run_gated(roofline: float, log=print, shapes=GATED_SHAPES) -> list[dict]:
+    from addrmsnorm.reference import gated_rmsnorm_ref
+
+    xd = torch.bfloat16
+    impls, _ = _live(gated_impls(), log)
+    rows = []
+    tol = TOLERANCES[xd]
+    for N, H, g in shapes:
+        nbytes = 3 * xd.itemsize * N * H + xd.itemsize * H
+        n_sets = sets_for_cold_l2(nbytes)
+        gen = torch.Generator(device="cuda").manual_seed(N + H + g)
+        w = (1.0 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
+        for name, fn in impls.items():
+            base = dict(section="gated", impl=name, N=N, H=H, group=g, x_dtype="bf16", residual_dtype="bf16")
+            try:
+                sets = [tuple(torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(2))
+                        for _ in range(n_sets)]
+                x0, z0 = sets[0]
+                note = ""
+                if not (name == FLA and g != H):
+                    want = gated_rmsnorm_ref(x0[:256], z0[:256], w, EPS, g)
+                    got = fn(x0, z0, w, g)[:256].double()
+                    err = ((got - want).abs() / (tol.atol + tol.rtol * want.abs())).max().item()
+                    note = f"y off the reference by {err:.1f}x the tolerance" if err > 1.0 else ""
+                _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(s[0], s[1], w, g) for s in sets], n_sets,
+                           note)
+            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+                _fail(rows, base, e)
+            finally:
+                sets = None
+            torch.cuda.empty_cache()
+        log(f"gated {N}x{H} groups of {g}: " + "; ".join(
+            f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
+            for r in rows if (r["N"], r["H"], r["group"]) == (N, H, g)))
+    return rows
+
+
 def run(roofline: float, log=print) -> list[dict]:
-    return run_sandwich(roofline, log)
+    return run_sandwich(roofline, log) + run_gated(roofline, log)
 
 
 def table(rows: list[dict]) -> str:
@@ -135,6 +210,10 @@ def table(rows: list[dict]) -> str:
     if sel:
         parts += ["Sandwich norm, bf16, Gemma's 1 + w (GB/s by the one kernel's byte model · % of roofline · µs):", "",
                   _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H"), ""]
+    sel = [r for r in rows if r["section"] == "gated"]
+    if sel:
+        parts += ["Gated norm, bf16, rmsnorm(x) * w * silu(z) (GB/s by the one kernel's byte model · % of roofline · µs):",
+                  "", _grid(sel, lambda r: f"{r['N']} × {r['H']}, groups of {r['group']}", "N × H, group"), ""]
     sel = [r for r in rows if r["section"] == "sandwich_latency"]
     if sel:
         parts += [f"Sandwich norm, decode chain of {CHAIN} dependent calls at 1 × {SANDWICH_DECODE_H} (µs per call):",
