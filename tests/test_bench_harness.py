@@ -402,3 +402,16 @@ def test_gated_table_gives_the_ratio_to_the_fastest_peer():
                  us_median=0.9, note="")]
     t = variants.table(rows)
     assert "Gated norm" in t and "| 8 × 256, groups of 64 | 90 · 2% · 1.0µs |" in t and "0.90×" in t
+
+
+def test_gated_targets_mark_each_goal_from_the_rows():
+    rows = [dict(section="gated", impl="addrmsnorm", N=65536, H=4096, group=1024, gbs=3900.0, pct_roofline=92.0),
+            dict(section="gated", impl="fla-core FusedRMSNormGated", N=65536, H=4096, group=1024, gbs=3000.0,
+                 pct_roofline=71.0),
+            dict(section="gated", impl="torch.compile (same math)", N=65536, H=4096, group=1024, gbs=4000.0,
+                 pct_roofline=94.0)]
+    t = _report_targets().gated_targets(rows)
+    assert "met at 1 of 3" in t
+    assert "| ≥ 95% of the roofline | 65536 × 4096, groups of 1024 | 3900 GB/s, 92.0% | | **missed** |" in t
+    assert "(1.30×) | met |" in t and "(0.97×) | **missed** |" in t
+    assert _report_targets().gated_targets([]) == ""
