@@ -237,14 +237,14 @@ def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False
 
 
 def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-           post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
-    _refuse_grad("norm_", ("x", "residual", "weight", "post_weight", "z"), (x, residual, weight, post_weight, z),
-                 residual is None)
+           post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
+    _refuse_grad("norm_", ("x", "residual", "weight", "post_weight", "z", "b", "b_weight"),
+                 (x, residual, weight, post_weight, z, b, b_weight), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl,
-            x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate)
-    torch.autograd.graph.increment_version((x,) if residual is None else (x, residual))
+            x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate, b, b_weight)
+    torch.autograd.graph.increment_version(_written(x, residual, b))
 
 
 def _written(*tensors):
@@ -252,14 +252,17 @@ def _written(*tensors):
 
 
 def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-               x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
-    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight", "z"),
-                 (x, residual, weight, out, residual_out, rstd, post_weight, z), residual is None)
+               x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True,
+               b=None, b_weight=None, b_out=None):
+    _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight", "z", "b",
+                               "b_weight", "b_out"),
+                 (x, residual, weight, out, residual_out, rstd, post_weight, z, b, b_weight, b_out), residual is None)
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
-            weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate)
-    torch.autograd.graph.increment_version(_written(out, residual_out, rstd))
+            weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z, group_size, norm_before_gate,
+            b, b_weight, b_out)
+    torch.autograd.graph.increment_version(_written(out, residual_out, rstd, b_out))
 
 
 def _norm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,

@@ -37,7 +37,9 @@ class NormArgs(ctypes.Structure):
                 ("reserved", ctypes.c_uint32), ("quant", ctypes.c_void_p), ("y", ctypes.c_void_p),
                 ("stride_y", ctypes.c_int64), ("x_scale", ctypes.c_double), ("post_weight", ctypes.c_void_p),
                 ("post_weight_offset", ctypes.c_double), ("z", ctypes.c_void_p), ("stride_z", ctypes.c_int64),
-                ("group_size", ctypes.c_int64), ("gate", ctypes.c_int32), ("gate_first", ctypes.c_int32)]
+                ("group_size", ctypes.c_int64), ("gate", ctypes.c_int32), ("gate_first", ctypes.c_int32),
+                ("b", ctypes.c_void_p), ("b_weight", ctypes.c_void_p), ("b_out", ctypes.c_void_p),
+                ("b_hidden", ctypes.c_int64), ("stride_b", ctypes.c_int64), ("stride_b_out", ctypes.c_int64)]
 
 
 class NormBackwardArgs(ctypes.Structure):
@@ -88,11 +90,11 @@ def _stride(t, dim=0, default=0):
 def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, eps=1e-6, weight_offset=0.0,
               numerics=0, flags=0, weight2=None, weight2_from_group=0, quant=None, y=None,
               x_scale=None, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-              norm_before_gate=True) -> NormArgs:
+              norm_before_gate=True, b=None, b_weight=None, b_out=None) -> NormArgs:
     """addrmsnorm_norm_args for tensors: x and out (rows, H) or (rows, groups, H) with their strides; residual,
     residual_out and y (rows, H); quant a Quant (kept alive by the caller). weight None: the weightless
     norm; x_scale: sets ADDRMSNORM_FLAG_X_SCALE and the field; post_weight: the sandwich norm (weight_dtype
-    is post_weight's where weight is None); z (rows, H): the gated norm."""
+    is post_weight's where weight is None); z (rows, H): the gated norm; b, b_weight, b_out: the pair."""
     a = NormArgs()
     a.struct_size = ctypes.sizeof(NormArgs)
     grouped = x.dim() == 3
@@ -120,6 +122,9 @@ def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, ep
         a.x_scale = x_scale
     a.z, a.stride_z = _ptr(z), _stride(z)
     a.group_size, a.gate_first = group_size, 0 if norm_before_gate else 1
+    a.b, a.b_weight, a.b_out = _ptr(b), _ptr(b_weight), _ptr(b_out)
+    if b is not None:
+        a.b_hidden, a.stride_b, a.stride_b_out = b.shape[-1], _stride(b), _stride(b_out)
     return a
 
 

@@ -603,6 +603,23 @@ def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:
     return _select(GATED_TABLE, group_size, x_itemsize, x_itemsize)
 
 
+# The pair (kernels.py's PAIR: two parts of the same rows, of two widths, in one launch; MLA's q and kv latents,
+# 1536 + 512) runs the plain norm's single pass on the tile of the wider part: PLAIN_TABLE's 16-bit single-pass
+# rows up to PAIR_MAX_WIDTH (the last unbounded here; validation refuses wider parts). 4 kernels a row per
+# arch: fp16 and bf16 x with weights of its dtype, vector-aligned rows, the contract and HF's Llama form.
+PAIR_MAX_WIDTH = 8192
+PAIR_TABLE = tuple(
+    TableRule(2, r.h_max if r.h_max < PAIR_MAX_WIDTH else None, r.config) for r in PLAIN_TABLE
+    if r.act_bytes == 2 and not (r.odd_h_only or r.vector_typed_only or r.quant_only or r.config.looped)
+    and r.h_max is not None and r.h_max <= PAIR_MAX_WIDTH)
+PAIR_DTYPES = ("fp16", "bf16")
+
+
+def select_pair_config(width: int, x_itemsize: int) -> KernelConfig:
+    """The pair's config: the row of PAIR_TABLE that admits the wider part (x_itemsize 2)."""
+    return _select(PAIR_TABLE, width, x_itemsize, x_itemsize)
+
+
 # The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32
 # stream for fp32 x. tools/aot_build.py generates the C++ select_plain_config from this.
 PLAIN_TABLES = {2: "PLAIN_TABLE", 4: "FORWARD_TABLE"}

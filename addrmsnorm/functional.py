@@ -78,7 +78,7 @@ def _check_types(x, residual, weight, eps, weight_offset, pdl, return_rstd=False
                  {"pdl": pdl, "return_rstd": return_rstd}, x_scale)
 
 
-_OPTIONAL = ("weight", "q_weight", "k_weight")  # None: the weightless norm
+_OPTIONAL = ("weight", "q_weight", "k_weight", "a_weight", "b_weight")  # None: the weightless norm
 
 
 def _type_errors(tensors: dict, eps, weight_offset, flags: dict, x_scale=1.0) -> None:
@@ -321,6 +321,75 @@ def gated_rmsnorm(
     ops.norm_into(x, None, weight, out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, z, g,
                   norm_before_gate)
     return out
+
+
+def rmsnorm_pair_(
+    a: torch.Tensor,
+    a_weight: torch.Tensor | None,
+    b: torch.Tensor,
+    b_weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    pdl: bool = False,
+):
+    """Two plain norms of the same rows in one launch, in place: ``a <- rmsnorm(a) * a_weight`` and
+    ``b <- rmsnorm(b) * b_weight``. DeepSeek-V3's and Kimi-K2's latent norms, q_a_layernorm (1536) and
+    kv_a_layernorm (512): two tensors, or two column slices of one buffer (``buf[:, :1536]`` and
+    ``buf[:, 1536:2048]`` of the 2112-wide ``fused_qkv_a_proj`` output; the rest of the row is untouched).
+
+    Each part is the plain norm's contract over its own width (fp32, one rounding). a and b are float16 or
+    bfloat16 of one dtype, with the same leading dimensions (the rows, of one stride each), widths of
+    multiples of 8 up to ``configs.PAIR_MAX_WIDTH`` (8192), row strides of multiples of 8 and 16-byte
+    aligned starts; the weights are of their dtype, both given or both None (weightless). ``numerics="hf"``
+    is LlamaRMSNorm's form (DeepSeek's norms), weight_offset 0. No autograd (the mutating form): use
+    ``rmsnorm_pair``. Returns (a, b)."""
+    n = plain_numerics_index(numerics)
+    _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl)
+    ops.norm_(a, None, a_weight, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True, b, b_weight)
+    return a, b
+
+
+def rmsnorm_pair(
+    a: torch.Tensor,
+    a_weight: torch.Tensor | None,
+    b: torch.Tensor,
+    b_weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    pdl: bool = False,
+):
+    """The functional pair: returns ``(rmsnorm(a) * a_weight, rmsnorm(b) * b_weight)``, new tensors (or into
+    ``out=(a_out, b_out)``), in one launch, under the rules of ``rmsnorm_pair_``. Where autograd needs a
+    gradient, the two parts run as two ``rmsnorm`` calls (each with its backward): the latent norms are for
+    inference, and fusing them would not pay in training."""
+    n = plain_numerics_index(numerics)
+    _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl)
+    if out is None and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (a, a_weight, b, b_weight)):
+        return (rmsnorm(a, a_weight, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl),
+                rmsnorm(b, b_weight, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl))
+    if out is None:
+        a_out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+        b_out = torch.empty(b.shape, dtype=b.dtype, device=b.device)
+    else:
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"out must be a tuple (a_out, b_out), got {type(out).__name__}")
+        a_out, b_out = out
+    ops.norm_into(a, None, a_weight, a_out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True,
+                  b, b_weight, b_out)
+    return a_out, b_out
+
+
+def _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl):
+    if isinstance(b, _Tensor) and (b_weight is None or isinstance(b_weight, _Tensor)):
+        _check_norm_types(a, a_weight, eps, weight_offset, pdl)
+        return
+    _type_errors({"b": b, "b_weight": b_weight}, eps, weight_offset, {"pdl": pdl})
 
 
 def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):

@@ -215,6 +215,15 @@ def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numer
     if xr.n_rows == 0:
         return
     hf, round_once = v.plain_numerics(numerics)
+    pr = call.pair
+    if pr is not None:  # the pair: x's rows and b's in one launch (validation: rows of one stride)
+        launch_forward(
+            xr.tensor, None, call.weight, o.tensor, None, None,
+            n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
+            stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
+            pair=(pr.b.tensor, pr.weight, pr.out.tensor, pr.H, pr.b.row_stride, pr.out.row_stride),
+        )
+        return
     g = call.gate
     if g is not None:  # the gated norm: each row's groups as rows of a group (validation: rows of one stride)
         groups = call.H // g.group_size
@@ -252,18 +261,20 @@ def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pd
 
 
 def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-             post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
-    """addrmsnorm::rmsnorm_: x <- y."""
+             post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
+    """addrmsnorm::rmsnorm_: x <- y (and the pair's b <- its y)."""
     rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
-                 z, group_size, norm_before_gate)
+                 z, group_size, norm_before_gate, b, b_weight, b)
 
 
 def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-                 post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+                 post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None,
+                 b_out=None):
     """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
     call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
                            x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-                           group_size=group_size, norm_before_gate=norm_before_gate)
+                           group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight,
+                           b_out=b_out)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
@@ -352,25 +363,28 @@ def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numeric
 
 
 def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-          post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+          post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
     """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
     sandwich norm: residual <- residual + rmsnorm(x; post_weight))."""
     if residual is None:
         return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z,
-                        group_size, norm_before_gate)
+                        group_size, norm_before_gate, b, b_weight)
     v.check_gate_residual(z, residual)
+    v.check_pair_residual(b, b_weight, None, residual)
     return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight,
                               post_weight_offset)
 
 
 def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-              x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+              x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True,
+              b=None, b_weight=None, b_out=None):
     """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
         return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                            post_weight_offset, z, group_size, norm_before_gate)
+                            post_weight_offset, z, group_size, norm_before_gate, b, b_weight, b_out)
     v.check_gate_residual(z, residual)
+    v.check_pair_residual(b, b_weight, b_out, residual)
     return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
                                   x_scale, post_weight, post_weight_offset)
 

@@ -75,6 +75,10 @@ Points the contract insists on, and how this source honours them:
   to x's dtype first, as Qwen3NextRMSNormGated does) or before it (gate_first 1: rmsnorm(x * silu(z))).
   A row's groups are the rows of a GROUPED group (stride_x_group the group's width), and each takes its
   columns of the weight. gate_first is a runtime argument (a uniform branch around arithmetic only).
+* The pair (PAIR, the plain norm's single pass over rows of one stride): two parts of the same rows, of
+  two widths and two weights (MLA's q and kv latents), in one launch. The grid's first pair_split programs
+  take x's rows and the rest b's, each program on the other part's pointers, width and strides (a uniform
+  branch before any load); both parts share the tile, the wider part's.
 
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """
@@ -444,9 +448,11 @@ def _single_pass_rows(
     # rmsnorm(x * silu(z)) (gate_first 1), each group of stride_x_group columns of a row normalized on
     # its own, the weight indexed by the column in the row (a group's rows step it by stride_x_group).
     GATED: tl.constexpr = False, z_ptr=None, stride_z_row=0, gate_first=0,
+    # The grid's programs from first_program on take these rows (PAIR: the second part's programs).
+    first_program=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
-    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    rows = (tl.program_id(0) - first_program).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
     cols = tl.arange(0, BLOCK_H)
     row_mask = rows < n_rows
     col_mask = cols < H
@@ -752,7 +758,8 @@ def _reread_row(
 # compile the same code (and give the same bits) for the same call.
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group", "group_split", "has_weight", "stride_z_row", "gate_first")
+                     "stride_out_group", "group_split", "has_weight", "stride_z_row", "gate_first", "H_b",
+                     "stride_b_row", "stride_b_out_row", "pair_split")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -785,6 +792,13 @@ def rmsnorm_fwd(
     z_ptr,                    # GATED: [n_rows, H] the gate, x's dtype; else a stand-in, unread
     stride_z_row: tl.int64,   # GATED: elements between consecutive rows of z (a slice may have its own)
     gate_first: tl.int32,     # GATED: 0 rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z))
+    b_ptr,                    # PAIR: [n_rows, H_b] the second part's rows, x's dtype; else a stand-in, unread
+    b_weight_ptr,             # PAIR: [H_b] its weight, typed as weight
+    b_out_ptr,                # PAIR: [n_rows, H_b] its output; may alias b exactly
+    H_b: tl.int32,            # PAIR: the second part's width
+    stride_b_row: tl.int64,   # PAIR: elements between consecutive rows of b
+    stride_b_out_row: tl.int64,  # PAIR: the same for b_out
+    pair_split: tl.int32,     # PAIR: the programs of the first part; programs from it on take b
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -800,10 +814,21 @@ def rmsnorm_fwd(
     SPLIT: tl.constexpr = False,     # GROUPED, single pass: two weights by the row's place in its group
     SANDWICH: tl.constexpr = False,  # RESIDUAL: h = residual + rmsnorm(x; post_weight); rstd [2, n_rows]
     GATED: tl.constexpr = False,     # GROUPED, single pass, no residual: the gated norm (silu of z)
+    PAIR: tl.constexpr = False,      # single pass, no residual: two parts' rows (x, then b) in one launch
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
         gdc_launch_dependents()
+    first_program = pair_split * 0
+    if PAIR:  # the programs from pair_split on normalize the second part: its pointers, width and strides
+        if tl.program_id(0) >= pair_split:
+            x_ptr = b_ptr
+            weight_ptr = b_weight_ptr
+            out_ptr = b_out_ptr
+            H = H_b
+            stride_x_row = stride_b_row
+            stride_out_row = stride_b_out_row
+            first_program = pair_split
     H = _aligned(H, ALIGN)
     stride_x_row = _aligned(stride_x_row, ALIGN)
     stride_residual_row = _aligned(stride_residual_row, ALIGN)
@@ -842,7 +867,8 @@ def rmsnorm_fwd(
                           SPLIT=SPLIT, weight2_ptr=weight2_ptr, group_split=group_split,
                           has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
                           post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
-                          GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first)
+                          GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first,
+                          first_program=first_program)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -1074,7 +1100,7 @@ rmsnorm_fwd_unaligned = triton.jit(
     rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
                                     "rstd_ptr", "weight2_ptr", "post_weight_ptr",
-                                    "z_ptr"))
+                                    "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr"))
 rmsnorm_bwd_unaligned = triton.jit(
     rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",

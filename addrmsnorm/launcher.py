@@ -78,6 +78,7 @@ def launch_forward(
     weight2: torch.Tensor | None = None, group_split: int = 0, x_scale: float = 1.0,
     post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
     gate: tuple[torch.Tensor, int, int] | None = None,
+    pair: tuple | None = None,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -93,7 +94,9 @@ def launch_forward(
     is (2, n_rows): h's, then x's. ``gate`` (z, stride_z, gate_first), without a residual, is the gated
     norm over groups of H columns (stride_x_group and stride_out_group are H, group_rows the groups of a
     row): z's rows have stride_z, and gate_first 0 gives rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z)).
-    ``pdl`` launches with programmatic dependent launch where the
+    ``pair`` (b, b_weight, b_out, H_b, stride_b, stride_b_out), without a residual and in rows of one stride,
+    is the pair: b's rows (as many as x's) normalized with b_weight into b_out in the same launch, on the
+    tile of the wider part. ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
@@ -119,17 +122,22 @@ def launch_forward(
         post_weight = weight  # a stand-in, never read (SANDWICH off)
     gated = gate is not None
     z, stride_z, gate_first = gate if gated else (x, 0, 0)  # x: a stand-in, never read (GATED off)
+    paired = pair is not None
+    b, b_weight, b_out, H_b, stride_b, stride_b_out = pair if paired else (x, weight, out, H, 0, 0)
+    if b_weight is None:
+        b_weight = weight  # the weightless pair: the stand-in, never read
     if n_rows == 1:
-        stride_z = 0
+        stride_z = stride_b = stride_b_out = 0
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
-                weight2.data_ptr(), post_weight.data_ptr(), z.data_ptr())
+                weight2.data_ptr(), post_weight.data_ptr(), z.data_ptr(), b.data_ptr(), b_weight.data_ptr(),
+                b_out.data_ptr())
     strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group,
-               stride_z)
+               stride_z, H_b, stride_b, stride_b_out)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     post_arg = w_arg if post_weight is weight else _forward_weight(x, post_weight)[0]
     # SPLIT, SANDWICH and GATED: the ends alone
-    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated)
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated or paired)
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:
@@ -138,6 +146,8 @@ def launch_forward(
         cfg = configs.select_sandwich_config(H, xs)
     elif gated:
         cfg = configs.select_gated_config(H, xs)
+    elif paired:
+        cfg = configs.select_pair_config(max(H, H_b), xs)
     elif plain:
         cfg = configs.select_plain_config(H, xs, vector_typed)
     else:
@@ -148,16 +158,19 @@ def launch_forward(
     cap = _planned_cap("forward", cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
-    if plain:  # the plain norm is always GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
+    if plain:  # the plain norm is GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
         extra["RESIDUAL"] = False
-        extra["GROUPED"] = True
+        extra["GROUPED"] = not paired  # the pair: rows of one stride
+    if paired:
+        extra["PAIR"] = True
     if split:
         extra["SPLIT"] = True
     if sandwich:
         extra["SANDWICH"] = True
     if gated:
         extra["GATED"] = True
-    grid = (cfg.grid(n_rows),)
+    pair_split = cfg.grid(n_rows) if paired else 0
+    grid = (cfg.grid(n_rows) * (2 if paired else 1),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = rmsnorm_fwd if align > 1 else rmsnorm_fwd_unaligned
@@ -169,6 +182,8 @@ def launch_forward(
             eps, weight_offset, int(rstd is not None), _DTYPE_CODES[weight.dtype],
             group_rows, stride_x_group, stride_out_group, w2_arg, group_split, has_weight, x_scale,
             post_arg, post_weight_offset, z, stride_z, gate_first,
+            b, b_weight if b_weight is weight else _forward_weight(x, b_weight)[0], b_out, H_b, stride_b, stride_b_out,
+            pair_split,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

@@ -7,7 +7,7 @@ One operator per form; each takes an optional residual, and without one is the p
         -> (y, residual_out, rstd)     functional; residual_out has 0 elements without a residual, rstd
                                        unless return_rstd; post_weight: the sandwich norm; z: the gated
                                        norm (no residual; norm_ and norm_into take the same fields)
-    norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False) -> ()
+    norm_(x!, residual!?, weight, eps, weight_offset=0., numerics=0, pdl=False, ..., b!?=None, b_weight?=None) -> ()
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
     norm_into(x, residual?, weight, out!, residual_out!?, rstd!?, eps, ...) -> ()
         into caller-given outputs, which may alias x or residual exactly
@@ -63,15 +63,18 @@ _QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_u
 # rmsnorm(x * silu(z)) with norm_before_gate False.
 _SANDWICH = ("Tensor? post_weight=None, float post_weight_offset=0., Tensor? z=None, int group_size=0, "
              "bool norm_before_gate=True")
+# b: the pair (no residual), b's rows normalized with b_weight in the same launch, into b (norm_) or b_out.
+_PAIR_IN_PLACE = "Tensor(d!)? b=None, Tensor? b_weight=None"
+_PAIR_INTO = "Tensor? b=None, Tensor? b_weight=None, Tensor(e!)? b_out=None"
 SCHEMAS = {
     "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
             "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH
             + ") -> (Tensor, Tensor, Tensor)",
     "norm_": "(Tensor(a!) x, Tensor(b!)? residual, Tensor? weight, float eps, float weight_offset=0., "
-             "int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH + ") -> ()",
+             "int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH + ", " + _PAIR_IN_PLACE + ") -> ()",
     "norm_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
                  "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False, "
-                 "float x_scale=1., " + _SANDWICH + ") -> ()",
+                 "float x_scale=1., " + _SANDWICH + ", " + _PAIR_INTO + ") -> ()",
     "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor? weight, "
                      "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
     "norm_quant": "(Tensor x, Tensor? residual, Tensor? weight, float eps, ScalarType quant_dtype, "
@@ -114,13 +117,15 @@ def _fake_residual_out(x, residual):
 
 def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
                        numerics=0, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-                       norm_before_gate=True, return_rstd=False):
+                       norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None):
     if residual is None:
         v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
                              x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-                             group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd)
+                             group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd,
+                             b=b, b_weight=b_weight, b_out=b_out)
     else:
         v.check_gate_residual(z, residual)
+        v.check_pair_residual(b, b_weight, b_out, residual)
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                              numerics=numerics, x_scale=x_scale, post_weight=post_weight,
                              post_weight_offset=post_weight_offset)
@@ -138,18 +143,20 @@ def _(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_")
 def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-      post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+      post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
     _fake_forward_meta(x, residual, weight, x, residual, eps=eps, weight_offset=weight_offset, numerics=numerics,
                        x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-                       group_size=group_size, norm_before_gate=norm_before_gate)
+                       group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_into")
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0,
-      post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+      post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None,
+      b_out=None):
     v.check_residual_outputs(residual, residual_out)
     _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale,
-                       post_weight, post_weight_offset, z, group_size, norm_before_gate)
+                       post_weight, post_weight_offset, z, group_size, norm_before_gate, b=b, b_weight=b_weight,
+                       b_out=b_out)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")

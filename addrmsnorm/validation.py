@@ -1040,6 +1040,143 @@ def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
     return gate
 
 
+# ----- the pair (b given: two parts of the same rows, MLA's q and kv latents, in one launch) -------------
+
+PAIR_DTYPES = (torch.float16, torch.bfloat16)  # configs.PAIR_DTYPES
+PAIR_ALIGN = configs.vector_elems(2, 2)  # the pair's kernels take 16-byte accesses only
+
+
+class PairCall:
+    """A checked pair's second part: b's rows, its weight and its output's rows (None: b_out is allocated
+    after the check)."""
+
+    __slots__ = ("b", "weight", "out", "H")
+
+
+def check_pair_residual(b, b_weight, b_out, residual) -> None:
+    """The pair normalizes x alone: b (or its weight or output) with a residual is refused."""
+    if residual is not None and (b is not None or b_weight is not None or b_out is not None):
+        raise ValueError("b is the pair's second part, which normalizes x alone: it takes no residual")
+
+
+def check_pair_rules(x, weight, rstd, shape, H: int, hf: bool, round_once: bool, weight_offset, b, b_weight,
+                     b_out, z=None, residual=None, return_rstd=False) -> int:
+    """The pair's rules that need no memory, in validate_norm's order. Returns b's width (0 without b)."""
+    if b is None:
+        if b_weight is not None:
+            raise ValueError("b_weight is given but b is None: it is the pair's second weight")
+        if b_out is not None:
+            raise ValueError("b_out is given but b is None: it is the pair's second output")
+        return 0
+    check_tensor("b", b)
+    check_pair_residual(b, b_weight, b_out, residual)
+    if z is not None:
+        raise ValueError("b is the pair's second part: the pair takes no gate (z)")
+    if x.dtype not in PAIR_DTYPES:
+        raise TypeError(f"x has dtype {x.dtype}; the pair (b) takes float16 or bfloat16")
+    if b.dtype != x.dtype:
+        raise TypeError(f"b has dtype {b.dtype}; it must be x's dtype ({x.dtype})")
+    if weight is not None and weight.dtype != x.dtype:
+        raise TypeError(f"weight has dtype {weight.dtype}; the pair's weights are x's dtype ({x.dtype})")
+    if b_weight is not None:
+        check_tensor("b_weight", b_weight)
+        if b_weight.dtype != x.dtype:
+            raise TypeError(f"b_weight has dtype {b_weight.dtype}; the pair's weights are x's dtype ({x.dtype})")
+    if b_out is None:
+        raise ValueError("b_out is None but b is given: the pair writes b's norm there")
+    if b_out is not None:
+        check_tensor("b_out", b_out)
+        if b_out.dtype != x.dtype:
+            raise TypeError(f"b_out has dtype {b_out.dtype}; it must be x's dtype ({x.dtype})")
+    if b.dim() != len(shape) or tuple(b.shape[:-1]) != tuple(shape[:-1]):
+        raise ValueError(f"b has shape {tuple(b.shape)}; it must have x's rows, {tuple(shape[:-1])} + (width,)")
+    Hb = b.shape[-1]
+    if Hb == 0:
+        raise ValueError("b has width 0; the pair's parts are > 0 wide")
+    if (weight is None) != (b_weight is None):
+        raise ValueError("b_weight is None but weight is given, or the other way: the pair's parts are both "
+                         "weighted or both weightless")
+    if b_weight is not None:
+        _check_weight(b_weight, Hb, "b_weight")
+    if b_out is not None and tuple(b_out.shape) != tuple(b.shape):
+        raise ValueError(f"b_out has shape {tuple(b_out.shape)}, expected {tuple(b.shape)}")
+    for name, width in (("x", H), ("b", Hb)):
+        if width > configs.PAIR_MAX_WIDTH:
+            raise ValueError(f"{name} has width {width}; the pair's parts are at most {configs.PAIR_MAX_WIDTH} wide")
+        if width % PAIR_ALIGN:
+            raise ValueError(f"{name} has width {width}; the pair (b) needs widths of multiples of {PAIR_ALIGN}")
+    if rstd is not None or return_rstd:
+        raise ValueError("rstd is asked for, but the pair (b) writes no rstd")
+    if round_once:
+        raise ValueError("numerics 2 (hf_round_once) is not the pair's: its numerics are 0 (contract) or 1 (hf)")
+    if hf and weight_offset:
+        raise ValueError(f"numerics='hf' with b needs weight_offset 0, got {weight_offset!r}: the latent norms "
+                         f"(DeepSeek-V3's) are LlamaRMSNorm's form")
+    return Hb
+
+
+def rows_interleave_apart(u, v) -> bool:
+    """Whether two views of rows of one stride, the same stride and element size, share no element although
+    their spans meet: column slices of one buffer (``buf[:, :1536]`` and ``buf[:, 1536:2048]``). Row i of u
+    spans [u0 + i*S, u0 + i*S + Hu) elements; the two never meet when v's start, taken modulo S from u's,
+    leaves room for u's row before it and for v's row before the next of u's."""
+    item = u.tensor.element_size()
+    S = u.row_stride
+    if u.group_rows != 1 or v.group_rows != 1 or v.tensor.element_size() != item or v.row_stride != S:
+        return False
+    Hu, Hv = u.tensor.shape[-1], v.tensor.shape[-1]
+    if (v.start - u.start) % item or Hu > S or Hv > S:
+        return False
+    d = ((v.start - u.start) // item) % S
+    return d >= Hu and d + Hv <= S
+
+
+def _check_pair_memory(call, b, b_weight, b_out, Hb: int) -> PairCall:
+    """The pair's rules on memory: rows of one stride, strides of whole 16-byte accesses, 16-byte aligned
+    tensors; out may be x exactly and b_out b exactly, and otherwise no output overlaps another tensor."""
+    br = as_grouped_rows("b", b, b.shape)
+    bo = None if b_out is None else (br if b_out is b else as_grouped_rows("b_out", b_out, b.shape))
+    rows = {"x": call.x, "b": br, "out": call.out, "b_out": bo}
+    for name, r in rows.items():
+        if r is None:
+            continue
+        if r.group_rows != 1 and r.n_rows > 1:
+            raise ValueError(f"{name}: the pair takes rows of one stride (the dimensions before the last must "
+                             f"flatten to one)")
+        if r.n_rows > 1 and r.row_stride % PAIR_ALIGN:
+            raise ValueError(f"{name} has row stride {r.row_stride}; the pair (b) needs row strides of multiples "
+                             f"of {PAIR_ALIGN} elements")
+        if r.start % configs.ALIGNMENT_BYTES:
+            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the pair (b) "
+                             f"needs 16-byte aligned tensors")
+    for name, w in (("weight", call.weight), ("b_weight", b_weight)):
+        if w is not None and w.data_ptr() % configs.ALIGNMENT_BYTES:
+            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the pair (b) "
+                             f"needs 16-byte aligned tensors")
+    def meet(u, v):
+        return (u is not None and v is not None and u.n_rows and v.n_rows and u.start < v.end and v.start < u.end
+                and not rows_interleave_apart(u, v))
+    if bo is not None and bo is not br:
+        _rows_self_overlap("b_out", bo, Hb)
+        if meet(bo, br):
+            raise ValueError("b_out overlaps b; b_out may be b exactly (in place), or apart from it")
+    for o_name, o, in_name, t in (("out", call.out, "b", br), ("b_out", bo, "x", call.x), ("b_out", bo, "out", call.out)):
+        if meet(o, t):
+            raise ValueError(f"{o_name} overlaps {in_name}; the pair's outputs must not share memory with the other "
+                             f"part")
+    if bo is not None:
+        for name, w, width in (("weight", call.weight, call.H), ("b_weight", b_weight, Hb)):
+            if w is not None and bo.n_rows and bo.start < w.data_ptr() + width * w.element_size() and w.data_ptr() < bo.end:
+                raise ValueError(f"b_out overlaps {name}; b_out must not share memory with {name}")
+    if call.out is not None and b_weight is not None:
+        o, w0 = call.out, b_weight.data_ptr()
+        if o.n_rows and o.start < w0 + Hb * b_weight.element_size() and w0 < o.end:
+            raise ValueError("out overlaps b_weight; out must not share memory with b_weight")
+    pair = PairCall()
+    pair.b, pair.weight, pair.out, pair.H = br, b_weight, bo, Hb
+    return pair
+
+
 # ----- the plain norm (no residual) ---------------------------------------------------------------
 
 class GroupedRows:
@@ -1124,12 +1261,13 @@ def _rows_self_overlap(name: str, r: GroupedRows, H: int) -> None:
 class NormCall:
     """A checked plain-norm call: the rows of x and out in one addressing (the same group_rows)."""
 
-    __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once", "gate")
+    __slots__ = ("shape", "H", "device", "x", "out", "weight", "eps", "weight_offset", "hf", "round_once", "gate",
+                 "pair")
 
 
 def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
                        x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-                       norm_before_gate=True, return_rstd=False):
+                       norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None):
     """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
     (shape, H, device)."""
     shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
@@ -1145,12 +1283,16 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
     check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf or nhf, round_once,
                      weight_offset, return_rstd=return_rstd)
+    check_pair_rules(x, weight, rstd, shape, H, hf or nhf, round_once, weight_offset, b, b_weight, b_out, z=z,
+                     return_rstd=return_rstd)
+    if b is not None and b.device != device:
+        check_devices({"x": x, "b": b})
     return shape, H, device
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
                   numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-                  norm_before_gate=True, return_rstd=False) -> NormCall:
+                  norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None) -> NormCall:
     """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
     a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
     other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
@@ -1173,10 +1315,15 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
     g = check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf, round_once, weight_offset,
                          return_rstd=return_rstd)
+    Hb = check_pair_rules(x, weight, rstd, shape, H, hf, round_once, weight_offset, b, b_weight, b_out, z=z,
+                          return_rstd=return_rstd)
+    if b is not None:
+        check_devices({k: t for k, t in (("x", x), ("b", b), ("b_weight", b_weight), ("b_out", b_out))
+                       if t is not None})
     call = NormCall()
     call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
     call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
-    call.gate = None
+    call.gate = call.pair = None
     if orr is not None:
         _rows_self_overlap("x" if out is x else "out", orr, H)
         if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
@@ -1189,6 +1336,8 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
     call.x = xr
     if z is not None:
         call.gate = _check_gate_memory(call, z, g, norm_before_gate)
+    if b is not None:
+        call.pair = _check_pair_memory(call, b, b_weight, b_out, Hb)
     if rstd is not None and rstd.numel():
         r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
         for name, v in (("x", xr), ("out", call.out)):

@@ -1,6 +1,7 @@
 // The C ABI's forward entry point: validate, dispatch through the generated table, launch.
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "addrmsnorm/addrmsnorm.h"
@@ -90,6 +91,13 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     p.z_ptr = devptr(x);  // no gate (GATED off): a stand-in, unread
     p.stride_z_row = 0;
     p.gate_first = 0;
+    p.b_ptr = devptr(x);  // no pair (PAIR off): stand-ins, unread
+    p.b_weight_ptr = devptr(weight);
+    p.b_out_ptr = devptr(out);
+    p.H_b = static_cast<int32_t>(hidden);
+    p.stride_b_row = 0;
+    p.stride_b_out_row = 0;
+    p.pair_split = 0;
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -204,6 +212,14 @@ struct Gate {
     int32_t gate_first;
 };
 
+// The pair's second part for launch_plain (validated).
+struct PairPart {
+    const void* b;
+    const void* b_weight;
+    const void* b_out;
+    int64_t b_hidden, stride_b, stride_b_out;
+};
+
 // One launch of the plain forward (RESIDUAL off, GROUPED) over x as [rows, heads, hidden] with two
 // leading strides (elements). With weight2 (the QK norm: SPLIT), a group's rows from `split` on take
 // weight2. With a gate (GATED), heads are a row's groups of hidden columns, each with its columns of
@@ -212,27 +228,38 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                float* rstd, int64_t rows, int64_t heads, int64_t hidden, int64_t stride_x,
                                int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
                                addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset,
-                               uint32_t flags, addrmsnorm_stream stream, const Gate* gate = nullptr) {
+                               uint32_t flags, addrmsnorm_stream stream, const Gate* gate = nullptr,
+                               const PairPart* pair = nullptr) {
     addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
     if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
     int64_t stride_z = gate != nullptr ? gate->stride_z : 0;
-    if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = stride_z = 0;
+    int64_t stride_b = pair != nullptr ? pair->stride_b : 0, stride_b_out = pair != nullptr ? pair->stride_b_out : 0;
+    if (rows * heads == 1) stride_x = stride_out = stride_x_head = stride_out_head = stride_z = stride_b = stride_b_out = 0;
     const bool weightless = (flags & kFlagNoWeight) != 0;
     if (weightless) weight = x, weight2 = nullptr;  // x stands in, never read; no second weight to split on
+    const void* b_weight = pair == nullptr ? weight : weightless ? x : pair->b_weight;
     const bool qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
     int config = -1;
+    const void* pair_pointers[6] = {x, weight, out, pair ? pair->b : x, b_weight, pair ? pair->b_out : out};
     const int variant =
-        gate != nullptr ? gated_call_variant(x, weight, gate->z, out, hidden, stride_x | stride_out | stride_z,
+        pair != nullptr ? pair_call_variant(pair_pointers, 6, hidden | pair->b_hidden, std::max(hidden, pair->b_hidden),
+                                            stride_x | stride_out | stride_b | stride_b_out, x_dtype, weight_dtype,
+                                            weight_offset, (flags & kFlagHf) != 0, &config)
+        : gate != nullptr ? gated_call_variant(x, weight, gate->z, out, hidden, stride_x | stride_out | stride_z,
                                              x_dtype, weight_dtype, weight_offset, (flags & kFlagHf) != 0, &config)
                         : plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
                                              stride_out_head, x_dtype, weight_dtype, weight_offset,
                                              (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, gate != nullptr ? "gated-norm kernel" : qk ? "QK-norm kernel" : "plain-norm kernel",
+    st = get_built_kernel(*d, variant,
+                          pair != nullptr   ? "pair kernel"
+                          : gate != nullptr ? "gated-norm kernel"
+                          : qk              ? "QK-norm kernel"
+                                            : "plain-norm kernel",
                           &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const KernelConfig& cfg = kConfigs[config];
@@ -267,7 +294,16 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.z_ptr = devptr(gate != nullptr ? gate->z : x);  // read only by the GATED kernels
     p.stride_z_row = stride_z;
     p.gate_first = gate != nullptr ? gate->gate_first : 0;
-    const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    // The pair: programs from pair_split on take b's rows (read only by the PAIR kernels).
+    const unsigned part_grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    p.b_ptr = devptr(pair != nullptr ? pair->b : x);
+    p.b_weight_ptr = devptr(b_weight);
+    p.b_out_ptr = devptr(pair != nullptr ? pair->b_out : out);
+    p.H_b = static_cast<int32_t>(pair != nullptr ? pair->b_hidden : hidden);
+    p.stride_b_row = stride_b;
+    p.stride_b_out_row = stride_b_out;
+    p.pair_split = pair != nullptr ? static_cast<int32_t>(part_grid) : 0;
+    const unsigned grid = part_grid * (pair != nullptr ? 2u : 1u);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
 
@@ -290,6 +326,12 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_nor
         case NormCallArgs::kQuant: return launch_quant(n.quant, stream);
         case NormCallArgs::kPlain: {
             const NormCall& c = n.plain;
+            if (c.b != nullptr) {
+                const PairPart pair{c.b, c.b_weight, c.b_out, c.b_hidden, c.stride_b, c.stride_b_out};
+                return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), nullptr, c.rows, 1, c.hidden,
+                                    c.stride_x, 0, c.stride_out, 0, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset,
+                                    c.flags, stream, nullptr, &pair);
+            }
             if (c.z != nullptr) {
                 // The gated norm: each row's groups of group_size columns as a group of rows (validated: one
                 // row stride, groups contiguous in the row).

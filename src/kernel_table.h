@@ -174,6 +174,27 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
               : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }
 
+extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
+extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
+// configs.PAIR_TABLE's rule (configs.select_pair_config), generated.
+int select_pair_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+
+// The pair's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone (validation refuses
+// others), the contract or HF's Llama form, the config by the wider part.
+inline int pair_call_variant(const void* const* pointers, int n_pointers, long long widths, long long wider,
+                             long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                             float weight_offset, bool hf, int* config) {
+    bool pointers_aligned = true;
+    for (int i = 0; i < n_pointers; ++i)
+        pointers_aligned = pointers_aligned && reinterpret_cast<unsigned long long>(pointers[i]) % kAlignmentBytes == 0;
+    const int align_class = forward_align_class(pointers_aligned, widths | strides, 2, 2, true);
+    const int numerics = numerics_mode(hf, weight_offset, 2);
+    *config = select_pair_table_config(wider, 2, 2, 0, false);
+    if (*config < 0) return -1;
+    return kPairIndex[(((*config * kNumDtypes + x_dtype) * kNumWeightSlots + weight_slot(x_dtype, weight_dtype)) *
+                           kNumAlignClasses + align_class) * kNumNumerics + numerics];
+}
+
 // The gated norm's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone are built
 // (validation refuses others), the contract or HF's form, the config by the group (hidden).
 inline int gated_call_variant(const void* x, const void* weight, const void* z, const void* out, long long hidden,

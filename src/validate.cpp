@@ -34,9 +34,9 @@ namespace {
 // The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): kAlignmentBytes on
 // every pointer, and H and every row stride in multiples of its 16-bit elements (validation.SANDWICH_ALIGN).
 int sandwich_align() { return kAlignmentBytes / 2; }
-// The gated norm's groups and row strides (validation.GATED_ALIGN): multiples of 8 elements, whole 16-byte
-// accesses at every dtype.
-int gated_align() { return 8; }
+// The gated norm's groups and the pair's widths, and their row strides (validation.GATED_ALIGN, PAIR_ALIGN):
+// multiples of 8 elements, whole 16-byte accesses at every dtype.
+int access_elems() { return 8; }
 
 const char* dtype_name(addrmsnorm_dtype d) {
     switch (d) {
@@ -617,9 +617,9 @@ addrmsnorm_status check_gate_rules(const NormCall& c) {
                          (long long)c.group_size, (long long)c.hidden);
     ADDRMSNORM_REFUSE_IF(g > kGatedMaxGroup, "group_size is %lld; the gated norm's groups are at most %d elements",
                          (long long)g, kGatedMaxGroup);
-    ADDRMSNORM_REFUSE_IF(g % gated_align() != 0,
+    ADDRMSNORM_REFUSE_IF(g % access_elems() != 0,
                          "group_size is %lld; the gated norm (z) needs groups of a multiple of %d elements",
-                         (long long)g, gated_align());
+                         (long long)g, access_elems());
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with z: the gated norm writes no rstd");
     ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
                          "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is not the gated norm's: its numerics are CONTRACT or HF");
@@ -641,9 +641,9 @@ addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintp
     struct R { const char* name; const void* p; int64_t stride; };
     const R rows[3] = {{"x", c.x, c.stride_x}, {"z", c.z, c.stride_z}, {"out", c.out, c.stride_out}};
     for (const R& r : rows) {
-        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % gated_align() != 0,
+        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % access_elems() != 0,
                              "stride_%s is %lld; the gated norm (z) needs row strides of multiples of %d elements",
-                             r.name, (long long)r.stride, gated_align());
+                             r.name, (long long)r.stride, access_elems());
         ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(r.p) % kAlignmentBytes != 0,
                              "%s does not start on a %d-byte boundary; the gated norm (z) needs 16-byte aligned tensors",
                              r.name, kAlignmentBytes);
@@ -654,6 +654,113 @@ addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintp
     const Grouped z{"z", reinterpret_cast<uintptr_t>(c.z), c.rows, 1, c.stride_z, 0, dtype_size(c.x_dtype)};
     ADDRMSNORM_REFUSE_IF(spans_meet(out.ptr, out_end, z.ptr, z.end(c.hidden)),
                          "out overlaps z; out may be x exactly (in place), or apart from z");
+    return ADDRMSNORM_SUCCESS;
+}
+
+// validation.check_pair_rules: the pair's rules that need no memory, in its order.
+addrmsnorm_status check_pair_rules(const NormCall& c) {
+    ADDRMSNORM_REFUSE_IF(c.z != nullptr, "b is the pair's second part: the pair takes no gate (z)");
+    ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the pair takes rows of one stride (groups must be 0 or 1 with b)");
+    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the pair (b) takes float16 or bfloat16",
+                    dtype_name(c.x_dtype));
+    if (c.weight_dtype != c.x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; the pair's weights are x_dtype (%s)",
+                    dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
+    ADDRMSNORM_REFUSE_IF(c.b_out == nullptr, "b_out is NULL but b is given: the pair writes b's norm there");
+    ADDRMSNORM_REFUSE_IF(c.b_hidden <= 0, "b_hidden is %lld; the pair's parts are > 0 wide", (long long)c.b_hidden);
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    ADDRMSNORM_REFUSE_IF(weightless != (c.b_weight == nullptr),
+                         "b_weight is NULL but weight is given, or the other way: the pair's parts are both weighted "
+                         "or both weightless");
+    const int64_t widths[2] = {c.hidden, c.b_hidden};
+    const char* names[2] = {"hidden", "b_hidden"};
+    for (int i = 0; i < 2; ++i) {
+        ADDRMSNORM_REFUSE_IF(widths[i] > kPairMaxWidth, "%s is %lld; the pair's parts are at most %d wide", names[i],
+                             (long long)widths[i], kPairMaxWidth);
+        ADDRMSNORM_REFUSE_IF(widths[i] % access_elems() != 0,
+                             "%s is %lld; the pair (b) needs widths of multiples of %d", names[i],
+                             (long long)widths[i], access_elems());
+    }
+    ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with b: the pair writes no rstd");
+    ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
+                         "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is not the pair's: its numerics are CONTRACT or HF");
+    ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
+                         "ADDRMSNORM_NUMERICS_HF with b needs weight_offset 0: the latent norms (DeepSeek-V3's) are "
+                         "LlamaRMSNorm's form");
+    return ADDRMSNORM_SUCCESS;
+}
+
+// validation.rows_interleave_apart: two views of rows of one stride, the same stride, whose columns never
+// meet (column slices of one buffer).
+bool rows_interleave_apart(const Grouped& u, int64_t hu, const Grouped& v, int64_t hv) {
+    if (u.heads != 1 || v.heads != 1 || u.elem != v.elem || u.stride != v.stride) return false;
+    const int64_t S = u.stride;
+    const int64_t diff = static_cast<int64_t>(v.ptr) - static_cast<int64_t>(u.ptr);
+    if (S <= 0 || diff % u.elem != 0 || hu > S || hv > S) return false;
+    const int64_t d = (((diff / u.elem) % S) + S) % S;
+    return d >= hu && d + hv <= S;
+}
+
+// validation._check_pair_memory: 16-byte rows and tensors; out may be x and b_out b exactly, and no output
+// meets another tensor (column slices of one buffer, interleaved, do not meet).
+addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const Grouped& out) {
+    const int xs = dtype_size(c.x_dtype);
+    if (addrmsnorm_status st = check_pointer("b", c.b, xs); st != ADDRMSNORM_SUCCESS) return st;
+    if (addrmsnorm_status st = check_pointer("b_out", c.b_out, xs); st != ADDRMSNORM_SUCCESS) return st;
+    for (const auto& [name, v] : {std::pair<const char*, int64_t>{"stride_b", c.stride_b}, {"stride_b_out", c.stride_b_out}})
+        ADDRMSNORM_REFUSE_IF(c.rows > 1 && (v < 0 || v > INT64_MAX / 8), "%s must be >= 0, got %lld", name, (long long)v);
+    const Grouped b{"b", reinterpret_cast<uintptr_t>(c.b), c.rows, 1, c.stride_b, 0, xs};
+    Grouped bo{"b_out", reinterpret_cast<uintptr_t>(c.b_out), c.rows, 1, c.stride_b_out, 0, xs};
+    struct R { const char* name; const char* stride_name; const void* p; int64_t stride; };
+    const R rows[4] = {{"x", "stride_x", c.x, c.stride_x}, {"b", "stride_b", c.b, c.stride_b},
+                       {"out", "stride_out", c.out, c.stride_out}, {"b_out", "stride_b_out", c.b_out, c.stride_b_out}};
+    for (const R& r : rows) {
+        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % access_elems() != 0,
+                             "%s is %lld; the pair (b) needs row strides of multiples of %d elements", r.stride_name,
+                             (long long)r.stride, access_elems());
+        ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(r.p) % kAlignmentBytes != 0,
+                             "%s does not start on a %d-byte boundary; the pair (b) needs 16-byte aligned tensors",
+                             r.name, kAlignmentBytes);
+    }
+    const bool weightless = (c.flags & kFlagNoWeight) != 0;
+    const void* weights[2] = {weightless ? nullptr : c.weight, c.b_weight};
+    const char* wnames[2] = {"weight", "b_weight"};
+    for (int i = 0; i < 2; ++i)
+        ADDRMSNORM_REFUSE_IF(weights[i] != nullptr && reinterpret_cast<uintptr_t>(weights[i]) % kAlignmentBytes != 0,
+                             "%s does not start on a %d-byte boundary; the pair (b) needs 16-byte aligned tensors",
+                             wnames[i], kAlignmentBytes);
+    const bool b_in_place = bo.same_view(b);
+    if (b_in_place) bo.name = "b";
+    auto meet = [](const Grouped& u, int64_t hu, const Grouped& v, int64_t hv) {
+        return u.rows > 0 && v.rows > 0 && spans_meet(u.ptr, u.end(hu), v.ptr, v.end(hv)) &&
+               !rows_interleave_apart(u, hu, v, hv);
+    };
+    if (!b_in_place) {
+        if (addrmsnorm_status st = check_grouped_self_overlap(bo, c.b_hidden); st != ADDRMSNORM_SUCCESS) return st;
+        ADDRMSNORM_REFUSE_IF(meet(bo, c.b_hidden, b, c.b_hidden),
+                             "b_out overlaps b; b_out may be b exactly (in place), or apart from it");
+    }
+    struct M { const char* o_name; const Grouped* o; int64_t ho; const char* in_name; const Grouped* t; int64_t ht; };
+    const M pairs[3] = {{"out", &out, c.hidden, "b", &b, c.b_hidden}, {"b_out", &bo, c.b_hidden, "x", &x, c.hidden},
+                        {"b_out", &bo, c.b_hidden, "out", &out, c.hidden}};
+    for (const M& m : pairs)
+        ADDRMSNORM_REFUSE_IF(meet(*m.o, m.ho, *m.t, m.ht),
+                             "%s overlaps %s; the pair's outputs must not share memory with the other part", m.o_name,
+                             m.in_name);
+    const int ws = dtype_size(c.weight_dtype);
+    const int64_t wwidths[2] = {c.hidden, c.b_hidden};
+    for (int i = 0; i < 2; ++i) {
+        if (weights[i] == nullptr) continue;
+        const uintptr_t w0 = reinterpret_cast<uintptr_t>(weights[i]), w1 = w0 + static_cast<uintptr_t>(wwidths[i] * ws);
+        ADDRMSNORM_REFUSE_IF(spans_meet(bo.ptr, bo.end(c.b_hidden), w0, w1),
+                             "b_out overlaps %s; b_out must not share memory with %s", wnames[i], wnames[i]);
+    }
+    if (c.b_weight != nullptr) {
+        const uintptr_t w0 = reinterpret_cast<uintptr_t>(c.b_weight), w1 = w0 + static_cast<uintptr_t>(c.b_hidden * ws);
+        ADDRMSNORM_REFUSE_IF(spans_meet(out.ptr, out.end(c.hidden), w0, w1),
+                             "out overlaps b_weight; out must not share memory with b_weight");
+    }
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -676,6 +783,9 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     const bool gated = c.z != nullptr;
     if (gated)
         if (addrmsnorm_status st = check_gate_rules(c); st != ADDRMSNORM_SUCCESS) return st;
+    const bool pair = c.b != nullptr;
+    if (pair)
+        if (addrmsnorm_status st = check_pair_rules(c); st != ADDRMSNORM_SUCCESS) return st;
     if (c.rows == 0) return ADDRMSNORM_SUCCESS;  // a no-op: pointers and strides are not used
     const int xs = dtype_size(c.x_dtype), ws = dtype_size(c.weight_dtype);
     if (addrmsnorm_status st = check_pointer("x", c.x, xs); st != ADDRMSNORM_SUCCESS) return st;
@@ -715,7 +825,9 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
         if (spans_meet(r0, r1, w0, w1))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps weight; it must not share memory with it");
     }
-    if (gated) return check_gate_memory(c, out, o1);
+    if (gated)
+        if (addrmsnorm_status st = check_gate_memory(c, out, o1); st != ADDRMSNORM_SUCCESS) return st;
+    if (pair) return check_pair_memory(c, x, out);
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -871,6 +983,14 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                          "z is NULL but stride_z or gate is set: they describe the gated norm's gate");
     ADDRMSNORM_REFUSE_IF(gated && a.residual != nullptr,
                          "z is the gated norm's gate, which normalizes x alone: it takes no residual");
+    // The pair (validation.check_pair_residual, and the fields without b).
+    const bool pair = a.b != nullptr;
+    ADDRMSNORM_REFUSE_IF(!pair && a.b_weight != nullptr, "b_weight is given but b is NULL: it is the pair's second weight");
+    ADDRMSNORM_REFUSE_IF(!pair && a.b_out != nullptr, "b_out is given but b is NULL: it is the pair's second output");
+    ADDRMSNORM_REFUSE_IF(!pair && (a.b_hidden != 0 || a.stride_b != 0 || a.stride_b_out != 0),
+                         "b is NULL but b_hidden, stride_b or stride_b_out is set: they describe the pair's second part");
+    ADDRMSNORM_REFUSE_IF(pair && a.residual != nullptr,
+                         "b is the pair's second part, which normalizes x alone: it takes no residual");
     // The weightless norm: weight NULL. Its kernels read x's dtype in the weight's place (nothing is read).
     const bool weightless = a.weight == nullptr;
     if (weightless) {
@@ -906,6 +1026,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(sandwich, "post_weight (the sandwich norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(gated, "z (the gated norm) has no quantized outputs yet; quant must be NULL");
+        ADDRMSNORM_REFUSE_IF(pair, "b (the pair) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
                              (long long)a.groups);
         ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
@@ -929,6 +1050,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     if (qk) {
         n->kind = NormCallArgs::kQk;
         ADDRMSNORM_REFUSE_IF(gated, "z is the gated norm's gate; the QK norm (weight2) takes none");
+        ADDRMSNORM_REFUSE_IF(pair, "b is the pair's second part; the QK norm (weight2) takes none");
         ADDRMSNORM_REFUSE_IF(a.residual != nullptr, "weight2 is the QK norm's k weight; the QK norm takes no residual");
         ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with weight2: the QK norm writes no rstd");
         ADDRMSNORM_REFUSE_IF(a.rows > 0 && (a.out != a.x || a.stride_out != a.stride_x ||
@@ -957,7 +1079,8 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     n->kind = NormCallArgs::kPlain;
     n->plain = NormCall{a.x, a.weight, a.out, a.rstd, a.rows, groups, a.hidden, a.stride_x, a.stride_x_group,
                         a.stride_out, a.stride_out_group, a.x_dtype, a.weight_dtype, eps, offset, flags,
-                        a.z, a.stride_z, a.group_size, a.gate, a.gate_first};
+                        a.z, a.stride_z, a.group_size, a.gate, a.gate_first, a.b, a.b_weight, a.b_out, a.b_hidden,
+                        a.stride_b, a.stride_b_out};
     return validate_rmsnorm(n->plain);
 }
 

@@ -85,6 +85,11 @@ struct NormCall {
     const void* z = nullptr;
     int64_t stride_z = 0, group_size = 0;
     int32_t gate = 0, gate_first = 0;
+    // The pair (b given): the second part's rows, weight and output (addrmsnorm_norm_args').
+    const void* b = nullptr;
+    const void* b_weight = nullptr;
+    const void* b_out = nullptr;
+    int64_t b_hidden = 0, stride_b = 0, stride_b_out = 0;
 };
 
 // addrmsnorm_rmsnorm's checks (validation.check_rmsnorm's rules).

@@ -101,7 +101,7 @@ def argument_named(message: str, fields: dict | None = None) -> str:
     return (fields or FORWARD_FIELDS).get(word, word)
 
 
-FORWARD_FIELDS = {"hidden": "x", "gate_first": "norm_before_gate"}
+FORWARD_FIELDS = {"hidden": "x", "gate_first": "norm_before_gate", "b_hidden": "b"}
 BACKWARD_FIELDS = {"hidden": "dy", "x": "dy", "residual": "h"}
 QK_FIELDS = {"x": "qkv", "hidden": "qkv", "weight": "q_weight"}
 QUANT_FIELDS = {"hidden": "x"}

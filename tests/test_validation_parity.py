@@ -223,6 +223,52 @@ def test_random_gated_calls_get_the_same_verdict():
     assert all(v >= 15 for v in seen.values()), seen
 
 
+def test_random_pair_calls_get_the_same_verdict():
+    """The pair (b): its dtype and weight rules, the widths, numerics with it, 16-byte rows and tensors, and
+    the outputs' overlaps, column slices of one buffer included."""
+    lib = c_library.load(LIB_PATH)
+    rng = random.Random(7)
+    seen = {"ok": 0, "value": 0, "type": 0}
+
+    for _ in range(600):
+        N = rng.choice([1, 2, 5])
+        Ha, Hb = rng.choice([8, 64, 64, 128, 13]), rng.choice([8, 16, 64, 12])
+        xd = rng.choice([torch.float16, torch.bfloat16, torch.bfloat16, torch.float32])
+        wd = rng.choice([xd, xd, xd, torch.float32])
+        width = Ha + Hb + rng.choice([0, 8, 3])
+        buf = torch.zeros(N, width + 16, dtype=xd, device=DEVICE)
+        shift = rng.choice([0, 0, 0, 8, 1])
+        if rng.random() < 0.6:  # column slices of one buffer
+            a, b = buf[:, shift:shift + Ha], buf[:, shift + Ha:shift + Ha + Hb]
+        else:
+            a, b = torch.zeros(N, Ha, dtype=xd, device=DEVICE), torch.zeros(N, Hb, dtype=xd, device=DEVICE)
+        weighted = rng.random() < 0.85
+        wa = torch.zeros(Ha, dtype=wd, device=DEVICE) if weighted else None
+        wb = torch.zeros(Hb, dtype=wd, device=DEVICE) if weighted and rng.random() < 0.95 else None
+        r = rng.random()
+        oa = a if r < 0.4 else (buf[:, :Ha] if r < 0.5 and buf.shape[1] >= Ha else torch.zeros(N, Ha, dtype=xd,
+                                                                                                device=DEVICE))
+        ob = b if rng.random() < 0.5 else torch.zeros(N, Hb, dtype=xd, device=DEVICE)
+        numerics = rng.choice([0, 0, 1, 2])
+        weight_offset = rng.choice([0.0, 0.0, 1.0]) if weighted else 0.0
+        try:
+            validation.check_rmsnorm(a, wa, oa, None, eps=1e-6, weight_offset=weight_offset, numerics=numerics, b=b,
+                                     b_weight=wb, b_out=ob)
+            py = "ok"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
+        st = c_library.check(lib, c_library.norm_args(a, wa, oa, eps=1e-6, weight_offset=weight_offset,
+                                                      numerics=numerics, b=b, b_weight=wb, b_out=ob))
+        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+        context = (f"N={N} Ha={Ha} Hb={Hb} width={width} shift={shift} x={xd} w={wd if weighted else None} "
+                   f"numerics={numerics} offset={weight_offset}")
+        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
+        seen[py] += 1
+    assert all(v >= 15 for v in seen.values()), seen
+
+
 def addrmsnorm_last_error(lib):
     return lib.addrmsnorm_last_error().decode()
 

@@ -79,8 +79,8 @@ class Spec:
     kind: str         # "forward" and "quant_forward" (rmsnorm_fwd, rmsnorm_quant_fwd), "backward" (rmsnorm_bwd),
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
                       # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
-                      # "sandwich_forward" (rmsnorm_fwd with SANDWICH), and "gated_forward" (the plain
-                      # forward GATED)
+                      # "sandwich_forward" (rmsnorm_fwd with SANDWICH), "gated_forward" (the plain forward
+                      # GATED) and "pair_forward" (the plain forward PAIR, rows of one stride)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -95,7 +95,7 @@ class Spec:
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
         return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
-                "gated_forward": "forward",
+                "gated_forward": "forward", "pair_forward": "forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
@@ -219,7 +219,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
-    specs += _sandwich_specs(cfgs) + _gated_specs(cfgs)
+    specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in configs.QUANT_MODES:
@@ -250,9 +250,19 @@ def _gated_specs(cfgs) -> list:
             for mode in (configs.CONTRACT, configs.HF_LLAMA)]
 
 
+def _pair_specs(cfgs) -> list:
+    """The pair's kernels: configs.PAIR_TABLE's rows, for 16-bit x with weights of its dtype, vector-aligned
+    rows, the contract and HF's Llama form."""
+    v = configs.vector_elems(2, 2)
+    return [Spec("pair_forward", cfgs.index(cfg), x, x, x, v, numerics=mode)
+            for cfg in unique_configs(configs.PAIR_TABLE) for x in configs.PAIR_DTYPES
+            for mode in (configs.CONTRACT, configs.HF_LLAMA)]
+
+
 def forward_configs() -> list:
     """The forward kernels' configs, deduplicated, in the order of kConfigs: every table's rows."""
-    return unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE + configs.GATED_TABLE)
+    return unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE + configs.GATED_TABLE
+                          + configs.PAIR_TABLE)
 
 
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
@@ -263,7 +273,7 @@ def kernel_of(kind: str):
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
-            "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd,
+            "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
@@ -282,7 +292,8 @@ def _pointer_types(spec: Spec) -> dict:
                 "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight)}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
-            "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x)}
+            "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x),
+            "b_ptr": ptr(spec.x), "b_weight_ptr": ptr(spec.weight), "b_out_ptr": ptr(spec.x)}
 
 
 def signature(spec: Spec) -> dict:
@@ -355,7 +366,7 @@ def compile_one(job):
                           "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind in ("forward", "sandwich_forward"),
                           "GROUPED": spec.kind in ("plain_forward", "qk_forward", "gated_forward"),
                           "SPLIT": spec.kind == "qk_forward", "SANDWICH": spec.kind == "sandwich_forward",
-                          "GATED": spec.kind == "gated_forward"}
+                          "GATED": spec.kind == "gated_forward", "PAIR": spec.kind == "pair_forward"}
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
@@ -479,7 +490,7 @@ def _call_rules(n_align_classes: int) -> list[str]:
 # The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
-         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward"}
+         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward"}
 
 
 
@@ -785,11 +796,13 @@ addrmsnorm_cubin_blob:
         return index
     for name, kind, what in (("kPlainIndex", "plain_forward", ""), ("kQkIndex", "qk_forward", "the QK norm's: "),
                              ("kSandwichIndex", "sandwich_forward", "the sandwich norm's: "),
-                             ("kGatedIndex", "gated_forward", "the gated norm's: ")):
+                             ("kGatedIndex", "gated_forward", "the gated norm's: "),
+                             ("kPairIndex", "pair_forward", "the pair's: ")):
         lines += _short_array(name, what + "[config][x][weight slot][align_class][numerics]", by_x(kind))
     lines.append(f"const int kQkMaxHeadDim = {configs.QK_MAX_HEAD_DIM};")
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
+    lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
@@ -824,6 +837,7 @@ addrmsnorm_cubin_blob:
                              ("select_plain_table_config", configs.PLAIN_TABLE, cfgs),
                              ("select_sandwich_table_config", configs.SANDWICH_TABLE, cfgs),
                              ("select_gated_table_config", configs.GATED_TABLE, cfgs),
+                             ("select_pair_table_config", configs.PAIR_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
@@ -889,6 +903,10 @@ addrmsnorm_cubin_blob:
         for xs in (2, 4) if H <= configs.GATED_MAX_GROUP else ():
             c = configs.select_gated_config(H, xs)  # the gated norm: quant -3
             cases.append(f"{{{H}, {xs}, {xs}, -3, false, false, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
+                         f"{str(c.looped).lower()}, {cfgs.index(c)}}},")
+        if H <= configs.PAIR_MAX_WIDTH:
+            c = configs.select_pair_config(H, 2)  # the pair: quant -4
+            cases.append(f"{{{H}, 2, 2, -4, false, false, {c.block_h}, {c.rows_per_program}, {c.num_warps}, "
                          f"{str(c.looped).lower()}, {cfgs.index(c)}}},")
     _write_if_changed(out / "dispatch_cases.inc", "// Generated by tools/aot_build.py\n" + "\n".join(cases) + "\n")
 
@@ -958,7 +976,8 @@ def main():
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
                   f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
-                  f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm)")
+                  f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
+                  f"{kinds['pair_forward']} pair)")
         return
     if args.sample or args.jit_check:
         picked = []

@@ -48,10 +48,10 @@ using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor
 using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
                                                       const OptTensor&, double, bool);
 using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double,
-                       const OptTensor&, double, const OptTensor&, int64_t, bool);
+                       const OptTensor&, double, const OptTensor&, int64_t, bool, const OptTensor&, const OptTensor&);
 using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
                     const OptTensor&, double, double, int64_t, bool, double, const OptTensor&, double,
-                    const OptTensor&, int64_t, bool);
+                    const OptTensor&, int64_t, bool, const OptTensor&, const OptTensor&, const OptTensor&);
 using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const OptTensor&,
                                                                  double, c10::ScalarType, const OptTensor&, int64_t,
                                                                  const OptTensor&, bool, bool, double, bool, bool, bool,
@@ -357,36 +357,40 @@ std::tuple<Tensor, Tensor, Tensor> norm_autograd(c10::DispatchKeySet ks, const T
 void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                     double eps, double weight_offset, int64_t numerics, bool pdl, double x_scale,
                     const OptTensor& post_weight, double post_weight_offset, const OptTensor& z, int64_t group_size,
-                    bool norm_before_gate) {
+                    bool norm_before_gate, const OptTensor& b, const OptTensor& b_weight) {
     const bool plain = !residual.has_value();
     refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)},
-                          {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}}, plain);
+                          {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}, {"b", &or_none(b)},
+                          {"b_weight", &or_none(b_weight)}}, plain);
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
                                              weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
-                                             z, group_size, norm_before_gate);
+                                             z, group_size, norm_before_gate, b, b_weight);
     }
     bump(x);
     if (!plain) bump(*residual);
+    if (b) bump(*b);
 }
 
 void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight,
                         const Tensor& out, const OptTensor& residual_out, const OptTensor& rstd, double eps,
                         double weight_offset, int64_t numerics, bool pdl, double x_scale,
                         const OptTensor& post_weight, double post_weight_offset, const OptTensor& z,
-                        int64_t group_size, bool norm_before_gate) {
+                        int64_t group_size, bool norm_before_gate, const OptTensor& b, const OptTensor& b_weight,
+                        const OptTensor& b_out) {
     refuse_grad("norm_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
                               {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)},
-                              {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}},
+                              {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}, {"b", &or_none(b)},
+                              {"b_weight", &or_none(b_weight)}, {"b_out", &or_none(b_out)}},
                 !residual.has_value());
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
                                        rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                                       post_weight_offset, z, group_size, norm_before_gate);
+                                       post_weight_offset, z, group_size, norm_before_gate, b, b_weight, b_out);
     }
-    for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd)})
+    for (const Tensor* t : {&out, &or_none(residual_out), &or_none(rstd), &or_none(b_out)})
         if (t->defined()) bump(*t);
 }
 

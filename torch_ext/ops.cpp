@@ -245,7 +245,9 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
                                              const at::Tensor* rstd, double eps, double weight_offset,
                                              int64_t numerics, bool pdl, double x_scale,
                                              const OptTensor& post_weight, double post_weight_offset,
-                                             const OptTensor& z, int64_t group_size, bool norm_before_gate) {
+                                             const OptTensor& z, int64_t group_size, bool norm_before_gate,
+                                             const at::Tensor* b = nullptr, const OptTensor& b_weight = std::nullopt,
+                                             const at::Tensor* b_out = nullptr) {
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
     // The sandwich norm's first weight, mapped where there is a residual (without one the C ABI refuses it).
     const at::Tensor* pw = post_weight && residual != nullptr ? &*post_weight : nullptr;
@@ -279,6 +281,34 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     }
     a.group_size = group_size;
     a.gate_first = norm_before_gate ? 0 : 1;
+    // The pair's second part: what the struct cannot carry (b's dtype, shape, device and rows), mapped here.
+    if (b != nullptr) {
+        dtype_of("b", *b);
+        dtype_is("b", *b, "x", x);
+        if (b_weight) {
+            dtype_of("b_weight", *b_weight);
+            if (weight) dtype_is("b_weight", *b_weight, "weight", *weight);
+            else a.weight_dtype = dtype_of("b_weight", *b_weight);
+        }
+        if (b_out != nullptr) dtype_is("b_out", *b_out, "x", x);
+        same_device("b", b, x);
+        if (b_weight) same_device("b_weight", &*b_weight, x);
+        same_device("b_out", b_out, x);
+        TORCH_CHECK_VALUE(x.dim() > 0 && b->dim() == x.dim() && b->sizes().slice(0, x.dim() - 1) ==
+                                                                       x.sizes().slice(0, x.dim() - 1),
+                          "b has shape ", shape_str(b->sizes()), "; it must have x's rows, ",
+                          shape_str(x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1)), " + (width,)");
+        const int64_t Hb = b->size(-1);
+        if (b_weight) weight_of("b_weight", *b_weight, Hb);
+        a.b = data(*b);
+        a.stride_b = as_rows("b", *b, b->sizes()).stride;
+        a.b_weight = b_weight ? data(*b_weight) : nullptr;
+        if (b_out != nullptr) {
+            a.b_out = data(*b_out);
+            a.stride_b_out = as_rows("b_out", *b_out, b->sizes()).stride;
+        }
+        a.b_hidden = Hb;
+    }
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("rstd", rstd, x);
@@ -347,20 +377,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm(const at::Tensor& x, const O
 
 void norm_(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
            double weight_offset, int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight,
-           double post_weight_offset, const OptTensor& z, int64_t group_size, bool norm_before_gate) {
+           double post_weight_offset, const OptTensor& z, int64_t group_size, bool norm_before_gate,
+           const OptTensor& b, const OptTensor& b_weight) {
     const at::Tensor* res = residual ? &*residual : nullptr;
     norm_call(x, res, weight, &x, res, nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-              post_weight_offset, z, group_size, norm_before_gate);
+              post_weight_offset, z, group_size, norm_before_gate, b ? &*b : nullptr, b_weight, b ? &*b : nullptr);
 }
 
 void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                const OptTensor& residual_out, const OptTensor& rstd, double eps, double weight_offset,
                int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight, double post_weight_offset,
-               const OptTensor& z, int64_t group_size, bool norm_before_gate) {
+               const OptTensor& z, int64_t group_size, bool norm_before_gate, const OptTensor& b,
+               const OptTensor& b_weight, const OptTensor& b_out) {
     residual_outputs(residual, residual_out);
     norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
               rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
-              z, group_size, norm_before_gate);
+              z, group_size, norm_before_gate, b ? &*b : nullptr, b_weight, b_out ? &*b_out : nullptr);
 }
 
 // ----- the backward ----------------------------------------------------------------------------------

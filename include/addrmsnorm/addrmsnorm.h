@@ -222,6 +222,8 @@ typedef struct addrmsnorm_quant {
  *   post_weight   NULL, or [hidden] of weight_dtype: the sandwich norm (below); post_weight_offset its offset
  *   z             NULL, or the gated norm's gate (below), with stride_z, group_size, gate and gate_first;
  *                 with z NULL those are 0
+ *   b             NULL, or the pair's second part (below), with b_weight, b_out, b_hidden, stride_b and
+ *                 stride_b_out; with b NULL those are 0
  *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
  *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
  *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
@@ -273,6 +275,10 @@ typedef struct addrmsnorm_norm_args {
     int64_t group_size;        /* the columns normalized together: divides hidden; 0 is hidden */
     int32_t gate;              /* an addrmsnorm_gate */
     int32_t gate_first;        /* 0: rmsnorm(x) * w * act(z) (norm before gate); 1: rmsnorm(x * act(z)) * w */
+    const void *b;             /* NULL, or the pair's second part: [rows, b_hidden] of x_dtype (below) */
+    const void *b_weight;      /* with b: [b_hidden] of weight_dtype (NULL with weight NULL) */
+    void *b_out;               /* with b: [rows, b_hidden] of x_dtype; may be b exactly */
+    int64_t b_hidden, stride_b, stride_b_out;
 } addrmsnorm_norm_args;
 
 /* The gated norm's activation of z. */
@@ -307,6 +313,15 @@ typedef enum addrmsnorm_gate {
  * the column in the row. ADDRMSNORM_NUMERICS_HF (weight_offset 0): HF's modules bit for bit (gate_first 0:
  * the normalized value rounded to x_dtype, times the weight rounded again, times silu(z) in fp32; 1:
  * LlamaRMSNorm's two roundings of v). out may be x exactly, and must not overlap z.
+ *
+ * The pair (b given: DeepSeek-V3's and Kimi-K2's latent norms, q_a_layernorm and kv_a_layernorm), in one
+ * launch: the plain norm of x's rows into out, and of b's rows (as many, b_hidden wide) with b_weight into
+ * b_out. It is the plain call (residual, weight2, quant and z NULL, groups 0 or 1, no rstd) with x_dtype fp16
+ * or bf16, weight_dtype x_dtype (both weights given, or both NULL), hidden and b_hidden multiples of 8 of at
+ * most 8192, row strides of multiples of 8 and every tensor on a 16-byte boundary. ADDRMSNORM_NUMERICS_HF
+ * is LlamaRMSNorm's form (weight_offset 0). out may be x exactly and b_out b exactly; the two parts may be
+ * column slices of one buffer (rows of one stride whose columns do not meet); no output may overlap any
+ * other tensor.
  */
 /* Every field zero, struct_size set: the starting point of every call. */
 static inline addrmsnorm_norm_args addrmsnorm_norm_args_init(void) {

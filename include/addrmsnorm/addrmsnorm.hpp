@@ -5,7 +5,8 @@
 //
 // A weight of nullptr is the weightless norm (out = h * rstd); x_scale other than 1 the scaled residual add;
 // a post_weight the sandwich norm (h = residual + rmsnorm(x; post_weight), Gemma 2/3, GLM-4; rstd then [2, rows]);
-// a z in rmsnorm's NormArgs the gated norm (rmsnorm(x) * w * silu(z) over groups of group_size; Qwen3-Next, Mamba2).
+// a z in rmsnorm's NormArgs the gated norm (rmsnorm(x) * w * silu(z) over groups of group_size; Qwen3-Next, Mamba2);
+// a b the pair (b's rows normalized with b_weight into b_out in the same launch; DeepSeek-V3's latent norms).
 //
 // and the plain norm (h = x, no residual): rmsnorm, rmsnorm_inplace, qk_rmsnorm_inplace; and the quantized
 // outputs of both (fused_add_rmsnorm_quant, rmsnorm_quant), with a descriptor per mode (quant_static ... quant_mxfp4).
@@ -159,6 +160,13 @@ struct NormArgs {
     int64_t stride_z = -1;
     int64_t group_size = 0;  // 0: the row
     bool norm_before_gate = true;  // false: rmsnorm(x * silu(z)) * w
+    // The pair (addrmsnorm.h): b of x_dtype, [rows, b_hidden] rows of stride_b (-1: b_hidden), into b_out.
+    const void* b = nullptr;
+    const void* b_weight = nullptr;
+    void* b_out = nullptr;
+    int64_t b_hidden = 0;
+    int64_t stride_b = -1;
+    int64_t stride_b_out = -1;
 };
 
 inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
@@ -187,6 +195,14 @@ inline Status rmsnorm(const NormArgs& a, addrmsnorm_stream stream = nullptr) {
         c.group_size = a.group_size;
         c.gate = ADDRMSNORM_GATE_SILU;
         c.gate_first = a.norm_before_gate ? 0 : 1;
+    }
+    if (a.b != nullptr) {
+        c.b = a.b;
+        c.b_weight = a.b_weight;
+        c.b_out = a.b_out;
+        c.b_hidden = a.b_hidden;
+        c.stride_b = a.stride_b == -1 ? a.b_hidden : a.stride_b;
+        c.stride_b_out = a.stride_b_out == -1 ? a.b_hidden : a.stride_b_out;
     }
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }

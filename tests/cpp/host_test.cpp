@@ -252,7 +252,9 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = c.quant == -3  // the gated norm's rule
+        const int i = c.quant == -4  // the pair's rule
+                          ? addrmsnorm::detail::select_pair_table_config(c.H, c.x_size, c.residual_size, 0, false)
+                      : c.quant == -3  // the gated norm's rule
                           ? addrmsnorm::detail::select_gated_table_config(c.H, c.x_size, c.residual_size, 0, false)
                       : c.quant == -2  // the sandwich norm's rule
                           ? addrmsnorm::detail::select_sandwich_table_config(c.H, c.x_size, c.residual_size, 0, false)
@@ -731,6 +733,69 @@ TEST(Dispatch, EveryGatedNormCallHasAKernelForEveryArch) {
                 EXPECT_GE(kConfigs[cfg].block_h, g);
                 for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
             }
+}
+
+TEST(Dispatch, EveryPairCallHasAKernelForEveryArch) {
+    using namespace addrmsnorm::detail;
+    // The pair: 16-bit parts with weights of their dtype, vector-aligned rows, the contract or HF's Llama form
+    // (as forward.cpp's pair_call_variant asks once the call is validated), the tile of the wider part.
+    alignas(16) static const unsigned char buf[64] = {};
+    const void* pointers[6] = {buf, buf, buf, buf, buf, buf};
+    for (long long wa : {8LL, 512LL, 1536LL, 8192LL})
+        for (long long wb : {8LL, 512LL, 4096LL})
+            for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+                for (bool hf : {false, true}) {
+                    int cfg = -1;
+                    const long long wider = wa > wb ? wa : wb;
+                    const int v = pair_call_variant(pointers, 6, wa | wb, wider, 2112 * 8, x, x, 0.0f, hf, &cfg);
+                    ASSERT_GE(v, 0) << "pair " << wa << " + " << wb << " x " << x << " hf " << hf;
+                    EXPECT_EQ(kVariants[v].kind, KernelKind::PairForward);
+                    EXPECT_EQ(kVariants[v].config, cfg);
+                    EXPECT_GE(kConfigs[cfg].block_h, wider);
+                    for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+                }
+}
+
+TEST(Validate, PairRulesNameTheirField) {
+    alignas(16) static unsigned char buf[8 * 2112 * 2] = {};
+    auto call = [&]() {  // MLA's latents as column slices of one [4, 2112] bf16 buffer, in place
+        addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
+        a.x = a.out = buf;
+        a.b = a.b_out = buf + 1536 * 2;
+        a.rows = 4; a.hidden = 1536; a.b_hidden = 512;
+        a.stride_x = a.stride_out = a.stride_b = a.stride_b_out = 2112;
+        a.weight = buf + 8 * 2112;
+        a.b_weight = buf + 8 * 2112 + 4096;
+        a.x_dtype = a.residual_dtype = a.weight_dtype = ADDRMSNORM_BFLOAT16;
+        a.eps = 1e-6;
+        return a;
+    };
+    addrmsnorm_norm_args a = call();
+    EXPECT_EQ(addrmsnorm_norm_check(&a), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    struct Case {
+        void (*edit)(addrmsnorm_norm_args&);
+        const char* starts;
+        addrmsnorm_status status = ADDRMSNORM_ERROR_INVALID_ARGUMENT;
+    };
+    const Case cases[] = {
+        {[](addrmsnorm_norm_args& c) { c.b_weight = nullptr; }, "b_weight is NULL but weight is given"},
+        {[](addrmsnorm_norm_args& c) { c.b_hidden = 520; }, "b_out overlaps"},
+        {[](addrmsnorm_norm_args& c) { c.b_hidden = 12; }, "b_hidden is 12"},
+        {[](addrmsnorm_norm_args& c) { c.hidden = 8200; }, "hidden is 8200"},
+        {[](addrmsnorm_norm_args& c) { c.x_dtype = ADDRMSNORM_FLOAT32; c.weight_dtype = ADDRMSNORM_FLOAT32; },
+         "x_dtype is float32", ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE},
+        {[](addrmsnorm_norm_args& c) { c.b_out = nullptr; }, "b_out is NULL"},
+        {[](addrmsnorm_norm_args& c) { c.stride_b = 2100; }, "stride_b is 2100"},
+        {[](addrmsnorm_norm_args& c) { c.b = nullptr; c.b_out = nullptr; }, "b_weight is given but b is NULL"},
+        {[](addrmsnorm_norm_args& c) { c.numerics = ADDRMSNORM_NUMERICS_HF; c.weight_offset = 1.0; },
+         "ADDRMSNORM_NUMERICS_HF with b"},
+    };
+    for (const Case& k : cases) {
+        addrmsnorm_norm_args c = call();
+        k.edit(c);
+        EXPECT_EQ(addrmsnorm_norm_check(&c), k.status) << k.starts;
+        EXPECT_EQ(std::string(addrmsnorm_last_error()).rfind(k.starts, 0), 0u) << addrmsnorm_last_error();
+    }
 }
 
 TEST(Validate, GatedNormRulesNameTheirField) {
