@@ -25,7 +25,8 @@ DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
 # to about 21 MiB on sm_90 and 28 on sm_100; the block-scaled formats' 144 bring 1429, embedded with their
 # zero runs packed: 22.2 MiB on sm_90, 27.9 on sm_100. The plain norm's 32-warp loop above H = 32768 brings
 # 24 more, the sandwich norm's own table 28 (configs.SANDWICH_TABLE: 6 rows x 6 kernels; its 36 took 0.6
-# MiB of sm_90's), the gated norm's 42 (configs.GATED_TABLE: 7 rows x 6 kernels) and the pair's 32 (configs.PAIR_TABLE: 8 rows x 4). A new variant must fit.
+# MiB of sm_90's), the gated norm's 42 (configs.GATED_TABLE: 7 rows x 6 kernels) and the pair's 32
+# (configs.PAIR_TABLE: 8 rows x 4). A new variant must fit.
 MAX_KERNELS_PER_ARCH = 1555
 
 
