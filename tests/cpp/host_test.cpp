@@ -779,7 +779,7 @@ TEST(Validate, PairRulesNameTheirField) {
     };
     const Case cases[] = {
         {[](addrmsnorm_norm_args& c) { c.b_weight = nullptr; }, "b_weight is NULL but weight is given"},
-        {[](addrmsnorm_norm_args& c) { c.b_hidden = 520; }, "b_out overlaps"},
+        {[](addrmsnorm_norm_args& c) { c.hidden = 1544; }, "out overlaps b"},
         {[](addrmsnorm_norm_args& c) { c.b_hidden = 12; }, "b_hidden is 12"},
         {[](addrmsnorm_norm_args& c) { c.hidden = 8200; }, "hidden is 8200"},
         {[](addrmsnorm_norm_args& c) { c.x_dtype = ADDRMSNORM_FLOAT32; c.weight_dtype = ADDRMSNORM_FLOAT32; },
