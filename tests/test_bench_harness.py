@@ -387,7 +387,7 @@ def test_sandwich_table_and_its_place_in_the_report():
     t = variants.table(rows)
     assert "| 8 × 256 | 100 · 2% · 1.0µs |" in t and "1.25×" in t  # ours over torch.compile, the one peer
     assert "| 1 × 5376 | 2.00 | 4.00 | 0.50× |" in t
-    assert "#### The norm variants: the sandwich norm and the gated norm" in writers.markdown_report(
+    assert "#### The norm variants: the sandwich norm, the gated norm, the latent pair" in writers.markdown_report(
         HEADER, rows, [], {}, None)
 
 
@@ -415,3 +415,22 @@ def test_gated_targets_mark_each_goal_from_the_rows():
     assert "| ≥ 95% of the roofline | 65536 × 4096, groups of 1024 | 3900 GB/s, 92.0% | | **missed** |" in t
     assert "(1.30×) | met |" in t and "(0.97×) | **missed** |" in t
     assert _report_targets().gated_targets([]) == ""
+
+
+def test_pair_table_and_targets():
+    from addrmsnorm.bench import variants
+
+    rows = [dict(section="pair", impl="addrmsnorm", N=16384, H="1536 + 512", gbs=3900.0, pct_roofline=92.0,
+                 us_median=34.0, note=""),
+            dict(section="pair", impl=variants.PAIR_TWO, N=16384, H="1536 + 512", gbs=3500.0, pct_roofline=82.0,
+                 us_median=38.0, note=""),
+            dict(section="pair", impl="torch.compile (same math)", N=16384, H="1536 + 512", gbs=3000.0,
+                 pct_roofline=70.0, us_median=44.0, note=""),
+            dict(section="pair_latency", impl="addrmsnorm (PDL)", N=1, H="1536 + 512", us_median=1.5),
+            dict(section="pair_latency", impl=variants.PAIR_TWO + " (PDL)", N=1, H="1536 + 512", us_median=3.0)]
+    t = variants.table(rows)
+    # The ratio is to the fastest peer (torch.compile); our own two launches are ours, not a peer.
+    assert "| 16384 × (1536 + 512) | 3900 · 92% · 34.0µs |" in t and "1.30×" in t
+    assert "| 1 × (1536 + 512) | 1.50 | 3.00 |" in t
+    targets = _report_targets().pair_targets(rows)
+    assert "met at 2 of 2" in targets and "(0.50×) | met |" in targets

@@ -7,6 +7,7 @@ Byte model (bytes the one kernel must move at the least, per call; xs the activa
 
     sandwich norm    read x and residual, write h and y    4 * xs per element, plus both weights once
     gated norm       read x and z, write y                 3 * xs per element, plus the weight once
+    latent pair      read a and b, write both              2 * xs per element of both, plus both weights
 
 fla-core's FusedRMSNormGated normalizes whole rows: for groups narrower than the row it is called on the
 (rows * groups, group) view with a weight of the group's width (the same bytes; a weight shared by the
@@ -200,8 +201,92 @@ def run_gated(roofline: float, log=print, shapes=GATED_SHAPES) -> list[dict]:
     return rows
 
 
+PAIR_WIDTHS = (1536, 512, 2112)  # DeepSeek-V3's q and kv latents in the 2112-wide fused_qkv_a_proj output
+PAIR_BULK_ROWS = (16384, 2048)
+PAIR_DECODE_ROWS = (1, 64)
+PAIR_TWO = "addrmsnorm, two plain launches"
+
+
+def pair_impls(pdl: bool = False) -> dict:
+    """name -> make() -> fn(a, wa, b, wb) -> (ya, yb), new tensors."""
+    suffix = " (PDL)" if pdl else ""
+
+    def ours():
+        return lambda a, wa, b, wb: addrmsnorm.rmsnorm_pair(a, wa, b, wb, EPS, pdl=pdl)
+
+    def two():
+        return lambda a, wa, b, wb: (addrmsnorm.rmsnorm(a, wa, EPS, pdl=pdl), addrmsnorm.rmsnorm(b, wb, EPS, pdl=pdl))
+
+    out = {OURS + suffix: ours, PAIR_TWO + suffix: two}
+    if not pdl:
+        def compiled():
+            def norm(x, w):
+                xf = x.float()
+                return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
+            return torch.compile(lambda a, wa, b, wb: (norm(a, wa), norm(b, wb)), dynamic=False, fullgraph=True)
+        out["torch.compile (same math)"] = compiled
+    return out
+
+
+def run_pair(roofline: float, log=print) -> list[dict]:
+    from addrmsnorm.reference import rmsnorm_ref
+
+    xd = torch.bfloat16
+    Ha, Hb, width = PAIR_WIDTHS
+    gen = torch.Generator(device="cuda").manual_seed(Ha)
+    wa, wb = ((1.0 + 0.1 * torch.randn(h, device="cuda", generator=gen)).to(xd) for h in (Ha, Hb))
+    tol = TOLERANCES[xd]
+    rows = []
+    impls, _ = _live(pair_impls(), log)
+    for N in PAIR_BULK_ROWS:
+        nbytes = 2 * xd.itemsize * N * (Ha + Hb) + xd.itemsize * (Ha + Hb)
+        n_sets = sets_for_cold_l2(nbytes)
+        for name, fn in impls.items():
+            base = dict(section="pair", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16", residual_dtype="bf16")
+            try:
+                bufs = [torch.randn(N, width, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
+                a0, b0 = bufs[0][:, :Ha], bufs[0][:, Ha:Ha + Hb]
+                note = ""
+                for got, x, w in zip(fn(a0, wa, b0, wb), (a0, b0), (wa, wb)):
+                    want = rmsnorm_ref(x[:256], w, EPS).y.double()
+                    err = ((got[:256].double() - want).abs() / (tol.atol + tol.rtol * want.abs())).max().item()
+                    note = note or (f"y off the reference by {err:.1f}x the tolerance" if err > 1.0 else "")
+                calls = [lambda u=u: fn(u[:, :Ha], wa, u[:, Ha:Ha + Hb], wb) for u in bufs]
+                _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
+            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+                _fail(rows, base, e)
+            finally:
+                bufs = None
+            torch.cuda.empty_cache()
+        log(f"pair {N} x ({Ha} + {Hb}): " + "; ".join(
+            f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
+            for r in rows if r["section"] == "pair" and r["N"] == N))
+    # Decode: CHAIN dependent in-place steps in one graph, one buffer's latents (as a decoder's layers).
+    for N in PAIR_DECODE_ROWS:
+        for pdl in (False, True):
+            for name, fn in _live(pair_impls(pdl), log)[0].items():
+                base = dict(section="pair_latency", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16",
+                            residual_dtype="bf16")
+                try:
+                    buf = torch.randn(N, width, device="cuda", generator=gen).to(xd)
+
+                    def chain(_):
+                        a, b = buf[:, :Ha], buf[:, Ha:Ha + Hb]
+                        for _ in range(CHAIN):
+                            a, b = fn(a, wa, b, wb)
+                    t = time_graph(chain, 1)
+                    rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN,
+                                     us_max=t.max_us / CHAIN))
+                except Exception as e:  # noqa: BLE001
+                    _fail(rows, base, e)
+        log(f"pair chain {N} x ({Ha} + {Hb}): " + "; ".join(
+            f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
+            for r in rows if r["section"] == "pair_latency" and r["N"] == N))
+    return rows
+
+
 def run(roofline: float, log=print) -> list[dict]:
-    return run_sandwich(roofline, log) + run_gated(roofline, log)
+    return run_sandwich(roofline, log) + run_gated(roofline, log) + run_pair(roofline, log)
 
 
 def table(rows: list[dict]) -> str:
@@ -214,6 +299,15 @@ def table(rows: list[dict]) -> str:
     if sel:
         parts += ["Gated norm, bf16, rmsnorm(x) * w * silu(z) (GB/s by the one kernel's byte model · % of roofline · µs):",
                   "", _grid(sel, lambda r: f"{r['N']} × {r['H']}, groups of {r['group']}", "N × H, group"), ""]
+    sel = [r for r in rows if r["section"] == "pair"]
+    if sel:
+        parts += ["Latent pair, bf16, one buffer of 2112 columns (GB/s by the one launch's byte model · % of roofline "
+                  "· µs):", "", _grid(sel, lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)"), ""]
+    sel = [r for r in rows if r["section"] == "pair_latency"]
+    if sel:
+        parts += [f"Latent pair, decode chain of {CHAIN} dependent calls (µs per call):", "",
+                  _grid(sel, lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)", "us_median", False,
+                        lambda r: f"{r['us_median']:.2f}"), ""]
     sel = [r for r in rows if r["section"] == "sandwich_latency"]
     if sel:
         parts += [f"Sandwich norm, decode chain of {CHAIN} dependent calls at 1 × {SANDWICH_DECODE_H} (µs per call):",

@@ -173,7 +173,8 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
     vt = variants_table(rows)
     if vt:
         model = variants_doc.split("Byte model")[1].split("Shapes:")[0].strip()
-        lines += ["#### The norm variants: the sandwich norm and the gated norm", "", "Byte model " + model, "", vt]
+        lines += ["#### The norm variants: the sandwich norm, the gated norm, the latent pair", "", "Byte model " + model,
+                  "", vt]
     if any(r["section"] == "bandwidth" for r in rows):
         lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)
