@@ -273,17 +273,35 @@ def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, pos
                          f"({post_weight_offset!r} and {weight_offset!r}): both of a model's norms take one HF form")
 
 
+def check_vector_rows(rows: dict, variant: str, align: int, one_stride: bool = False) -> None:
+    """The rule of the variants built for 16-byte accesses alone (the sandwich norm, the gated norm, the
+    pair): in ``rows``' order, each view's row stride a multiple of ``align`` elements and its start on a
+    16-byte boundary (a weight, a tensor: its start alone); with ``one_stride``, rows of one stride. None
+    entries are skipped. ``variant`` names the call in the messages ("the pair (b)")."""
+    for name, r in rows.items():
+        if r is None:
+            continue
+        if isinstance(r, torch.Tensor):
+            if r.data_ptr() % configs.ALIGNMENT_BYTES:
+                raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; {variant} "
+                                 f"needs 16-byte aligned tensors")
+            continue
+        if one_stride and getattr(r, "group_rows", 1) != 1 and r.n_rows > 1:
+            raise ValueError(f"{name}: {variant} takes rows of one stride (the dimensions before the last must "
+                             f"flatten to one)")
+        if r.n_rows > 1 and r.row_stride % align:
+            raise ValueError(f"{name} has row stride {r.row_stride}; {variant} needs row strides of multiples of "
+                             f"{align} elements")
+        if r.start % configs.ALIGNMENT_BYTES:
+            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; {variant} needs "
+                             f"16-byte aligned tensors")
+
+
 def _check_sandwich_alignment(rows: dict) -> None:
     """The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): every row stride
     a multiple of 8 elements (H is, _sandwich_dtype_rules), every tensor on a 16-byte boundary. A call
     of no rows is not checked (nothing is read or written)."""
-    for name, r in rows.items():
-        if r.n_rows > 1 and r.row_stride % SANDWICH_ALIGN:
-            raise ValueError(f"{name} has row stride {r.row_stride}; the sandwich norm (post_weight) needs row "
-                             f"strides of multiples of {SANDWICH_ALIGN} elements")
-        if r.start % configs.ALIGNMENT_BYTES:
-            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the sandwich "
-                             f"norm (post_weight) needs 16-byte aligned tensors")
+    check_vector_rows(rows, "the sandwich norm (post_weight)", SANDWICH_ALIGN)
 
 
 def _f32(v: float) -> float:
@@ -1016,22 +1034,8 @@ def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
     """The gated norm's rules on memory: rows of one stride for x, z and out, row strides of whole
     16-byte accesses, every tensor on a 16-byte boundary; out (x exactly, or apart) must not overlap z."""
     zr = as_grouped_rows("z", z, call.shape)
-    rows = {"x": call.x, "z": zr}
-    if call.out is not None:
-        rows["out"] = call.out
-    for name, r in rows.items():
-        if r.group_rows != 1 and r.n_rows > 1:
-            raise ValueError(f"{name}: the gated norm takes rows of one stride (the dimensions before the last "
-                             f"must flatten to one)")
-        if r.n_rows > 1 and r.row_stride % GATED_ALIGN:
-            raise ValueError(f"{name} has row stride {r.row_stride}; the gated norm (z) needs row strides of "
-                             f"multiples of {GATED_ALIGN} elements")
-        if r.start % configs.ALIGNMENT_BYTES:
-            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the gated norm "
-                             f"(z) needs 16-byte aligned tensors")
-    if call.weight is not None and call.weight.data_ptr() % configs.ALIGNMENT_BYTES:
-        raise ValueError(f"weight does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the gated norm (z) "
-                         f"needs 16-byte aligned tensors")
+    check_vector_rows({"x": call.x, "z": zr, "out": call.out, "weight": call.weight}, "the gated norm (z)",
+                      GATED_ALIGN, one_stride=True)
     o = call.out
     if o is not None and o.n_rows and zr.n_rows and o.start < zr.end and zr.start < o.end:
         raise ValueError("out overlaps z; out may be x exactly (in place), or apart from z")
@@ -1136,23 +1140,8 @@ def _check_pair_memory(call, b, b_weight, b_out, Hb: int) -> PairCall:
     tensors; out may be x exactly and b_out b exactly, and otherwise no output overlaps another tensor."""
     br = as_grouped_rows("b", b, b.shape)
     bo = None if b_out is None else (br if b_out is b else as_grouped_rows("b_out", b_out, b.shape))
-    rows = {"x": call.x, "b": br, "out": call.out, "b_out": bo}
-    for name, r in rows.items():
-        if r is None:
-            continue
-        if r.group_rows != 1 and r.n_rows > 1:
-            raise ValueError(f"{name}: the pair takes rows of one stride (the dimensions before the last must "
-                             f"flatten to one)")
-        if r.n_rows > 1 and r.row_stride % PAIR_ALIGN:
-            raise ValueError(f"{name} has row stride {r.row_stride}; the pair (b) needs row strides of multiples "
-                             f"of {PAIR_ALIGN} elements")
-        if r.start % configs.ALIGNMENT_BYTES:
-            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the pair (b) "
-                             f"needs 16-byte aligned tensors")
-    for name, w in (("weight", call.weight), ("b_weight", b_weight)):
-        if w is not None and w.data_ptr() % configs.ALIGNMENT_BYTES:
-            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; the pair (b) "
-                             f"needs 16-byte aligned tensors")
+    check_vector_rows({"x": call.x, "b": br, "out": call.out, "b_out": bo, "weight": call.weight,
+                       "b_weight": b_weight}, "the pair (b)", PAIR_ALIGN, one_stride=True)
     def meet(u, v):
         return (u is not None and v is not None and u.n_rows and v.n_rows and u.start < v.end and v.start < u.end
                 and not rows_interleave_apart(u, v))

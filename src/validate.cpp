@@ -605,6 +605,30 @@ addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
     return ADDRMSNORM_SUCCESS;
 }
 
+// validation.check_vector_rows: the views of a variant built for 16-byte accesses alone, in order: each row
+// stride (stride_name NULL: a weight, its start alone) a multiple of access_elems() and each start on a
+// 16-byte boundary. NULL pointers (absent weights) are skipped.
+struct VectorView {
+    const char* name;
+    const char* stride_name;
+    const void* p;
+    int64_t stride;
+};
+
+addrmsnorm_status check_vector_views(const VectorView* views, int n, const char* variant, int64_t rows) {
+    for (int i = 0; i < n; ++i) {
+        const VectorView& v = views[i];
+        if (v.p == nullptr) continue;
+        ADDRMSNORM_REFUSE_IF(v.stride_name != nullptr && rows > 1 && v.stride % access_elems() != 0,
+                             "%s is %lld; %s needs row strides of multiples of %d elements", v.stride_name,
+                             (long long)v.stride, variant, access_elems());
+        ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(v.p) % kAlignmentBytes != 0,
+                             "%s does not start on a %d-byte boundary; %s needs 16-byte aligned tensors", v.name,
+                             kAlignmentBytes, variant);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
 // validation.check_gate_rules: the gated norm's rules that need no memory, in its order.
 addrmsnorm_status check_gate_rules(const NormCall& c) {
     ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
@@ -638,19 +662,11 @@ addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintp
     if (addrmsnorm_status st = check_pointer("z", c.z, dtype_size(c.x_dtype)); st != ADDRMSNORM_SUCCESS) return st;
     ADDRMSNORM_REFUSE_IF(c.rows > 1 && (c.stride_z < 0 || c.stride_z > INT64_MAX / 8),
                          "stride_z must be >= 0, got %lld", (long long)c.stride_z);
-    struct R { const char* name; const void* p; int64_t stride; };
-    const R rows[3] = {{"x", c.x, c.stride_x}, {"z", c.z, c.stride_z}, {"out", c.out, c.stride_out}};
-    for (const R& r : rows) {
-        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % access_elems() != 0,
-                             "stride_%s is %lld; the gated norm (z) needs row strides of multiples of %d elements",
-                             r.name, (long long)r.stride, access_elems());
-        ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(r.p) % kAlignmentBytes != 0,
-                             "%s does not start on a %d-byte boundary; the gated norm (z) needs 16-byte aligned tensors",
-                             r.name, kAlignmentBytes);
-    }
-    ADDRMSNORM_REFUSE_IF((c.flags & kFlagNoWeight) == 0 && reinterpret_cast<uintptr_t>(c.weight) % kAlignmentBytes != 0,
-                         "weight does not start on a %d-byte boundary; the gated norm (z) needs 16-byte aligned tensors",
-                         kAlignmentBytes);
+    const VectorView views[4] = {{"x", "stride_x", c.x, c.stride_x}, {"z", "stride_z", c.z, c.stride_z},
+                                 {"out", "stride_out", c.out, c.stride_out},
+                                 {"weight", nullptr, (c.flags & kFlagNoWeight) ? nullptr : c.weight, 0}};
+    if (addrmsnorm_status st = check_vector_views(views, 4, "the gated norm (z)", c.rows); st != ADDRMSNORM_SUCCESS)
+        return st;
     const Grouped z{"z", reinterpret_cast<uintptr_t>(c.z), c.rows, 1, c.stride_z, 0, dtype_size(c.x_dtype)};
     ADDRMSNORM_REFUSE_IF(spans_meet(out.ptr, out_end, z.ptr, z.end(c.hidden)),
                          "out overlaps z; out may be x exactly (in place), or apart from z");
@@ -712,24 +728,15 @@ addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const G
         ADDRMSNORM_REFUSE_IF(c.rows > 1 && (v < 0 || v > INT64_MAX / 8), "%s must be >= 0, got %lld", name, (long long)v);
     const Grouped b{"b", reinterpret_cast<uintptr_t>(c.b), c.rows, 1, c.stride_b, 0, xs};
     Grouped bo{"b_out", reinterpret_cast<uintptr_t>(c.b_out), c.rows, 1, c.stride_b_out, 0, xs};
-    struct R { const char* name; const char* stride_name; const void* p; int64_t stride; };
-    const R rows[4] = {{"x", "stride_x", c.x, c.stride_x}, {"b", "stride_b", c.b, c.stride_b},
-                       {"out", "stride_out", c.out, c.stride_out}, {"b_out", "stride_b_out", c.b_out, c.stride_b_out}};
-    for (const R& r : rows) {
-        ADDRMSNORM_REFUSE_IF(c.rows > 1 && r.stride % access_elems() != 0,
-                             "%s is %lld; the pair (b) needs row strides of multiples of %d elements", r.stride_name,
-                             (long long)r.stride, access_elems());
-        ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(r.p) % kAlignmentBytes != 0,
-                             "%s does not start on a %d-byte boundary; the pair (b) needs 16-byte aligned tensors",
-                             r.name, kAlignmentBytes);
-    }
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
     const void* weights[2] = {weightless ? nullptr : c.weight, c.b_weight};
     const char* wnames[2] = {"weight", "b_weight"};
-    for (int i = 0; i < 2; ++i)
-        ADDRMSNORM_REFUSE_IF(weights[i] != nullptr && reinterpret_cast<uintptr_t>(weights[i]) % kAlignmentBytes != 0,
-                             "%s does not start on a %d-byte boundary; the pair (b) needs 16-byte aligned tensors",
-                             wnames[i], kAlignmentBytes);
+    const VectorView views[6] = {{"x", "stride_x", c.x, c.stride_x}, {"b", "stride_b", c.b, c.stride_b},
+                                 {"out", "stride_out", c.out, c.stride_out},
+                                 {"b_out", "stride_b_out", c.b_out, c.stride_b_out},
+                                 {"weight", nullptr, weights[0], 0}, {"b_weight", nullptr, weights[1], 0}};
+    if (addrmsnorm_status st = check_vector_views(views, 6, "the pair (b)", c.rows); st != ADDRMSNORM_SUCCESS)
+        return st;
     const bool b_in_place = bo.same_view(b);
     if (b_in_place) bo.name = "b";
     auto meet = [](const Grouped& u, int64_t hu, const Grouped& v, int64_t hv) {
