@@ -3,7 +3,10 @@ unpatched, with ``addrmsnorm.hf.patch`` and with Liger-Kernel's RMSNorm swap, ea
 
 The model is built from a config with random weights (no download): hidden 4096, 32 heads (8 KV
 heads), vocabulary 32000, bf16; 8 layers unless --layers says otherwise. --arch llama: intermediate
-14336; --arch qwen3: intermediate 12288, head_dim 128, and per-head q_norm and k_norm.
+14336; --arch qwen3: intermediate 12288, head_dim 128, and per-head q_norm and k_norm. --arch qwen3_next:
+Qwen3-Next-80B-A3B's layer (hidden 2048; three gated-delta-net layers, whose gated norms run on 32 value heads
+of 128, then one attention layer of 16 heads of 256 with per-head q/k norms), with 16 experts of 512 (top 4)
+and a shared expert in place of its 512; no Liger variant (Liger has no Qwen3-Next patch).
 
 Variants: "unpatched"; "addrmsnorm" (hf.patch: every norm through addrmsnorm); "addrmsnorm-pdl";
 "addrmsnorm-adds-only" (hf.patch with its plain norms given back to HF: the first layer's input norm
@@ -44,7 +47,15 @@ import torch
 
 def build(layers: int, arch: str = "llama"):
     import transformers
-    if arch == "qwen3":
+    if arch == "qwen3_next":
+        cfg = transformers.Qwen3NextConfig(
+            vocab_size=32000, hidden_size=2048, num_hidden_layers=layers, num_attention_heads=16,
+            num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
+            linear_key_head_dim=128, linear_value_head_dim=128, num_experts=16, num_experts_per_tok=4,
+            moe_intermediate_size=512, shared_expert_intermediate_size=512, max_position_embeddings=4096,
+            layer_types=[("full_attention" if (i + 1) % 4 == 0 else "linear_attention") for i in range(layers)])
+        model_cls = transformers.Qwen3NextForCausalLM
+    elif arch == "qwen3":
         cfg = transformers.Qwen3Config(vocab_size=32000, hidden_size=4096, intermediate_size=12288, head_dim=128,
                                        num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
                                        max_position_embeddings=4096, rms_norm_eps=1e-6)
@@ -173,7 +184,7 @@ def main(argv=None):
     p.add_argument("--modes", default="eager,compiled")
     p.add_argument("--what", default="prefill,decode,train")
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen3"])
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen3", "qwen3_next"])
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="samples per variant, taken in turn")
     args = p.parse_args(argv)
