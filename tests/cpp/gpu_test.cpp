@@ -667,3 +667,132 @@ TEST_F(Gpu, PlainNormAndQkNormOfAFusedQkvBuffer) {
     EXPECT_EQ(bad_call.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
     EXPECT_NE(bad_call.message.find("stride_qkv"), std::string::npos) << bad_call.message;
 }
+
+TEST_F(Gpu, GatedNormThroughTheCppLayer) {
+    // Qwen3-Next's gated norm: x [T, 4096] bf16 in groups of 128 (its value heads), z a column slice of a wider
+    // buffer (its own row stride), against a float64 reference of rmsnorm(x) * w * silu(z) per group.
+    const int64_t T = 9, H = 4096, G = 128, SZ = H + 256;
+    std::mt19937 rng(41);
+    Rows x(ADDRMSNORM_BFLOAT16, T, H, H), z(ADDRMSNORM_BFLOAT16, T, H, SZ), y(ADDRMSNORM_BFLOAT16, T, H, H);
+    fill_random(x, rng, 1.0f);
+    fill_random(z, rng, 2.0f);
+    HostTensor w(ADDRMSNORM_BFLOAT16, H);
+    std::normal_distribution<float> nd(1.0f, 0.2f);
+    for (int64_t c = 0; c < H; ++c) w.set(c, nd(rng));
+    DeviceBuffer dw(w.bytes.size());
+    CU(g_driver->cuMemcpyHtoD_v2(dw.ptr, w.bytes.data(), w.bytes.size()));
+    x.upload();
+    z.upload();
+    y.upload();
+    for (bool before : {true, false}) {
+        addrmsnorm::NormArgs a;
+        a.x = x.dev.p();
+        a.weight = dw.p();
+        a.out = y.dev.p();
+        a.rows = T;
+        a.hidden = H;
+        a.x_dtype = a.weight_dtype = addrmsnorm::Dtype::bfloat16;
+        a.z = z.dev.p();
+        a.stride_z = SZ;
+        a.group_size = G;
+        a.norm_before_gate = before;
+        const addrmsnorm::Status s = addrmsnorm::rmsnorm(a);
+        ASSERT_TRUE(s.ok()) << s.message;
+        CU(g_driver->cuCtxSynchronize());
+        y.download();
+        const Tol tol = tolerance(ADDRMSNORM_BFLOAT16);
+        int64_t bad = 0;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t g0 = 0; g0 < H; g0 += G) {
+                double ss = 0;
+                std::vector<double> v(static_cast<size_t>(G)), gate(static_cast<size_t>(G));
+                for (int64_t c = 0; c < G; ++c) {
+                    const double zz = z.get(t, g0 + c);
+                    gate[c] = zz / (1.0 + std::exp(-zz));
+                    v[c] = x.get(t, g0 + c) * (before ? 1.0 : gate[c]);
+                    ss += v[c] * v[c];
+                }
+                const double rstd = 1.0 / std::sqrt(ss / G + 1e-6);
+                for (int64_t c = 0; c < G; ++c) {
+                    const double ref = v[c] * rstd * w.get(g0 + c) * (before ? gate[c] : 1.0);
+                    bad += !(std::fabs(y.get(t, g0 + c) - ref) <= tol.atol + tol.rtol * std::fabs(ref));
+                }
+            }
+        EXPECT_EQ(bad, 0) << "gated norm off the reference, norm_before_gate " << before;
+    }
+    // A bad call names the field and launches nothing.
+    addrmsnorm::NormArgs a;
+    a.x = x.dev.p();
+    a.weight = dw.p();
+    a.out = y.dev.p();
+    a.rows = T;
+    a.hidden = H;
+    a.z = z.dev.p();
+    a.stride_z = SZ;
+    a.group_size = 96;
+    const addrmsnorm::Status bad_call = addrmsnorm::rmsnorm(a);
+    EXPECT_EQ(bad_call.code, ADDRMSNORM_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(bad_call.message.rfind("group_size", 0), 0u) << bad_call.message;
+}
+
+TEST_F(Gpu, LatentPairInOneBufferThroughTheCppLayer) {
+    // DeepSeek-V3's latents: q's 1536 and kv's 512 columns of one [T, 2112] bf16 buffer, in place in one launch;
+    // k_pe (the last 64 columns) untouched; each part against the plain norm of that part, bit for bit.
+    const int64_t T = 5, Ha = 1536, Hb = 512, W = 2112;
+    std::mt19937 rng(43);
+    Rows buf(ADDRMSNORM_BFLOAT16, T, W, W), ya(ADDRMSNORM_BFLOAT16, T, Ha, Ha), yb(ADDRMSNORM_BFLOAT16, T, Hb, Hb);
+    fill_random(buf, rng, 2.0f);
+    HostTensor wa(ADDRMSNORM_BFLOAT16, Ha), wb(ADDRMSNORM_BFLOAT16, Hb);
+    std::normal_distribution<float> nd(1.0f, 0.2f);
+    for (int64_t c = 0; c < Ha; ++c) wa.set(c, nd(rng));
+    for (int64_t c = 0; c < Hb; ++c) wb.set(c, nd(rng));
+    DeviceBuffer dwa(wa.bytes.size()), dwb(wb.bytes.size());
+    CU(g_driver->cuMemcpyHtoD_v2(dwa.ptr, wa.bytes.data(), wa.bytes.size()));
+    CU(g_driver->cuMemcpyHtoD_v2(dwb.ptr, wb.bytes.data(), wb.bytes.size()));
+    buf.upload();
+    ya.upload();
+    yb.upload();
+    const HostTensor before = buf.host;
+    // The two plain norms first, out of place, one call each.
+    for (int part = 0; part < 2; ++part) {
+        addrmsnorm::NormArgs a;
+        a.x = buf.dev.p(part == 0 ? 0 : Ha * 2);
+        a.weight = part == 0 ? dwa.p() : dwb.p();
+        a.out = part == 0 ? ya.dev.p() : yb.dev.p();
+        a.rows = T;
+        a.hidden = part == 0 ? Ha : Hb;
+        a.stride_x = W;
+        a.x_dtype = a.weight_dtype = addrmsnorm::Dtype::bfloat16;
+        const addrmsnorm::Status s = addrmsnorm::rmsnorm(a);
+        ASSERT_TRUE(s.ok()) << s.message;
+    }
+    addrmsnorm::NormArgs p;
+    p.x = p.out = buf.dev.p();
+    p.weight = dwa.p();
+    p.rows = T;
+    p.hidden = Ha;
+    p.stride_x = p.stride_out = W;
+    p.x_dtype = p.weight_dtype = addrmsnorm::Dtype::bfloat16;
+    p.b = buf.dev.p(Ha * 2);
+    p.b_out = buf.dev.p(Ha * 2);
+    p.b_weight = dwb.p();
+    p.b_hidden = Hb;
+    p.stride_b = p.stride_b_out = W;
+    p.flags = ADDRMSNORM_FLAG_PDL;
+    const addrmsnorm::Status s = addrmsnorm::rmsnorm(p);
+    ASSERT_TRUE(s.ok()) << s.message;
+    CU(g_driver->cuCtxSynchronize());
+    buf.download();
+    ya.download();
+    yb.download();
+    int64_t differ = 0, k_pe_written = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < Ha; ++c) differ += buf.get(t, c) != ya.get(t, c);
+        for (int64_t c = 0; c < Hb; ++c) differ += buf.get(t, Ha + c) != yb.get(t, c);
+        for (int64_t c = Ha + Hb; c < W; ++c)
+            k_pe_written += std::memcmp(buf.host.at(static_cast<size_t>(t * W + c)),
+                                        before.at(static_cast<size_t>(t * W + c)), 2) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "the pair differs from the two plain norms";
+    EXPECT_EQ(k_pe_written, 0) << "k_pe was written";
+}
