@@ -294,7 +294,7 @@ def gated_rmsnorm(
             ``Qwen3NextRMSNormGated``; False: Mamba2's ``MambaRMSNormGated``).
         activation: the gate's, "silu" (the field names it so that others can follow).
         weight_offset: added to the weight in fp32 (contract numerics only).
-        numerics: "contract", or "hf": the HF module bit for bit (norm before gate: the normalized
+        numerics: "contract", or "hf": the HF module's roundings (norm before gate: the normalized
             value rounded to x's dtype, times the weight rounded again, times silu(z) in fp32; gate
             first: x * silu(z) in fp32, then LlamaRMSNorm's two roundings).
         out: optional tensor for y, x's shape and dtype; may be x itself (in place), must not overlap z.

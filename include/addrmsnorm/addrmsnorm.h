@@ -310,7 +310,7 @@ typedef enum addrmsnorm_gate {
  * It is the plain call (residual, weight2 and quant NULL, groups 0 or 1) with z of x_dtype (any of the three),
  * weight_dtype x_dtype (or weight NULL), group_size a multiple of 8 of at most 8192, no rstd;
  * x, z, out and weight on 16-byte boundaries and row strides of multiples of 8. The weight is indexed by
- * the column in the row. ADDRMSNORM_NUMERICS_HF (weight_offset 0): HF's modules bit for bit (gate_first 0:
+ * the column in the row. ADDRMSNORM_NUMERICS_HF (weight_offset 0): HF's modules' roundings (gate_first 0:
  * the normalized value rounded to x_dtype, times the weight rounded again, times silu(z) in fp32; 1:
  * LlamaRMSNorm's two roundings of v). out may be x exactly, and must not overlap z.
  *
