@@ -358,7 +358,7 @@ def quant_built_for(q: str, arch: int) -> bool:
 # (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
 # `backward_align`, so that both compile the same specialization for the same call.
 ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr",
-                        "post_weight_ptr", "z_ptr")
+                        "post_weight_ptr", "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr")
 ALIGNMENT_BYTES = 16
 
 
