@@ -242,7 +242,8 @@ def launch_quant_forward(
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
-    cap = _planned_cap("quant_forward", cfg, arch) if max_registers is None else max_registers
+    kind = "sandwich_quant_forward" if sandwich else "quant_forward"  # no plan caps the sandwich's (aot_build)
+    cap = _planned_cap(kind, cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     if plain:
@@ -266,7 +267,7 @@ def launch_quant_forward(
             num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
-        _check_cap("quant_forward", cfg, arch, cap, compiled)
+        _check_cap(kind, cfg, arch, cap, compiled)
 
 
 # ----- the register plan under the Triton that is here (register_plan.py) -------------------------

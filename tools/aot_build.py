@@ -326,7 +326,7 @@ def signature(spec: Spec) -> dict:
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.max_registers(spec.base, cfg, arch) if cfg and spec.kind != "dweight" else None
+    maxnreg = spec_cap(spec, cfg, arch) if cfg else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg,
                        "line_info": os.environ.get(LINE_INFO_ENV) != "1"}, sort_keys=True)
@@ -334,6 +334,14 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
 
 
 TOOL_VERSION = 9
+
+
+def spec_cap(spec: Spec, cfg, arch: int) -> int | None:
+    """The register cap a spec compiles with (configs.max_registers), as the JIT launcher has it. The sandwich
+    norm's quantized kernels hold x's row beside h's: the quantized forward's plan is not theirs."""
+    if spec.kind == "dweight":
+        return None
+    return configs.max_registers(spec.kind if spec.kind == "sandwich_quant_forward" else spec.base, cfg, arch)
 
 
 def compile_one(job):
@@ -380,7 +388,7 @@ def compile_one(job):
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
-    cap = configs.max_registers(spec.base, cfg, arch) if spec.kind != "dweight" else None
+    cap = spec_cap(spec, cfg, arch)
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -997,12 +1005,12 @@ def main():
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         if args.jit_check:  # the kernels a register plan covers
-            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or (s.kind != "dweight" and any(
-                configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs))]
+            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or any(
+                spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind != "dweight" and any(
-            configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
+        specs = [s for s in specs if any(spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a)
+                                         for a in archs)]
     out: Path = args.out.resolve()
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
     # determines a cubin, the Triton release included).
