@@ -267,24 +267,26 @@ def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight
 
 def _norm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                 column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-                swizzled_scales=False, x_scale=1.0):
+                swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     # Quantized outputs are for inference: no backward.
-    _refuse_grad("norm_quant", ("x", "residual", "weight"), (x, residual, weight))
+    _refuse_grad("norm_quant", ("x", "residual", "weight", "post_weight"), (x, residual, weight, post_weight))
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm_quant.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size,
-            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales, x_scale)
+            scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales, x_scale,
+            post_weight, post_weight_offset)
 
 
 def _norm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
                      scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
-                     x_scale=1.0):
-    _refuse_grad("norm_quant_into", ("x", "residual", "weight", "out", "residual_out", "scales_out", "y"),
-                 (x, residual, weight, out, residual_out, scales_out, y))
+                     x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+    _refuse_grad("norm_quant_into", ("x", "residual", "weight", "out", "residual_out", "scales_out", "y",
+                                     "post_weight"), (x, residual, weight, out, residual_out, scales_out, y, post_weight))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_quant_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
-            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale)
+            eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale,
+            post_weight, post_weight_offset)
     torch.autograd.graph.increment_version(_written(out, residual_out, scales_out, y))
 
 

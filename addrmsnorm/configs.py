@@ -572,6 +572,13 @@ SANDWICH_TABLE = tuple(TableRule(2, *row) for row in (
 SANDWICH_DTYPES = ("fp16", "bf16")
 
 
+# The sandwich norm's quantized outputs (y into a GEMM's input): the modes and q dtypes built on its rows,
+# fp8 static, per token and per group, NVFP4 and MXFP8 (validation.SANDWICH_QUANT_MODES): 5 kernels a row
+# and dtype, 60 per arch (sm_80: none, having no fp8).
+SANDWICH_QUANT = ((QUANT_STATIC, "fp8e4m3"), (QUANT_PER_TOKEN, "fp8e4m3"), (QUANT_PER_GROUP, "fp8e4m3"),
+                  (QUANT_NVFP4, "fp4e2m1"), (QUANT_MXFP8, "fp8e4m3"))
+
+
 def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
     """The sandwich norm's config: the row of SANDWICH_TABLE that admits H (x_itemsize 2)."""
     return _select(SANDWICH_TABLE, H, x_itemsize, x_itemsize)

@@ -556,6 +556,8 @@ def fused_add_rmsnorm_quant(
     scale_dtype: torch.dtype | None = None,
     swizzled_scales: bool = False,
     x_scale: float = 1.0,
+    post_weight: torch.Tensor | None = None,
+    post_weight_offset: float | None = None,
 ):
     """Fused ``h = x_scale * x + residual; y = rmsnorm(h) * (weight + weight_offset); q = quant(y)``
     (weight None: weightless; x_scale as in ``fused_add_rmsnorm``).
@@ -588,19 +590,24 @@ def fused_add_rmsnorm_quant(
     x: float16 or bfloat16, residual and weight of x's dtype; H a multiple of 16, rows 16-byte
     aligned (what fp8 and int8 GEMMs consume).
 
+    ``post_weight`` quantizes the sandwich norm's y (``h = residual + rmsnorm(x; post_weight +
+    post_weight_offset)``, ``post_weight_offset`` defaulting to ``weight_offset``; ``sandwich_rmsnorm``):
+    fp8 static, per token and per group, NVFP4 and MXFP8, x_scale 1.
+
     Returns ``(q, residual_out, scales)``, or ``(q, residual_out, scales, y)`` with ``return_y`` (y in
     x's dtype). In static mode ``scales`` is ``scale``. No autograd: inference only.
     """
     gs = _check_quant_types(x, residual, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
                             ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales, x_scale)
+    pwo = _post_offset(post_weight, post_weight_offset, weight_offset)
     if out is None and residual_out is None and scales_out is None:
         q, h, scales, y = ops.norm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
                                          column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
-                                         swizzled_scales, x_scale)
+                                         swizzled_scales, x_scale, post_weight, pwo)
     else:
         q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                       ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl,
-                                      swizzled_scales, x_scale)
+                                      swizzled_scales, x_scale, post_weight, pwo)
     if scales is None:  # static: the caller's scale
         scales = scale
     return (q, h, scales, y) if return_y else (q, h, scales)
@@ -652,15 +659,24 @@ def _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out
     return q, scales, y
 
 
+def _post_offset(post_weight, post_weight_offset, weight_offset) -> float:
+    """The sandwich norm's first offset as the quantized calls take it: weight_offset's unless given."""
+    if post_weight_offset is None:
+        return weight_offset if post_weight is not None else 0.0
+    v.check_real("post_weight_offset", post_weight_offset)
+    return float(post_weight_offset)
+
+
 def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales, ue8m0_scales,
-                weight_offset, out, residual_out, scales_out, return_y, pdl, swizzled=False, x_scale=1.0):
+                weight_offset, out, residual_out, scales_out, return_y, pdl, swizzled=False, x_scale=1.0,
+                post_weight=None, post_weight_offset=0.0):
     """A fused quantized call with caller-given outputs: the missing ones allocated, then the operator
     that writes into them. Returns (q, h, scales, y)."""
     q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                   swizzled, residual_out=residual_out)
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
     ops.norm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                        weight_offset, pdl, swizzled, x_scale)
+                        weight_offset, pdl, swizzled, x_scale, post_weight, post_weight_offset)
     return q, h, scales, y
 
 
@@ -683,8 +699,11 @@ def fused_add_rmsnorm_quant_(
     scale_dtype: torch.dtype | None = None,
     swizzled_scales: bool = False,
     x_scale: float = 1.0,
+    post_weight: torch.Tensor | None = None,
+    post_weight_offset: float | None = None,
 ):
     """vLLM's convention: ``residual <- x_scale * x + residual``, ``out <- quant(y)``; x is left as it was.
+    ``post_weight``: the sandwich norm's (``residual <- residual + rmsnorm(x; post_weight)``).
 
     Takes the arguments of ``fused_add_rmsnorm_quant``; ``quant_dtype`` defaults to out's dtype and
     must equal it. Returns ``(out, residual, scales)``.
@@ -697,7 +716,7 @@ def fused_add_rmsnorm_quant_(
                             ue8m0_scales, weight_offset, False, pdl, scale_dtype, swizzled_scales, x_scale)
     q, h, scales, _ = _quant_into(x, residual, weight, eps, out.dtype, scale, gs, scale_ub, column_major_scales,
                                   ue8m0_scales, weight_offset, out, residual, scales_out, False, pdl, swizzled_scales,
-                                  x_scale)
+                                  x_scale, post_weight, _post_offset(post_weight, post_weight_offset, weight_offset))
     return q, h, scale if scales is None else scales
 
 

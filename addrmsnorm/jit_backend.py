@@ -155,6 +155,8 @@ def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset,
         stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride,
         group_size=call.group_size, ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl,
         swizzled=call.swizzled, x_scale=call.x_scale,
+        post_weight=None if call.post_weight is None else call.post_weight.tensor,
+        post_weight_offset=call.post_weight_offset,
     )
 
 
@@ -175,12 +177,13 @@ def _new_quant_outputs(call: v.QuantCall, quant_dtype, group_size, column_major_
 
 def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                             column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
-                            pdl=False, swizzled_scales=False, x_scale=1.0):
+                            pdl=False, swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
-    unless return_y)."""
+    unless return_y). post_weight: the sandwich norm's."""
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset, x_scale=x_scale)
+                         weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
+                         post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
@@ -196,12 +199,13 @@ def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, g
 
 def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
                                  group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False,
-                                 swizzled_scales=False, x_scale=1.0):
+                                 swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
     residual or x exactly, y may alias x exactly."""
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
-                         swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset, x_scale=x_scale)
+                         swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset, x_scale=x_scale,
+                         post_weight=post_weight, post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
@@ -304,11 +308,12 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
 
 def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
                   ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False,
-                  x_scale=1.0):
+                  x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
     call = v.check_quant(x, None, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset, x_scale=x_scale)
+                         weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
+                         post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
@@ -321,11 +326,13 @@ def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_u
 
 
 def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0):
+                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0,
+                       post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
     call = v.check_quant(x, None, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
                          scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset, x_scale=x_scale)
+                         weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
+                         post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
@@ -394,23 +401,24 @@ norm_backward = fused_add_rmsnorm_backward
 
 def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-               swizzled_scales=False, x_scale=1.0):
+               swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
-    static) and y (None unless return_y)."""
+    static) and y (None unless return_y). post_weight: the sandwich norm's (with a residual)."""
     args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
-            return_y, pdl, swizzled_scales)
+            return_y, pdl, swizzled_scales, x_scale, post_weight, post_weight_offset)
     if residual is None:
-        q, scales, y = rmsnorm_quant(x, weight, *args, x_scale)
+        q, scales, y = rmsnorm_quant(x, weight, *args)
         return q, x.new_empty((0,)), scales, y
-    return fused_add_rmsnorm_quant(x, residual, weight, *args, x_scale)
+    return fused_add_rmsnorm_quant(x, residual, weight, *args)
 
 
 def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
                     scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
-                    x_scale=1.0):
+                    x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """addrmsnorm::norm_quant_into: into caller-given outputs."""
-    args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales)
+    args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale, post_weight,
+            post_weight_offset)
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args, x_scale)
-    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args, x_scale)
+        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
+    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)

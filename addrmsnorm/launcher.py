@@ -208,13 +208,15 @@ def launch_quant_forward(
     *, n_rows: int, H: int, stride_x: int, stride_residual: int, stride_q: int, stride_residual_out: int,
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
     eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False, x_scale: float = 1.0,
+    post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
     16-byte aligned rows of 16-element multiples). QUANT (configs.quant_kernel_mode): 1 with ``scale``,
     else 2 per token (group_size 0) or 3 per group; the block-scaled formats by q's dtype and group_size
     (``scale`` NVFP4's global scale; fp4 q and the scale bytes are passed as uint8, ``swizzled`` the
-    scales' tiled layout). ``residual`` None is the plain norm's (RESIDUAL off).
+    scales' tiled layout). ``residual`` None is the plain norm's (RESIDUAL off); ``post_weight`` (with a
+    residual) the sandwich norm's (SANDWICH, on its table's rows).
     Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
@@ -231,18 +233,23 @@ def launch_quant_forward(
         scales = scales.view(torch.uint8)
         if swizzled:  # the last program writes the padded rows' zero scales
             scale_rows = -(-n_rows // configs.SWIZZLE_ROWS) * configs.SWIZZLE_ROWS
-    cfg = config or select_forward_config(H, x.element_size(), residual.element_size(), quant=mode, plain=plain)
+    sandwich = post_weight is not None
+    cfg = config or (configs.select_sandwich_config(H, x.element_size()) if sandwich else
+                     select_forward_config(H, x.element_size(), residual.element_size(), quant=mode, plain=plain))
     if n_rows == 1:
         stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
-    cap = _planned_cap("quant_forward", cfg, arch) if max_registers is None else max_registers
+    kind = "sandwich_quant_forward" if sandwich else "quant_forward"  # no plan caps the sandwich's (aot_build)
+    cap = _planned_cap(kind, cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
     if plain:
         extra["RESIDUAL"] = False
+    if sandwich:
+        extra["SANDWICH"] = True
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
         compiled = rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
@@ -252,14 +259,15 @@ def launch_quant_forward(
             n_rows, H, stride_x, stride_residual, stride_q, stride_residual_out, stride_y,
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
-            scale_rows, int(swizzled), has_weight, x_scale, weight, 0.0,
+            scale_rows, int(swizzled), has_weight, x_scale, weight if post_weight is None else post_weight,
+            post_weight_offset,
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,
             num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,
         )
     if cap and max_registers is None and compiled not in _CHECKED:
-        _check_cap("quant_forward", cfg, arch, cap, compiled)
+        _check_cap(kind, cfg, arch, cap, compiled)
 
 
 # ----- the register plan under the Triton that is here (register_plan.py) -------------------------

@@ -554,7 +554,7 @@ def _expected_scales_shape(shape, mode: str, group_size, swizzled: bool):
 
 
 def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y_out,
-               column_major, swizzled, functional):
+               column_major, swizzled, functional, post_weight=None):
     """The mapping of a quantized call up to the views. Returns (shape, H, device, mode, want): want the
     scales' shape (_expected_scales_shape)."""
     if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
@@ -584,8 +584,10 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
         raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
     if weight is not None:
         _check_weight(weight, H)
+    if post_weight is not None:
+        _check_post_weight(post_weight, weight, x, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
-               "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub}
+               "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub, "post_weight": post_weight}
     for name in ("out", "scales_out", "scale", "scale_ub"):
         if tensors[name] is not None and not isinstance(tensors[name], torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensors[name]).__name__}")
@@ -612,7 +614,7 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
 
 
 def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale=1.0):
+                 weight_offset, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
     """The rules of a quantized call that read no pointer, in the C runtime's order (validate_norm's,
     then validate_quant's up to its rows). Returns (eps, weight_offset, x_scale)."""
     if eps is not None:
@@ -620,6 +622,7 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
     if weight_offset is not None:
         weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
     x_scale = check_x_scale(x_scale, residual)
+    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
     check_weightless(weight, weight_offset)
     if residual is not None and residual.dtype != x.dtype:
         raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
@@ -627,6 +630,9 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
     if weight is not None and weight.dtype != x.dtype:
         raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
                         f"({x.dtype}), as a checkpoint has it")
+    if post_weight is not None and post_weight.dtype != x.dtype:
+        raise TypeError(f"post_weight has dtype {post_weight.dtype}; quantized outputs need weights of x's dtype "
+                        f"({x.dtype})")
     if x.dtype not in QUANT_ACTIVATION_DTYPES:
         raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of float16 or bfloat16")
     block = mode in BLOCK_MODES
@@ -660,23 +666,31 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
         raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
     if mode == "static" and ue8m0:
         raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
-    return eps, weight_offset, x_scale
+    if post_weight is not None and mode not in SANDWICH_QUANT_MODES:
+        raise ValueError(f"post_weight (the sandwich norm) takes the quantized outputs {', '.join(SANDWICH_QUANT_MODES)}"
+                         f" (fp8 for static, token and group), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
+    if post_weight is not None and mode in ("static", "token", "group") and quant_dtype != torch.float8_e4m3fn:
+        raise ValueError(f"post_weight (the sandwich norm) quantizes to float8_e4m3fn in the {mode} mode, not "
+                         f"{QUANT_DTYPE_NAMES[quant_dtype]}")
+    return eps, weight_offset, x_scale, post_weight_offset
 
 
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
-                     column_major=False, swizzled=False, eps=None, weight_offset=None, x_scale=1.0):
+                     column_major=False, swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
+                     post_weight_offset=0.0):
     """The checks of a quantized forward that need no memory (the fakes'). residual None: the plain
     norm's. Into given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no
-    quant_dtype. Returns (shape, H, device, mode)."""
+    quant_dtype. post_weight: the sandwich norm's quantized outputs. Returns (shape, H, device, mode)."""
     functional = out is None
     shape, H, device, mode, _ = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
-                                           residual_out, scales_out, y_out, column_major, swizzled, functional)
+                                           residual_out, scales_out, y_out, column_major, swizzled, functional,
+                                           post_weight)
     check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y_out})
     if out is not None:
         check_same_shape(q_shape(shape, quant_dtype), {"out": out})
     _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale)
+                 weight_offset, x_scale, post_weight, post_weight_offset)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     return shape, H, device, mode
@@ -726,13 +740,15 @@ def _span_rows(t: torch.Tensor) -> Rows:
 
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
                 residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
-                swizzled=False, eps=None, weight_offset=None, x_scale=1.0) -> QuantCall:
+                swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
+                post_weight_offset=0.0) -> QuantCall:
     """Every check of a quantized forward, in the two layers' order. residual None: the plain norm's
     (no residual_out). out None: the functional form, whose q, residual_out, scales and y the caller
     allocates after this returns (set them on the call)."""
     functional = out is None
     shape, H, device, mode, want = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
-                                              residual_out, scales_out, y_out, column_major, swizzled, functional)
+                                              residual_out, scales_out, y_out, column_major, swizzled, functional,
+                                              post_weight)
     block = mode in BLOCK_MODES
     xr = as_rows("x", x, shape)
     rr = as_rows("residual", residual, shape) if residual is not None else xr
@@ -748,13 +764,16 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     if scales_out is not None and mode != "static" and not (block and swizzled):
         scales2, srs, sgs = _scales_flattened(scales_out, shape, group_size if (mode == "group" or block) and want
                                               is not None else 0)
-    eps, weight_offset, x_scale = _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0,
-                                               swizzled, mode, H, eps, weight_offset, x_scale)
+    eps, weight_offset, x_scale, post_weight_offset = _quant_rules(
+        x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps, weight_offset,
+        x_scale, post_weight, post_weight_offset)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     call = QuantCall(shape, H, device, xr, rr, None if weight is None else Rows(weight, 1, H), outputs.get("out"),
                      outputs.get("residual_out"))
     call.x_scale = x_scale
+    call.post_weight = None if post_weight is None else Rows(post_weight, 1, H)
+    call.post_weight_offset = post_weight_offset
     call.y = outputs.get("y")
     call.group_size = group_size or 0
     call.mode = mode
@@ -770,6 +789,8 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     inputs = {"x": xr, "residual": rr}
     if call.weight is not None:
         inputs["weight"] = call.weight
+    if call.post_weight is not None:
+        inputs["post_weight"] = call.post_weight
     for name, r in outputs.items():
         check_no_self_overlap(name, r, inputs)
     names = list(outputs)
@@ -787,7 +808,7 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     for name, r in outputs.items():
         check_aliasing({name: r}, inputs, QUANT_MAY_ALIAS)
     fp4 = quant_dtype == torch.float4_e2m1fn_x2
-    for name in ("out", "residual_out", "y", "x", "residual", "weight"):
+    for name in ("out", "residual_out", "y", "x", "residual", "weight", "post_weight"):
         rows = outputs.get(name) or inputs.get(name)
         align = QUANT_ALIGN // 2 if fp4 and name == "out" else QUANT_ALIGN  # fp4: 16 elements, 8 bytes
         if rows is not None and rows.n_rows > 0 and (
@@ -808,6 +829,9 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
 
 
 QUANT_MAY_ALIAS = {"out": (), "residual_out": ("residual", "x"), "y": ("x",)}
+# The quantized outputs built for the sandwich norm (configs.SANDWICH_QUANT): fp8 static, per token and per
+# group; NVFP4 and MXFP8.
+SANDWICH_QUANT_MODES = ("static", "token", "group", "nvfp4", "mxfp8")
 
 
 # ----- overlap of row-strided views -----------------------------------------------------------

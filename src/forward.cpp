@@ -147,10 +147,12 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     const int xs = dtype_size(c.x_dtype);
     const addrmsnorm_quant& qd = *c.quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr (configs.QUANT_MODES)
-    const int config = select_forward_config(c.hidden, xs, xs, mode, false, c.plain);
-    const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain);
+    const bool sandwich = c.post_weight != nullptr;  // on the sandwich norm's rows (configs.SANDWICH_TABLE)
+    const int config = sandwich ? select_sandwich_table_config(c.hidden, xs, xs, 0, false)
+                                : select_forward_config(c.hidden, xs, xs, mode, false, c.plain);
+    const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain, sandwich);
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, "quantized kernel", &k);
+    st = get_built_kernel(*d, variant, sandwich ? "sandwich-norm quantized kernel" : "quantized kernel", &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const KernelConfig& cfg = kConfigs[config];
@@ -193,8 +195,10 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     p.swizzled = swizzled ? 1 : 0;
     p.has_weight = weightless ? 0 : 1;
     p.x_scale = c.x_scale;
-    p.post_weight_ptr = p.weight_ptr;  // SANDWICH is not built into the quantized forward
-    p.post_weight_offset = 0.0f;
+    // The weightless sandwich: post_weight stands in for the weight (never read), as launch_fused has it.
+    if (sandwich && weightless) p.weight_ptr = devptr(c.post_weight);
+    p.post_weight_ptr = devptr(sandwich ? c.post_weight : (weightless ? c.x : c.weight));  // read by SANDWICH alone
+    p.post_weight_offset = sandwich ? c.post_weight_offset : 0.0f;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

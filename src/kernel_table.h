@@ -121,8 +121,11 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
                               kNumAlignClasses + align_class) * kNumNumerics + numerics];
 }
 
-inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false) {
-    return (plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
+extern const short kSandwichQuantIndex[];  // the sandwich norm's quantized outputs, indexed as kQuantIndex
+
+inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false,
+                               bool sandwich = false) {
+    return (sandwich ? kSandwichQuantIndex : plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
                                                         kNumQuantModes + quant - 1];
 }
 

@@ -430,6 +430,14 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub bounds a dynamic scale; a static scale takes none");
     if (is_static && (qd.flags & ADDRMSNORM_QUANT_UE8M0))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
+    if (c.post_weight != nullptr) {  // validation._quant_rules: the sandwich norm's built outputs (configs.SANDWICH_QUANT)
+        const bool built = qd.mode != ADDRMSNORM_QUANT_MXFP4;
+        ADDRMSNORM_REFUSE_IF(!built, "post_weight (the sandwich norm) takes the quantized outputs static, token, group, "
+                             "nvfp4, mxfp8 (fp8 for static, token and group), not MXFP4");
+        ADDRMSNORM_REFUSE_IF(qd.mode <= ADDRMSNORM_QUANT_PER_GROUP && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3,
+                             "post_weight (the sandwich norm) quantizes to float8_e4m3fn in the static, per-token and "
+                             "per-group modes, not int8");
+    }
     if (is_static && qd.scales != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
     const void* f32s[3] = {qd.scale, qd.scale_ub, block ? nullptr : qd.scales};
@@ -481,6 +489,11 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         if (const addrmsnorm_status st = check_no_self_overlap(r[i], r[0], r[1], r[i].len / r[i].elem);
             st != ADDRMSNORM_SUCCESS)
             return st;
+    // The sandwich norm's first weight: [hidden] of x_dtype, an input.
+    if (c.post_weight != nullptr && reinterpret_cast<uintptr_t>(c.post_weight) % xs != 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "post_weight is not aligned to its %d-byte elements", xs);
+    const Rows pw{"post_weight", reinterpret_cast<uintptr_t>(c.post_weight), c.hidden * xs, c.hidden * xs,
+                  c.post_weight != nullptr ? 1 : 0, xs, c.hidden};
     // scale and scale_ub: one fp32 each, inputs.
     Rows sc{"scale", reinterpret_cast<uintptr_t>(qd.scale), 4, 4, qd.scale ? 1 : 0, 4, 1};
     Rows ub{"scale_ub", reinterpret_cast<uintptr_t>(qd.scale_ub), 4, 4, qd.scale_ub ? 1 : 0, 4, 1};
@@ -493,14 +506,14 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                 return st;
     // residual_out may be residual or x exactly; y may be x exactly; q aliases nothing.
     for (const Rows* o : outputs) {
-        const Rows* inputs[5] = {x, res, w, &sc, &ub};
+        const Rows* inputs[6] = {x, res, w, &pw, &sc, &ub};
         for (const Rows* in : inputs) {
             const bool may_alias = (o == rout && (in == res || in == x)) || (o == yo && in == x);
             if (const addrmsnorm_status st = check_output_input(*o, *in, may_alias); st != ADDRMSNORM_SUCCESS) return st;
         }
     }
     // Alignment after the overlap checks, outputs first: validation.check_quant's order.
-    const Rows* aligned[6] = {qo, rout, yo, x, res, w};
+    const Rows* aligned[7] = {qo, rout, yo, x, res, w, &pw};
     for (const Rows* v : aligned) {
         if (v->rows == 0 || v->ptr == 0) continue;  // no y
         // fp4 q: 16 elements are 8 bytes, the unit of its stride
@@ -514,7 +527,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         const int64_t k4 = (c.hidden / qd.group_size + 3) / 4 * 4, rows128 = (c.rows + 127) / 128 * 128;
         const int64_t span = rows128 * k4;
         Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 1, span};
-        const Rows* all[8] = {x, res, w, qo, rout, yo, &sc, &ub};
+        const Rows* all[9] = {x, res, w, &pw, qo, rout, yo, &sc, &ub};
         for (const Rows* t : all)
             if (overlaps(so, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
@@ -537,7 +550,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         // The scales' byte extent, as one row, against everything else.
         const int64_t span = scale_bytes * ((c.rows - 1) * rs + (groups - 1) * gs + 1);
         Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, scale_bytes, span / scale_bytes};
-        const Rows* all[8] = {x, res, w, qo, rout, yo, &sc, &ub};
+        const Rows* all[9] = {x, res, w, &pw, qo, rout, yo, &sc, &ub};
         for (const Rows* t : all)
             if (overlaps(so, *t))
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
@@ -1031,7 +1044,6 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     if (a.quant != nullptr) {
         n->kind = NormCallArgs::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
-        ADDRMSNORM_REFUSE_IF(sandwich, "post_weight (the sandwich norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(gated, "z (the gated norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(pair, "b (the pair) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
@@ -1043,15 +1055,16 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         if (a.residual != nullptr && a.residual_dtype != a.x_dtype)
             return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "residual_dtype is %s; quantized outputs need x_dtype (%s)",
                         dtype_name(a.residual_dtype), dtype_name(a.x_dtype));
-        if (a.weight_dtype != a.x_dtype)
-            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; quantized outputs need x_dtype (%s)",
+        if (a.weight_dtype != a.x_dtype)  // the weightless sandwich's weight_dtype is post_weight's
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "%s is %s; quantized outputs need x_dtype (%s)",
+                        weightless && sandwich ? "post_weight's weight_dtype" : "weight_dtype",
                         dtype_name(a.weight_dtype), dtype_name(a.x_dtype));
         n->quant_desc = *a.quant;
         const bool plain = a.residual == nullptr;
         n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,
                              a.stride_x, plain ? a.stride_x : a.stride_residual, a.stride_out,
                              a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain,
-                             x_scale};
+                             x_scale, a.post_weight, static_cast<float>(a.post_weight_offset)};
         return validate_quant(n->quant);
     }
     if (qk) {

@@ -68,6 +68,8 @@ struct QuantCall {
     uint32_t flags;
     bool plain = false;         // addrmsnorm_rmsnorm_quant: residual is x, no residual_out (NULL)
     float x_scale = 1.0f;       // h = residual + x_scale * x
+    const void* post_weight = nullptr;  // the sandwich norm's first weight (SANDWICH), of x_dtype
+    float post_weight_offset = 0.0f;
 };
 
 // addrmsnorm_rmsnorm's views: [rows, heads, hidden] with two leading strides each.

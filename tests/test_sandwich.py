@@ -11,7 +11,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import reference as R
-from addrmsnorm.tolerances import GRAD_TOLERANCES, RSTD_TOLERANCE, Y_TOLERANCES
+from addrmsnorm.tolerances import GRAD_TOLERANCES, QUANT_Y_RTOL, RSTD_TOLERANCE, Y_TOLERANCES
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
 from helpers import argument_named, assert_refused
@@ -194,3 +194,59 @@ def test_both_backends_give_the_same_bits_and_refusals(numerics):
                 call(f)
             names.append(argument_named(str(e.value)))
         assert names[0] == names[1], names
+
+
+# The sandwich norm's quantized outputs (post_weight in the quantized call): each mode against the float64
+# reference's y quantized the reference's way; q may differ only where the kernel's fp32 y and the reference's
+# round to two sides of a code's boundary (a fraction of the elements bounded here).
+SANDWICH_QUANT_CASES = [("static", torch.float8_e4m3fn, None), ("token", torch.float8_e4m3fn, None),
+                        ("group", torch.float8_e4m3fn, 128), ("nvfp4", torch.float4_e2m1fn_x2, 16),
+                        ("mxfp8", torch.float8_e4m3fn, 32)]
+
+
+@pytest.mark.parametrize("mode,qd,gs", SANDWICH_QUANT_CASES, ids=[c[0] for c in SANDWICH_QUANT_CASES])
+@pytest.mark.parametrize("H", [4096, 5376] if ON_GPU else [256])
+def test_sandwich_quantized_outputs_match_the_reference(mode, qd, gs, H):
+    x, r, pw, w = _inputs(ROWS, H, seed=H + 3)
+    scale = torch.tensor([0.01], device=DEVICE) if mode in ("static", "nvfp4") else None
+    q, h, scales, y = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, 1e-6, quant_dtype=qd, scale=scale, group_size=gs,
+                                                         weight_offset=1.0, post_weight=pw, return_y=True)
+    y0, h0 = addrmsnorm.sandwich_rmsnorm(x, r, pw, w, 1e-6, weight_offset=1.0)
+    assert torch.equal(h, h0) and torch.equal(y, y0), "h and y are not the sandwich norm's"
+    y32 = R.sandwich_rmsnorm_ref(x, r, pw, w, 1e-6, 1.0, 1.0).y.float()
+    if mode in ("nvfp4", "mxfp8"):
+        q_ref, s_ref = R.block_quantize_ref(y32, mode, scale)
+    else:
+        q_ref, s_ref = R.quantize_ref(y32, qd, scale=scale, group_size=gs)
+    differ = (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
+    assert differ <= 0.01, f"{differ:.2%} of q's bytes differ from the reference's"
+    if mode in ("token", "group"):  # fp32 scales: amax / 448 of y, within y's error
+        torch.testing.assert_close(scales, s_ref, rtol=2 * QUANT_Y_RTOL.rtol, atol=0)
+    elif mode != "static":  # e4m3 and e8m0 scales: codes, differing only at a boundary
+        assert scales.shape == s_ref.shape
+        sd = (scales.float() != s_ref.float()).float().mean().item()
+        assert sd <= 0.01, f"{sd:.2%} of the scales differ from the reference's"
+    # In place, vLLM's convention: residual <- h, out <- q.
+    rr, out = r.clone(), torch.empty_like(q)
+    addrmsnorm.fused_add_rmsnorm_quant_(x, rr, w, 1e-6, out=out, scale=scale, group_size=gs, weight_offset=1.0,
+                                        post_weight=pw, scales_out=None if mode == "static" else torch.empty_like(scales))
+    assert torch.equal(rr, h) and torch.equal(out.view(torch.uint8), q.view(torch.uint8))
+
+
+def test_sandwich_quantized_refusals_name_the_argument():
+    x, r, pw, w = _inputs(4, 256)
+    s = torch.tensor([0.01], device=DEVICE)
+    cases = [
+        (ValueError, "post_weight", lambda: addrmsnorm.fused_add_rmsnorm_quant(
+            x, r, w, quant_dtype=torch.int8, scale=s, post_weight=pw)),
+        (ValueError, "post_weight", lambda: addrmsnorm.fused_add_rmsnorm_quant(
+            x, r, w, quant_dtype=torch.float4_e2m1fn_x2, group_size=32, post_weight=pw)),
+        (ValueError, "x_scale", lambda: addrmsnorm.fused_add_rmsnorm_quant(
+            x, r, w, quant_dtype=torch.float8_e4m3fn, scale=s, post_weight=pw, x_scale=0.5)),
+        (ValueError, "needs a residual", lambda: OPS.norm_quant(x, None, w, 1e-6, torch.float8_e4m3fn, s, 0, None,
+                                                                False, False, 0.0, False, False, False, 1.0, pw, 0.0)),
+        (TypeError, "post_weight", lambda: addrmsnorm.fused_add_rmsnorm_quant(
+            x, r, w, quant_dtype=torch.float8_e4m3fn, scale=s, post_weight=pw.half())),
+    ]
+    for exc, match, call in cases:
+        assert_refused((exc, RuntimeError) if ON_GPU else exc, match, call, x, r, pw, w)

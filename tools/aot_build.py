@@ -95,7 +95,7 @@ class Spec:
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
         return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
-                "gated_forward": "forward", "pair_forward": "forward",
+                "gated_forward": "forward", "pair_forward": "forward", "sandwich_quant_forward": "quant_forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
@@ -219,7 +219,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
-    specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs)
+    specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs) + _sandwich_quant_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in configs.QUANT_MODES:
@@ -250,6 +250,14 @@ def _gated_specs(cfgs) -> list:
             for mode in (configs.CONTRACT, configs.HF_LLAMA)]
 
 
+def _sandwich_quant_specs(cfgs) -> list:
+    """The sandwich norm's quantized outputs: configs.SANDWICH_TABLE's rows, 16-bit x with residual and weights
+    of its dtype, configs.SANDWICH_QUANT's modes."""
+    return [Spec("sandwich_quant_forward", cfgs.index(cfg), x, x, x, configs.vector_elems(2, 2), quant=mode, q=q)
+            for cfg in unique_configs(configs.SANDWICH_TABLE) for x in configs.SANDWICH_DTYPES
+            for mode, q in configs.SANDWICH_QUANT]
+
+
 def _pair_specs(cfgs) -> list:
     """The pair's kernels: configs.PAIR_TABLE's rows, for 16-bit x with weights of its dtype, vector-aligned
     rows, the contract and HF's Llama form."""
@@ -274,6 +282,7 @@ def kernel_of(kind: str):
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
             "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
+            "sandwich_quant_forward": k.rmsnorm_quant_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
@@ -317,7 +326,7 @@ def signature(spec: Spec) -> dict:
 
 
 def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) -> str:
-    maxnreg = configs.max_registers(spec.base, cfg, arch) if cfg and spec.kind != "dweight" else None
+    maxnreg = spec_cap(spec, cfg, arch) if cfg else None
     blob = json.dumps({"spec": asdict(spec), "cfg": asdict(cfg) if cfg else None, "arch": arch, "kernel": kernel_key,
                        "triton": triton_version, "tool": TOOL_VERSION, "maxnreg": maxnreg,
                        "line_info": os.environ.get(LINE_INFO_ENV) != "1"}, sort_keys=True)
@@ -325,6 +334,14 @@ def cache_key(spec: Spec, cfg, arch: int, kernel_key: str, triton_version: str) 
 
 
 TOOL_VERSION = 9
+
+
+def spec_cap(spec: Spec, cfg, arch: int) -> int | None:
+    """The register cap a spec compiles with (configs.max_registers), as the JIT launcher has it. The sandwich
+    norm's quantized kernels hold x's row beside h's: the quantized forward's plan is not theirs."""
+    if spec.kind == "dweight":
+        return None
+    return configs.max_registers(spec.kind if spec.kind == "sandwich_quant_forward" else spec.base, cfg, arch)
 
 
 def compile_one(job):
@@ -358,7 +375,8 @@ def compile_one(job):
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h,
-                          "RESIDUAL": spec.kind == "quant_forward"}
+                          "RESIDUAL": spec.kind in ("quant_forward", "sandwich_quant_forward"),
+                          "SANDWICH": spec.kind == "sandwich_quant_forward"}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
@@ -370,7 +388,7 @@ def compile_one(job):
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
-    cap = configs.max_registers(spec.base, cfg, arch) if spec.kind != "dweight" else None
+    cap = spec_cap(spec, cfg, arch)
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
@@ -490,7 +508,8 @@ def _call_rules(n_align_classes: int) -> list[str]:
 # The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
-         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward"}
+         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward",
+         "sandwich_quant_forward": "SandwichQuantForward"}
 
 
 
@@ -822,15 +841,16 @@ addrmsnorm_cubin_blob:
     n_q = len(configs.QUANT_DTYPES)
     n_m = len(configs.QUANT_MODES)
     qdense = [-1] * (len(cfgs) * n_d * n_q * n_m)
-    pqdense = list(qdense)
+    pqdense, sqdense = list(qdense), list(qdense)
     for si, s in enumerate(specs):
         if s.base == "quant_forward":
-            (qdense if s.kind == "quant_forward" else pqdense)[
+            {"quant_forward": qdense, "plain_quant_forward": pqdense, "sandwich_quant_forward": sqdense}[s.kind][
                 ((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m + s.quant - 1] = si
     lines.append(f"const int kNumQuantDtypes = {n_q};")
     lines.append(f"const int kNumQuantModes = {n_m};")
     lines += _short_array("kQuantIndex", "[config][x][quant dtype][QUANT - 1]", qdense)
     lines += _short_array("kPlainQuantIndex", "the plain norm's: [config][x][quant dtype][QUANT - 1]", pqdense)
+    lines += _short_array("kSandwichQuantIndex", "the sandwich norm's: [config][x][quant dtype][QUANT - 1]", sqdense)
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
@@ -977,7 +997,7 @@ def main():
                   f"{kinds['plain_forward']} plain norm, "
                   f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
                   f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
-                  f"{kinds['pair_forward']} pair)")
+                  f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized)")
         return
     if args.sample or args.jit_check:
         picked = []
@@ -985,12 +1005,12 @@ def main():
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         if args.jit_check:  # the kernels a register plan covers
-            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or (s.kind != "dweight" and any(
-                configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs))]
+            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or any(
+                spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if s.kind != "dweight" and any(
-            configs.max_registers(s.base, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
+        specs = [s for s in specs if any(spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a)
+                                         for a in archs)]
     out: Path = args.out.resolve()
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
     # determines a cubin, the Triton release included).

@@ -521,7 +521,8 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
                         const at::Tensor* residual_out, const at::Tensor* scales_out, const at::Tensor* y,
                         const at::Tensor* scale, int64_t group_size, const at::Tensor* scale_ub, bool ue8m0,
                         bool swizzled, double eps, double weight_offset, bool pdl, double x_scale,
-                        bool column_major = false, bool return_y = false) {
+                        const OptTensor& post_weight, double post_weight_offset, bool column_major = false,
+                        bool return_y = false) {
     const bool functional = out == nullptr;
     addrmsnorm_quant qd{};
     qd.dtype = quant_dtype_of(functional ? *quant_dtype : out->scalar_type(), !functional);
@@ -536,8 +537,15 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (y != nullptr) dtype_is("y", *y, "x", x);
     if (weight) weight_of("weight", *weight, H);
+    if (post_weight) {  // the sandwich norm's first weight (the C ABI has one weight_dtype for both)
+        dtype_of("post_weight", *post_weight);
+        weight_of("post_weight", *post_weight, H);
+        if (weight) dtype_is("post_weight", *post_weight, "weight", *weight);
+        else a.weight_dtype = dtype_of("post_weight", *post_weight);
+    }
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
+    if (post_weight) same_device("post_weight", &*post_weight, x);
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("y", y, x);
@@ -617,6 +625,8 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     a.quant = &qd;
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
     addrmsnorm_norm_args_set_x_scale(&a, x_scale);
+    a.post_weight = post_weight ? data(*post_weight) : nullptr;
+    a.post_weight_offset = post_weight_offset;
     launch(x.device(), a);
     return o;
 }
@@ -624,22 +634,25 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
 std::tuple<at::Tensor, at::Tensor, OptTensor, OptTensor> norm_quant(
     const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps, c10::ScalarType quant_dtype,
     const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool column_major_scales,
-    bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales, double x_scale) {
+    bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales, double x_scale,
+    const OptTensor& post_weight, double post_weight_offset) {
     QuantOutputs o = quant_call(x, residual ? &*residual : nullptr, weight, quant_dtype, nullptr, nullptr, nullptr,
                                 nullptr, scale ? &*scale : nullptr, group_size, scale_ub ? &*scale_ub : nullptr,
-                                ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale, column_major_scales,
-                                return_y);
+                                ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale, post_weight,
+                                post_weight_offset, column_major_scales, return_y);
     return {o.q, o.residual_out, o.scales, o.y};
 }
 
 void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, const at::Tensor& out,
                      const OptTensor& residual_out, const OptTensor& scales_out, const OptTensor& y, double eps,
                      const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales,
-                     double weight_offset, bool pdl, bool swizzled_scales, double x_scale) {
+                     double weight_offset, bool pdl, bool swizzled_scales, double x_scale, const OptTensor& post_weight,
+                     double post_weight_offset) {
     residual_outputs(residual, residual_out);
     quant_call(x, residual ? &*residual : nullptr, weight, std::nullopt, &out, residual_out ? &*residual_out : nullptr,
                scales_out ? &*scales_out : nullptr, y ? &*y : nullptr, scale ? &*scale : nullptr, group_size,
-               scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale);
+               scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale,
+               post_weight, post_weight_offset);
 }
 
 // ----- the QK norm: q's heads, then k's, as the groups of one call; k's weight from num_q_heads on -----

@@ -294,11 +294,12 @@ typedef enum addrmsnorm_gate {
  *     h            = p + residual                                      fp32, p not rounded first
  *     residual_out = cast(h), y = cast(h * rstd * (weight + weight_offset)), as the fused call
  *
- * It is the fused call (residual given, no quant, no weight2, no ADDRMSNORM_FLAG_X_SCALE) with residual_dtype
+ * It is the fused call (residual given, no weight2, no ADDRMSNORM_FLAG_X_SCALE) with residual_dtype
  * equal to x_dtype and weight_dtype (post_weight's, and weight's if given) x_dtype or fp32. rstd, if given, is
  * [2, rows]: rstd of h, then rstd_x. ADDRMSNORM_NUMERICS_HF: HF's modules bit for bit (p rounded to x_dtype,
  * as HF's post-norm returns it; the add rounded to x_dtype; then the fused call's HF form), with
- * post_weight_offset equal to weight_offset. post_weight must not overlap an output.
+ * post_weight_offset equal to weight_offset. post_weight must not overlap an output. With quant (y into a GEMM's
+ * input): fp8 static, per token and per group, NVFP4 and MXFP8, under the quantized call's rules.
  *
  * The gated norm (z given: Qwen3-Next's and Qwen3.5's Qwen3NextRMSNormGated, Mamba2's, Nemotron-H's and
  * Falcon-H1's MambaRMSNormGated), in one pass, each group of group_size columns of a row on its own:

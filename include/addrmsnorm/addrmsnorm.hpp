@@ -301,6 +301,9 @@ struct QuantArgs {
     addrmsnorm_quant quant{};
     uint32_t flags = 0;
     float x_scale = 1.0f;  // h = residual + x_scale * x
+    // The sandwich norm's quantized outputs (addrmsnorm.h): its first weight, of x_dtype, and its offset.
+    const void* post_weight = nullptr;
+    float post_weight_offset = 0.0f;
 };
 
 // The fused forward writing q = quant(y) (and y if asked), or the plain norm's where residual is nullptr.
@@ -326,6 +329,8 @@ inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stre
     c.quant = &a.quant;
     c.flags = a.flags;
     addrmsnorm_norm_args_set_x_scale(&c, a.x_scale);
+    c.post_weight = a.post_weight;
+    c.post_weight_offset = a.post_weight_offset;
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 

@@ -798,6 +798,27 @@ TEST(Validate, PairRulesNameTheirField) {
     }
 }
 
+TEST(Dispatch, EverySandwichQuantizedCallHasAKernel) {
+    using namespace addrmsnorm::detail;
+    // The sandwich norm's quantized outputs (configs.SANDWICH_QUANT), on its rows, as forward.cpp's launch_quant
+    // asks once the call is validated: every arch with fp8 has them.
+    struct M { int mode; addrmsnorm_quant_dtype q; };
+    const M modes[5] = {{ADDRMSNORM_QUANT_STATIC, ADDRMSNORM_QUANT_FLOAT8_E4M3},
+                        {ADDRMSNORM_QUANT_PER_TOKEN, ADDRMSNORM_QUANT_FLOAT8_E4M3},
+                        {ADDRMSNORM_QUANT_PER_GROUP, ADDRMSNORM_QUANT_FLOAT8_E4M3},
+                        {ADDRMSNORM_QUANT_NVFP4, ADDRMSNORM_QUANT_FLOAT4_E2M1},
+                        {ADDRMSNORM_QUANT_MXFP8, ADDRMSNORM_QUANT_FLOAT8_E4M3}};
+    for (long long H : {256LL, 4096LL, 5376LL, 8192LL, 16384LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (const M& m : modes) {
+                const int cfg = select_sandwich_table_config(H, 2, 2, 0, false);
+                const int v = quant_variant_index(cfg, x, m.q, m.mode, false, true);
+                ASSERT_GE(v, 0) << "sandwich quantized H=" << H << " mode " << m.mode;
+                EXPECT_EQ(kVariants[v].kind, KernelKind::SandwichQuantForward);
+                EXPECT_EQ(kVariants[v].config, cfg);
+            }
+}
+
 TEST(Validate, GatedNormRulesNameTheirField) {
     alignas(16) static unsigned char buf[4096] = {};
     auto call = [&]() {
