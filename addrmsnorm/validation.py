@@ -677,13 +677,13 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
         raise ValueError(f"post_weight (the sandwich norm) quantizes to float8_e4m3fn in the {mode} mode, not "
                          f"{QUANT_DTYPE_NAMES[quant_dtype]}")
     g = check_gate_rules(x, z, weight, None, x.shape, H, gate_group_size, norm_before_gate, False, False,
-                         weight_offset, residual, group_name="gate_group_size")
+                         weight_offset, residual)
     if z is not None:
         if mode not in GATED_QUANT_MODES or quant_dtype != torch.float8_e4m3fn:
             raise ValueError(f"z (the gated norm) takes the quantized outputs {' and '.join(GATED_QUANT_MODES)} "
                              f"(float8_e4m3fn), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
         if mode == "token" and g != H:
-            raise ValueError(f"gate_group_size is {g}: the gated norm's per-token scales need its group to be the row "
+            raise ValueError(f"group_size is {g}: the gated norm's per-token scales need its group to be the row "
                              f"(H = {H})")
     return eps, weight_offset, x_scale, post_weight_offset
 
@@ -1019,12 +1019,12 @@ def check_gate_residual(z, residual) -> None:
 
 
 def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_gate, hf: bool, round_once: bool,
-                     weight_offset, residual=None, return_rstd=False, group_name="group_size") -> int:
+                     weight_offset, residual=None, return_rstd=False) -> int:
     """The gated norm's rules that need no memory, in validate_norm's order. Without z, group_size must be 0
     (or None) and norm_before_gate True. Returns the group size (H when not given)."""
     if z is None:
         if group_size not in (None, 0):
-            raise ValueError(f"{group_name} is {group_size!r} but z is None: it is the gated norm's group")
+            raise ValueError(f"group_size is {group_size!r} but z is None: it is the gated norm's group")
         if norm_before_gate is not True and norm_before_gate != 1:
             raise ValueError("norm_before_gate is False but z is None: it orders the gated norm's gate")
         return 0
@@ -1035,15 +1035,15 @@ def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_
     if weight is not None and weight.dtype != x.dtype:
         raise TypeError(f"weight has dtype {weight.dtype}; the gated norm's weight is x's dtype ({x.dtype})")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
-        raise ValueError(f"{group_name} is {group_size!r}; it must be an int dividing H = {H}")
+        raise ValueError(f"group_size is {group_size!r}; it must be an int dividing H = {H}")
     g = H if group_size in (None, 0) else group_size
     if g < 0 or H % g:
-        raise ValueError(f"{group_name} is {group_size!r}; it must divide H = {H}")
+        raise ValueError(f"group_size is {group_size!r}; it must divide H = {H}")
     if g > configs.GATED_MAX_GROUP:
-        raise ValueError(f"{group_name} is {g}; the gated norm's groups are at most {configs.GATED_MAX_GROUP} "
+        raise ValueError(f"group_size is {g}; the gated norm's groups are at most {configs.GATED_MAX_GROUP} "
                          f"elements")
     if g % GATED_ALIGN:
-        raise ValueError(f"{group_name} is {g}; the gated norm (z) needs groups of a multiple of {GATED_ALIGN} "
+        raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {GATED_ALIGN} "
                          f"elements")
     if rstd is not None or return_rstd:
         raise ValueError("rstd is asked for, but the gated norm (z) writes no rstd")

@@ -247,10 +247,10 @@ def test_gated_quantized_refusals_name_the_argument():
     s = torch.tensor([0.01], device=DEVICE)
     fp8 = torch.float8_e4m3fn
     cases = [
-        (ValueError, "gate_group_size", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, group_size=64)),
+        (ValueError, "group_size is", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, group_size=64)),
         (ValueError, "takes the quantized outputs static and token", lambda: addrmsnorm.gated_rmsnorm_quant(
             x, z, w, quant_dtype=torch.int8, scale=s)),
-        (ValueError, "gate_group_size", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, scale=s,
+        (ValueError, "group_size is", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, scale=s,
                                                                                group_size=96)),
         (TypeError, "z has dtype", lambda: addrmsnorm.gated_rmsnorm_quant(x, z.half(), w, quant_dtype=fp8, scale=s)),
         (ValueError, "no residual", lambda: OPS.norm_quant(x, x.clone(), w, 1e-6, fp8, s, 0, None, False, False, 0.0,
