@@ -258,6 +258,16 @@ def rmsnorm_(
     return x
 
 
+def _check_gate_types(z, group_size, norm_before_gate) -> None:
+    """The gated calls' Python types that the operators cannot name (the values' rules are theirs)."""
+    if type(norm_before_gate) is not bool:
+        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
+    if not isinstance(z, _Tensor):
+        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
+    if group_size is not None and type(group_size) is not int:
+        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+
+
 def gated_rmsnorm(
     x: torch.Tensor,
     z: torch.Tensor,
@@ -303,12 +313,7 @@ def gated_rmsnorm(
     Returns:
         y. Autograd gives dx, dz and dweight (autograd.gated_backward: torch operations, not a kernel).
     """
-    if type(norm_before_gate) is not bool:
-        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
-    if not isinstance(z, _Tensor):
-        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
-    if group_size is not None and (type(group_size) is not int):
-        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    _check_gate_types(z, group_size, norm_before_gate)
     v.gate_activation_index(activation)
     n = plain_numerics_index(numerics)
     _check_norm_types(x, weight, eps, weight_offset, pdl)
@@ -346,12 +351,7 @@ def gated_rmsnorm_quant(
     any group) or per token (no scale; ``group_size`` the row), with ``fused_add_rmsnorm_quant``'s rules for
     the scales. x, z and the weight are float16 or bfloat16 of one dtype. Returns ``(q, scales)`` (static:
     scales is ``scale``), or ``(q, scales, y)`` with ``return_y``. Inference only: no autograd."""
-    if type(norm_before_gate) is not bool:
-        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
-    if not isinstance(z, _Tensor):
-        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
-    if group_size is not None and type(group_size) is not int:
-        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    _check_gate_types(z, group_size, norm_before_gate)
     _check_quant_types(x, x, weight, eps, quant_dtype, scale, None, scale_ub, False, ue8m0_scales, weight_offset,
                        return_y, pdl)
     g = group_size or 0
