@@ -267,26 +267,29 @@ def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight
 
 def _norm_quant(keyset, x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                 column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-                swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                norm_before_gate=True):
     # Quantized outputs are for inference: no backward.
-    _refuse_grad("norm_quant", ("x", "residual", "weight", "post_weight"), (x, residual, weight, post_weight))
+    _refuse_grad("norm_quant", ("x", "residual", "weight", "post_weight", "z"), (x, residual, weight, post_weight, z))
     with _C._AutoDispatchBelowAutograd():
         return torch.ops.addrmsnorm.norm_quant.default.redispatch(
             keyset & _C._after_autograd_keyset, x, residual, weight, eps, quant_dtype, scale, group_size,
             scale_ub, column_major_scales, ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales, x_scale,
-            post_weight, post_weight_offset)
+            post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
 
 
 def _norm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
                      scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
-                     x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                     x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                     norm_before_gate=True):
     _refuse_grad("norm_quant_into", ("x", "residual", "weight", "out", "residual_out", "scales_out", "y",
-                                     "post_weight"), (x, residual, weight, out, residual_out, scales_out, y, post_weight))
+                                     "post_weight", "z"),
+                 (x, residual, weight, out, residual_out, scales_out, y, post_weight, z))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_quant_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, scales_out, y,
             eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale,
-            post_weight, post_weight_offset)
+            post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
     torch.autograd.graph.increment_version(_written(out, residual_out, scales_out, y))
 
 

@@ -336,7 +336,7 @@ def quant_kernel_mode(static: bool, group_size: int, q: str = "") -> int:
 
 QUANT_ACTIVATION_PAIRS = (("fp16", "fp16"), ("bf16", "bf16"))
 QUANT_ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "q_ptr", "residual_out_ptr", "y_ptr",
-                              "post_weight_ptr")
+                              "post_weight_ptr", "z_ptr")
 # float8_e4m3fn is a type of sm_89 and newer (Triton refuses it below): sm_80 gets the int8 kernels only.
 QUANT_FP8_MIN_ARCH = 89
 
@@ -606,6 +606,11 @@ GATED_DTYPES = ("fp16", "bf16", "fp32")
 # The gate's activations (the C ABI's addrmsnorm_gate_activation): silu, as every family using the gated
 # norm has it; the field leaves room for others.
 GATE_ACTIVATIONS = ("silu",)
+
+
+# The gated norm's quantized outputs (out_proj's input): fp8 static at any group, per token where the group is
+# the row, on GATED_TABLE's 16-bit rows: 2 kernels a row and dtype, 28 per arch (none on sm_80).
+GATED_QUANT = ((QUANT_STATIC, "fp8e4m3"), (QUANT_PER_TOKEN, "fp8e4m3"))
 
 
 def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:

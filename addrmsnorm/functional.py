@@ -258,6 +258,16 @@ def rmsnorm_(
     return x
 
 
+def _check_gate_types(z, group_size, norm_before_gate) -> None:
+    """The gated calls' Python types that the operators cannot name (the values' rules are theirs)."""
+    if type(norm_before_gate) is not bool:
+        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
+    if not isinstance(z, _Tensor):
+        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
+    if group_size is not None and type(group_size) is not int:
+        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+
+
 def gated_rmsnorm(
     x: torch.Tensor,
     z: torch.Tensor,
@@ -303,12 +313,7 @@ def gated_rmsnorm(
     Returns:
         y. Autograd gives dx, dz and dweight (autograd.gated_backward: torch operations, not a kernel).
     """
-    if type(norm_before_gate) is not bool:
-        raise TypeError(f"norm_before_gate must be a bool, got {type(norm_before_gate).__name__}")
-    if not isinstance(z, _Tensor):
-        raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
-    if group_size is not None and (type(group_size) is not int):
-        raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    _check_gate_types(z, group_size, norm_before_gate)
     v.gate_activation_index(activation)
     n = plain_numerics_index(numerics)
     _check_norm_types(x, weight, eps, weight_offset, pdl)
@@ -321,6 +326,45 @@ def gated_rmsnorm(
     ops.norm_into(x, None, weight, out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, z, g,
                   norm_before_gate)
     return out
+
+
+def gated_rmsnorm_quant(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    quant_dtype: torch.dtype,
+    scale: torch.Tensor | None = None,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    scale_ub: torch.Tensor | None = None,
+    ue8m0_scales: bool = False,
+    weight_offset: float = 0.0,
+    out: torch.Tensor | None = None,
+    scales_out: torch.Tensor | None = None,
+    return_y: bool = False,
+    pdl: bool = False,
+):
+    """The gated norm (``gated_rmsnorm``, contract numerics) with y quantized for the next GEMM (Qwen3-Next's
+    out_proj): ``q = quant(y)``, y the fp32 value, never rounded before. float8_e4m3fn, static (``scale``,
+    any group) or per token (no scale; ``group_size`` the row), with ``fused_add_rmsnorm_quant``'s rules for
+    the scales. x, z and the weight are float16 or bfloat16 of one dtype. Returns ``(q, scales)`` (static:
+    scales is ``scale``), or ``(q, scales, y)`` with ``return_y``. Inference only: no autograd."""
+    _check_gate_types(z, group_size, norm_before_gate)
+    _check_quant_types(x, x, weight, eps, quant_dtype, scale, None, scale_ub, False, ue8m0_scales, weight_offset,
+                       return_y, pdl)
+    g = group_size or 0
+    if out is None:
+        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale, 0, scale_ub, False, ue8m0_scales,
+                                         weight_offset, return_y, pdl, False, 1.0, None, 0.0, z, g, norm_before_gate)
+    else:
+        q, scales, y = _quant_outputs(x, quant_dtype, scale, 0, False, return_y, out, scales_out, False)
+        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale, 0, scale_ub, ue8m0_scales, weight_offset,
+                            pdl, False, 1.0, None, 0.0, z, g, norm_before_gate)
+    if scales is None:
+        scales = scale
+    return (q, scales, y) if return_y else (q, scales)
 
 
 def rmsnorm_pair_(

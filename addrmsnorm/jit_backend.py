@@ -308,12 +308,15 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
 
 def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
                   ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False,
-                  x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y)."""
+                  x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                  norm_before_gate=True):
+    """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y). z: the gated
+    norm's."""
     call = v.check_quant(x, None, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
                          weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
-                         post_weight_offset=post_weight_offset)
+                         post_weight_offset=post_weight_offset, z=z, gate_group_size=gate_group_size,
+                         norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
@@ -327,12 +330,13 @@ def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_u
 
 def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
                        ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0,
-                       post_weight=None, post_weight_offset=0.0):
+                       post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
     """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
     call = v.check_quant(x, None, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
                          scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps,
                          weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
-                         post_weight_offset=post_weight_offset)
+                         post_weight_offset=post_weight_offset, z=z, gate_group_size=gate_group_size,
+                         norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
@@ -343,14 +347,18 @@ def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_o
     xr = call.x
     if xr.n_rows == 0:
         return
-    o, y = call.out, call.y
+    o, y, g = call.out, call.y, call.gate
+    # The gated norm: each row's groups as rows of a group (validation: rows of one stride, per token only with
+    # one group a row).
+    groups = 1 if g is None else call.H // g.group_size
     launch_quant_forward(
         xr.tensor, None, None if call.weight is None else call.weight.tensor, o.tensor, None,
         None if y is None else y.tensor, scale, call.scales,
-        scale_ub, n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_q=o.row_stride,
-        stride_residual_out=0, stride_y=0 if y is None else y.row_stride, stride_s_row=call.scales_row_stride,
-        stride_s_group=call.scales_group_stride, group_size=call.group_size, ue8m0=ue8m0, eps=eps,
-        weight_offset=weight_offset, pdl=pdl, swizzled=call.swizzled,
+        scale_ub, n_rows=xr.n_rows * groups, H=call.H // groups, stride_x=xr.row_stride, stride_residual=0,
+        stride_q=o.row_stride, stride_residual_out=0, stride_y=0 if y is None else y.row_stride,
+        stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride, group_size=call.group_size,
+        ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl, swizzled=call.swizzled,
+        gate=None if g is None else (g.z.tensor, g.z.row_stride, g.gate_first, groups),
     )
 
 
@@ -401,24 +409,29 @@ norm_backward = fused_add_rmsnorm_backward
 
 def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-               swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+               swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None,
+               gate_group_size=0, norm_before_gate=True):
     """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
-    static) and y (None unless return_y). post_weight: the sandwich norm's (with a residual)."""
+    static) and y (None unless return_y). post_weight: the sandwich norm's (with a residual); z: the gated
+    norm's (without)."""
     args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
             return_y, pdl, swizzled_scales, x_scale, post_weight, post_weight_offset)
     if residual is None:
-        q, scales, y = rmsnorm_quant(x, weight, *args)
+        q, scales, y = rmsnorm_quant(x, weight, *args, z, gate_group_size, norm_before_gate)
         return q, x.new_empty((0,)), scales, y
+    v.check_gate_residual(z, residual)
     return fused_add_rmsnorm_quant(x, residual, weight, *args)
 
 
 def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
                     scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
-                    x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                    x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                    norm_before_gate=True):
     """addrmsnorm::norm_quant_into: into caller-given outputs."""
     args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale, post_weight,
             post_weight_offset)
     v.check_residual_outputs(residual, residual_out)
     if residual is None:
-        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args)
+        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args, z, gate_group_size, norm_before_gate)
+    v.check_gate_residual(z, residual)
     return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)

@@ -528,7 +528,8 @@ def _single_pass_rows(
         _store_q(out_ptr, _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED), 0, v,
                  row_mask, H, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
         if write_y != 0:
-            tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_ptr + _out_rows(rows_2d, rows, stride_y_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                     y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
         if QUANT == 1:
             v = y * tl.math.div_rn(1.0, tl.load(scale_ptr))
@@ -545,7 +546,8 @@ def _single_pass_rows(
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  _quantize(v, out_ptr.dtype.element_ty), mask=mask)
         if write_y != 0:
-            tl.store(y_ptr + rows_2d * stride_y_row + cols_2d, y.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.store(y_ptr + _out_rows(rows_2d, rows, stride_y_row, group_rows, stride_out_group, GROUPED) + cols_2d,
+                     y.to(y_ptr.dtype.element_ty), mask=mask)
     # rstd last, in a branch after every other load and store: a branch in the middle would split the
     # kernel for the scheduler (measured: +14 registers at H = 11111), and a predicated store there
     # cost 2-7% at small, latency-bound shapes and 5% at 8184 x 4100 bf16/fp32 (registers).
@@ -874,7 +876,8 @@ def rmsnorm_fwd(
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
                                "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
                                "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype", "scale_rows",
-                               "swizzled", "has_weight"])
+                               "swizzled", "has_weight", "stride_z_row", "gate_first", "group_rows",
+                               "stride_x_group"])
 def rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
@@ -899,12 +902,18 @@ def rmsnorm_quant_fwd(
     x_scale: tl.float32,      # fp32: h = residual + x_scale * x (as rmsnorm_fwd)
     post_weight_ptr,          # SANDWICH: [H] the first norm's weight, typed as weight (as rmsnorm_fwd)
     post_weight_offset: tl.float32,
+    z_ptr,                    # GATED: the gate, x's dtype (as rmsnorm_fwd); else a stand-in, unread
+    stride_z_row: tl.int64,   # GATED: elements between consecutive rows of z
+    gate_first: tl.int32,     # GATED: 0 rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z))
+    group_rows: tl.int32,     # GATED: a row's groups (each of H columns: H is the group here)
+    stride_x_group: tl.int64,  # GATED: elements between a row's groups (H), in x, z, q and y alike
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr, ALIGN: tl.constexpr,
     QUANT: tl.constexpr,      # 1 static, 2 per token, 3 per group, 4 NVFP4, 5 MXFP8, 6 MXFP4 (configs.QUANT_MODES)
     PDL: tl.constexpr = False, WEIGHT_FIRST: tl.constexpr = False, EVICT_LAST: tl.constexpr = False,
     KEEP_H: tl.constexpr = False,
     RESIDUAL: tl.constexpr = True,  # False: the plain norm's quantized outputs (residual, residual_out unused)
     SANDWICH: tl.constexpr = False,  # as rmsnorm_fwd's (no rstd is written here)
+    GATED: tl.constexpr = False,     # no residual, single pass: the gated norm's q (static; per token with one group)
 ):
     """The forward with q = quant(y) in out's place: the same row helpers, QUANT != 0 (see above)."""
     if PDL:
@@ -916,6 +925,9 @@ def rmsnorm_quant_fwd(
     stride_q_row = _aligned(stride_q_row, ALIGN)
     stride_residual_out_row = _aligned(stride_residual_out_row, ALIGN)
     stride_y_row = _aligned(stride_y_row, ALIGN)
+    if GATED:
+        stride_z_row = _aligned(stride_z_row, ALIGN)
+        stride_x_group = _aligned(stride_x_group, ALIGN)
     if LOOPED:
         _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
@@ -935,7 +947,10 @@ def rmsnorm_quant_fwd(
                           scale_ptr=scale_ptr, scales_ptr=scales_ptr, scale_ub_ptr=scale_ub_ptr,
                           stride_s_row=stride_s_row, stride_s_group=stride_s_group, group_size=group_size,
                           has_ub=has_ub, ue8m0=ue8m0, swizzled=swizzled, has_weight=has_weight, x_scale=x_scale,
-                          SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset)
+                          SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
+                          GROUPED=GATED, group_rows=group_rows, stride_x_group=stride_x_group,
+                          stride_out_group=stride_x_group, GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row,
+                          gate_first=gate_first)
     if QUANT >= 4:  # after every row's loads and stores, as rstd's store (see _single_pass_rows)
         if (swizzled != 0) & (scale_rows > n_rows) & (tl.program_id(0) == tl.num_programs(0) - 1):
             _swizzle_padding(scales_ptr, n_rows, H, QUANT)

@@ -209,6 +209,7 @@ def launch_quant_forward(
     stride_y: int, stride_s_row: int, stride_s_group: int, group_size: int, ue8m0: bool,
     eps: float, weight_offset: float, pdl: bool = False, swizzled: bool = False, x_scale: float = 1.0,
     post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
+    gate: tuple | None = None,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_quant_fwd`` over ``n_rows`` > 0 validated rows (validation.check_quant:
@@ -216,7 +217,8 @@ def launch_quant_forward(
     else 2 per token (group_size 0) or 3 per group; the block-scaled formats by q's dtype and group_size
     (``scale`` NVFP4's global scale; fp4 q and the scale bytes are passed as uint8, ``swizzled`` the
     scales' tiled layout). ``residual`` None is the plain norm's (RESIDUAL off); ``post_weight`` (with a
-    residual) the sandwich norm's (SANDWICH, on its table's rows).
+    residual) the sandwich norm's (SANDWICH, on its table's rows); ``gate`` (z, stride_z, gate_first,
+    group_rows), without a residual, the gated norm's over groups of H columns (GATED, as launch_forward).
     Absent tensors are passed as present ones of their
     type that are not touched. ``config`` and ``max_registers`` (0: none) override the table for tuning
     sweeps, as in ``launch_forward``."""
@@ -233,16 +235,19 @@ def launch_quant_forward(
         scales = scales.view(torch.uint8)
         if swizzled:  # the last program writes the padded rows' zero scales
             scale_rows = -(-n_rows // configs.SWIZZLE_ROWS) * configs.SWIZZLE_ROWS
-    sandwich = post_weight is not None
+    sandwich, gated = post_weight is not None, gate is not None
+    z, stride_z, gate_first, group_rows = gate if gated else (x, 0, 0, 1)
     cfg = config or (configs.select_sandwich_config(H, x.element_size()) if sandwich else
+                     configs.select_gated_config(H, x.element_size()) if gated else
                      select_forward_config(H, x.element_size(), residual.element_size(), quant=mode, plain=plain))
     if n_rows == 1:
-        stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0
+        stride_x = stride_residual = stride_q = stride_residual_out = stride_y = stride_z = 0
     align = configs.vector_elems(x.element_size(), residual.element_size())
     compiled_pdl = pdl_compiled(x.device)
     extra = {"launch_pdl": True} if pdl and compiled_pdl else {}
     arch = _arch(x.device)
-    kind = "sandwich_quant_forward" if sandwich else "quant_forward"  # no plan caps the sandwich's (aot_build)
+    # no plan caps the sandwich's or the gated norm's (aot_build.spec_cap)
+    kind = "sandwich_quant_forward" if sandwich else "gated_quant_forward" if gated else "quant_forward"
     cap = _planned_cap(kind, cfg, arch) if max_registers is None else max_registers
     if cap:  # the AOT build compiles with the same cap
         extra["maxnreg"] = cap
@@ -250,6 +255,8 @@ def launch_quant_forward(
         extra["RESIDUAL"] = False
     if sandwich:
         extra["SANDWICH"] = True
+    if gated:
+        extra["GATED"] = True
     f32 = _no_rstd(x.device)
     with _device_guard(x.device):
         compiled = rmsnorm_quant_fwd[(cfg.grid(n_rows),)](
@@ -260,7 +267,7 @@ def launch_quant_forward(
             stride_s_row, stride_s_group, eps, weight_offset, group_size,
             int(y is not None), int(scale_ub is not None), int(ue8m0), _DTYPE_CODES[weight.dtype],
             scale_rows, int(swizzled), has_weight, x_scale, weight if post_weight is None else post_weight,
-            post_weight_offset,
+            post_weight_offset, z, stride_z, gate_first, group_rows, H if gated and group_rows > 1 else 0,
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped, ALIGN=align,
             QUANT=mode, PDL=compiled_pdl,
             WEIGHT_FIRST=cfg.weight_first, EVICT_LAST=cfg.evict_last, KEEP_H=cfg.keep_h,

@@ -57,7 +57,8 @@ from .launcher import INTERPRETED
 NAMESPACE = "addrmsnorm"
 _QUANT_TAIL = ("float eps, Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool ue8m0_scales=False, "
                "float weight_offset=0., bool pdl=False, bool swizzled_scales=False, float x_scale=1., "
-               "Tensor? post_weight=None, float post_weight_offset=0.) -> ()")
+               "Tensor? post_weight=None, float post_weight_offset=0., Tensor? z=None, int gate_group_size=0, "
+               "bool norm_before_gate=True) -> ()")
 # weight None: the weightless norm. x_scale: h = residual + x_scale * x (1: the unscaled add). post_weight:
 # the sandwich norm, h = residual + rmsnorm(x; post_weight + post_weight_offset) (rstd then (2, rows...)).
 # z: the gated norm (no residual), rmsnorm(x) * silu(z) over groups of group_size columns (0: the row), or
@@ -82,7 +83,8 @@ SCHEMAS = {
                   "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
                   "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
                   "bool swizzled_scales=False, float x_scale=1., Tensor? post_weight=None, "
-                  "float post_weight_offset=0.) -> (Tensor, Tensor, Tensor?, Tensor?)",
+                  "float post_weight_offset=0., Tensor? z=None, int gate_group_size=0, bool norm_before_gate=True) "
+                  "-> (Tensor, Tensor, Tensor?, Tensor?)",
     "norm_quant_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
                        "Tensor(c!)? scales_out, Tensor(d!)? y, " + _QUANT_TAIL,
     # Per-head q and k norms of a fused QKV buffer, in place, in one launch (both weights None: weightless).
@@ -164,12 +166,13 @@ def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, nume
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")
 def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
       ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False, x_scale=1.0,
-      post_weight=None, post_weight_offset=0.0):
+      post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
     shape, _, device, mode = v.check_quant_meta(x, residual, weight, quant_dtype, scale, group_size, scale_ub,
                                                 ue8m0=ue8m0_scales, column_major=column_major_scales,
                                                 swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset,
                                                 x_scale=x_scale, post_weight=post_weight,
-                                                post_weight_offset=post_weight_offset)
+                                                post_weight_offset=post_weight_offset, z=z,
+                                                gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
     y = x.new_empty(shape) if return_y else None
     scales = v.alloc_scales(shape, group_size, mode, column_major_scales, device, swizzled_scales)
     return (x.new_empty(v.q_shape(shape, quant_dtype), dtype=quant_dtype), _fake_residual_out(x, residual), scales, y)
@@ -178,11 +181,12 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant_into")
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0, post_weight=None,
-      post_weight_offset=0.0):
+      post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
     v.check_residual_outputs(residual, residual_out)
     v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y,
                        ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset,
-                       x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
+                       x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                       gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_backward")

@@ -486,7 +486,7 @@ def swizzled_scales_numel(n_rows: int, H: int, group_size: int) -> int:
 
 
 class QuantCall(ForwardCall):
-    __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size", "mode", "swizzled")
+    __slots__ = ("y", "scales", "scales_row_stride", "scales_group_stride", "group_size", "mode", "swizzled", "gate")
     # eps and weight_offset: ForwardCall's slots
 
 
@@ -554,7 +554,7 @@ def _expected_scales_shape(shape, mode: str, group_size, swizzled: bool):
 
 
 def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y_out,
-               column_major, swizzled, functional, post_weight=None):
+               column_major, swizzled, functional, post_weight=None, z=None):
     """The mapping of a quantized call up to the views. Returns (shape, H, device, mode, want): want the
     scales' shape (_expected_scales_shape)."""
     if not isinstance(quant_dtype, torch.dtype) or quant_dtype not in QUANT_DTYPES:
@@ -586,8 +586,11 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
         _check_weight(weight, H)
     if post_weight is not None:
         _check_post_weight(post_weight, weight, x, H)
+    if z is not None:
+        check_tensor("z", z)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
-               "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub, "post_weight": post_weight}
+               "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub, "post_weight": post_weight,
+               "z": z}
     for name in ("out", "scales_out", "scale", "scale_ub"):
         if tensors[name] is not None and not isinstance(tensors[name], torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensors[name]).__name__}")
@@ -614,7 +617,8 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
 
 
 def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                 weight_offset, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                 norm_before_gate=True):
     """The rules of a quantized call that read no pointer, in the C runtime's order (validate_norm's,
     then validate_quant's up to its rows). Returns (eps, weight_offset, x_scale)."""
     if eps is not None:
@@ -672,25 +676,34 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
     if post_weight is not None and mode in ("static", "token", "group") and quant_dtype != torch.float8_e4m3fn:
         raise ValueError(f"post_weight (the sandwich norm) quantizes to float8_e4m3fn in the {mode} mode, not "
                          f"{QUANT_DTYPE_NAMES[quant_dtype]}")
+    g = check_gate_rules(x, z, weight, None, x.shape, H, gate_group_size, norm_before_gate, False, False,
+                         weight_offset, residual)
+    if z is not None:
+        if mode not in GATED_QUANT_MODES or quant_dtype != torch.float8_e4m3fn:
+            raise ValueError(f"z (the gated norm) takes the quantized outputs {' and '.join(GATED_QUANT_MODES)} "
+                             f"(float8_e4m3fn), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
+        if mode == "token" and g != H:
+            raise ValueError(f"group_size is {g}: the gated norm's per-token scales need its group to be the row "
+                             f"(H = {H})")
     return eps, weight_offset, x_scale, post_weight_offset
 
 
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
                      column_major=False, swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
-                     post_weight_offset=0.0):
+                     post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
     """The checks of a quantized forward that need no memory (the fakes'). residual None: the plain
     norm's. Into given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no
     quant_dtype. post_weight: the sandwich norm's quantized outputs. Returns (shape, H, device, mode)."""
     functional = out is None
     shape, H, device, mode, _ = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
                                            residual_out, scales_out, y_out, column_major, swizzled, functional,
-                                           post_weight)
+                                           post_weight, z)
     check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y_out})
     if out is not None:
         check_same_shape(q_shape(shape, quant_dtype), {"out": out})
     _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale, post_weight, post_weight_offset)
+                 weight_offset, x_scale, post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     return shape, H, device, mode
@@ -741,14 +754,14 @@ def _span_rows(t: torch.Tensor) -> Rows:
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
                 residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
                 swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
-                post_weight_offset=0.0) -> QuantCall:
+                post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True) -> QuantCall:
     """Every check of a quantized forward, in the two layers' order. residual None: the plain norm's
     (no residual_out). out None: the functional form, whose q, residual_out, scales and y the caller
     allocates after this returns (set them on the call)."""
     functional = out is None
     shape, H, device, mode, want = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
                                               residual_out, scales_out, y_out, column_major, swizzled, functional,
-                                              post_weight)
+                                              post_weight, z)
     block = mode in BLOCK_MODES
     xr = as_rows("x", x, shape)
     rr = as_rows("residual", residual, shape) if residual is not None else xr
@@ -766,7 +779,7 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
                                               is not None else 0)
     eps, weight_offset, x_scale, post_weight_offset = _quant_rules(
         x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps, weight_offset,
-        x_scale, post_weight, post_weight_offset)
+        x_scale, post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
     if mode == "static" and scales_out is not None:
         raise ValueError("scales_out receives dynamic scales; a static call has none to write")
     call = QuantCall(shape, H, device, xr, rr, None if weight is None else Rows(weight, 1, H), outputs.get("out"),
@@ -774,6 +787,7 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     call.x_scale = x_scale
     call.post_weight = None if post_weight is None else Rows(post_weight, 1, H)
     call.post_weight_offset = post_weight_offset
+    call.gate = None
     call.y = outputs.get("y")
     call.group_size = group_size or 0
     call.mode = mode
@@ -825,6 +839,8 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
         if block and swizzled and scales_out.data_ptr() % QUANT_ALIGN_BYTES:
             raise ValueError("scales_out must start on a 16-byte boundary (the swizzled layout's padding is "
                              "written in 4-byte words)")
+    if z is not None:
+        call.gate = _check_gate_memory(call, z, gate_group_size or H, norm_before_gate)
     return call
 
 
@@ -832,6 +848,7 @@ QUANT_MAY_ALIAS = {"out": (), "residual_out": ("residual", "x"), "y": ("x",)}
 # The quantized outputs built for the sandwich norm (configs.SANDWICH_QUANT): fp8 static, per token and per
 # group; NVFP4 and MXFP8.
 SANDWICH_QUANT_MODES = ("static", "token", "group", "nvfp4", "mxfp8")
+GATED_QUANT_MODES = ("static", "token")  # configs.GATED_QUANT: fp8
 
 
 # ----- overlap of row-strided views -----------------------------------------------------------

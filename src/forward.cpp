@@ -148,11 +148,23 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     const addrmsnorm_quant& qd = *c.quant;
     const int mode = static_cast<int>(qd.mode);  // the QUANT constexpr (configs.QUANT_MODES)
     const bool sandwich = c.post_weight != nullptr;  // on the sandwich norm's rows (configs.SANDWICH_TABLE)
+    // The gated norm: each row's groups of group_size columns as the rows of a group (validated: rows of one
+    // stride; per token with one group a row), on its rows (configs.GATED_TABLE).
+    const bool gated = c.z != nullptr;
+    const int64_t group = gated && c.gate_group_size != 0 ? c.gate_group_size : c.hidden;
+    const int64_t groups = c.hidden / group;
+    int64_t stride_z = gated ? c.stride_z : 0;
+    if (c.rows == 1) stride_z = 0;
     const int config = sandwich ? select_sandwich_table_config(c.hidden, xs, xs, 0, false)
+                       : gated  ? select_gated_table_config(group, xs, xs, 0, false)
                                 : select_forward_config(c.hidden, xs, xs, mode, false, c.plain);
-    const int variant = config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain, sandwich);
+    const int variant =
+        config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain, sandwich, gated);
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, sandwich ? "sandwich-norm quantized kernel" : "quantized kernel", &k);
+    st = get_built_kernel(*d, variant,
+                          sandwich ? "sandwich-norm quantized kernel" : gated ? "gated-norm quantized kernel"
+                                                                              : "quantized kernel",
+                          &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const KernelConfig& cfg = kConfigs[config];
@@ -171,9 +183,9 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     p.scales_ptr = devptr(qd.scales != nullptr ? qd.scales : static_cast<const void*>(qd.scale));
     p.scale_ub_ptr = devptr(qd.scale_ub != nullptr ? static_cast<const void*>(qd.scale_ub)
                                                    : (qd.scales ? qd.scales : static_cast<const void*>(qd.scale)));
-    const int32_t n_rows = static_cast<int32_t>(c.rows);
+    const int32_t n_rows = static_cast<int32_t>(c.rows * groups);
     p.n_rows = n_rows;
-    p.H = static_cast<int32_t>(c.hidden);
+    p.H = static_cast<int32_t>(group);
     p.stride_x_row = stride_x;
     p.stride_residual_row = stride_residual;
     p.stride_q_row = stride_q;
@@ -199,6 +211,11 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
     if (sandwich && weightless) p.weight_ptr = devptr(c.post_weight);
     p.post_weight_ptr = devptr(sandwich ? c.post_weight : (weightless ? c.x : c.weight));  // read by SANDWICH alone
     p.post_weight_offset = sandwich ? c.post_weight_offset : 0.0f;
+    p.z_ptr = devptr(gated ? c.z : c.x);  // read only by the GATED kernels
+    p.stride_z_row = stride_z;
+    p.gate_first = gated ? c.gate_first : 0;
+    p.group_rows = static_cast<int32_t>(groups);
+    p.stride_x_group = groups > 1 ? group : 0;
     const unsigned grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (c.flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

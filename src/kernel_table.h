@@ -122,10 +122,11 @@ inline int variant_index(int config, int x, int residual, int weight, int align_
 }
 
 extern const short kSandwichQuantIndex[];  // the sandwich norm's quantized outputs, indexed as kQuantIndex
+extern const short kGatedQuantIndex[];     // the gated norm's quantized outputs, indexed as kQuantIndex
 
 inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false,
-                               bool sandwich = false) {
-    return (sandwich ? kSandwichQuantIndex : plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
+                               bool sandwich = false, bool gated = false) {
+    return (gated ? kGatedQuantIndex : sandwich ? kSandwichQuantIndex : plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
                                                         kNumQuantModes + quant - 1];
 }
 

@@ -20,6 +20,12 @@
 namespace addrmsnorm {
 namespace detail {
 
+namespace {
+// The gated norm's rules, defined with the plain norm's below; the quantized call takes them too.
+addrmsnorm_status check_gate_rules(const NormCall& c);
+addrmsnorm_status check_quant_gate_memory(const QuantCall& c);
+}  // namespace
+
 int dtype_size(addrmsnorm_dtype d) {
     switch (d) {
         case ADDRMSNORM_FLOAT16:
@@ -438,6 +444,19 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                              "post_weight (the sandwich norm) quantizes to float8_e4m3fn in the static, per-token and "
                              "per-group modes, not int8");
     }
+    // The gated norm's quantized outputs (validation._quant_rules): the gate's rules, then the built modes.
+    NormCall gc{c.x, c.weight, c.q, nullptr, c.rows, 1, c.hidden, c.stride_x, 0, c.stride_q, 0, c.x_dtype,
+                c.x_dtype, c.eps, c.weight_offset, c.flags, c.z, c.stride_z, c.gate_group_size, c.gate, c.gate_first};
+    if (c.z != nullptr) {
+        if (addrmsnorm_status st = check_gate_rules(gc); st != ADDRMSNORM_SUCCESS) return st;
+        ADDRMSNORM_REFUSE_IF(qd.mode > ADDRMSNORM_QUANT_PER_TOKEN || qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3,
+                             "z (the gated norm) takes the quantized outputs static and token (float8_e4m3fn), not "
+                             "mode %d", (int)qd.mode);
+        ADDRMSNORM_REFUSE_IF(qd.mode == ADDRMSNORM_QUANT_PER_TOKEN && c.gate_group_size != 0 &&
+                                 c.gate_group_size != c.hidden,
+                             "group_size is %lld: the gated norm's per-token scales need its group to be the row "
+                             "(hidden = %lld)", (long long)c.gate_group_size, (long long)c.hidden);
+    }
     if (is_static && qd.scales != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
     const void* f32s[3] = {qd.scale, qd.scale_ub, block ? nullptr : qd.scales};
@@ -556,6 +575,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out overlaps %s; it must not share memory with it",
                             t->name);
     }
+    if (c.z != nullptr) return check_quant_gate_memory(c);
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -782,6 +802,15 @@ addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const G
                              "out overlaps b_weight; out must not share memory with b_weight");
     }
     return ADDRMSNORM_SUCCESS;
+}
+
+// validation._check_gate_memory for a quantized call: q in out's place.
+addrmsnorm_status check_quant_gate_memory(const QuantCall& c) {
+    const NormCall gc{c.x, c.weight, c.q, nullptr, c.rows, 1, c.hidden, c.stride_x, 0, c.stride_q, 0, c.x_dtype,
+                      c.x_dtype, c.eps, c.weight_offset, c.flags, c.z, c.stride_z, c.gate_group_size, c.gate,
+                      c.gate_first};
+    const Grouped q{"out", reinterpret_cast<uintptr_t>(c.q), c.rows, 1, c.stride_q, 0, 1};
+    return check_gate_memory(gc, q, q.end(c.hidden));
 }
 
 }  // namespace
@@ -1044,7 +1073,6 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     if (a.quant != nullptr) {
         n->kind = NormCallArgs::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
-        ADDRMSNORM_REFUSE_IF(gated, "z (the gated norm) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(pair, "b (the pair) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
                              (long long)a.groups);
@@ -1064,7 +1092,8 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,
                              a.stride_x, plain ? a.stride_x : a.stride_residual, a.stride_out,
                              a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain,
-                             x_scale, a.post_weight, static_cast<float>(a.post_weight_offset)};
+                             x_scale, a.post_weight, static_cast<float>(a.post_weight_offset), a.z, a.stride_z,
+                             a.group_size, a.gate, a.gate_first};
         return validate_quant(n->quant);
     }
     if (qk) {

@@ -70,6 +70,10 @@ struct QuantCall {
     float x_scale = 1.0f;       // h = residual + x_scale * x
     const void* post_weight = nullptr;  // the sandwich norm's first weight (SANDWICH), of x_dtype
     float post_weight_offset = 0.0f;
+    // The gated norm's gate (GATED; addrmsnorm_norm_args' z, stride_z, group_size, gate, gate_first).
+    const void* z = nullptr;
+    int64_t stride_z = 0, gate_group_size = 0;
+    int32_t gate = 0, gate_first = 0;
 };
 
 // addrmsnorm_rmsnorm's views: [rows, heads, hidden] with two leading strides each.

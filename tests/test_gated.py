@@ -10,7 +10,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import reference as R
-from addrmsnorm.tolerances import GRAD_TOLERANCES, Y_TOLERANCES
+from addrmsnorm.tolerances import GRAD_TOLERANCES, QUANT_Y_RTOL, Y_TOLERANCES
 
 from conftest import DEVICE, ON_GPU, needs_kernels, gpu_only
 from helpers import argument_named, assert_refused
@@ -213,3 +213,48 @@ def test_both_backends_give_the_same_bits_and_refusals(numerics):
                 call(f)
             names.append(argument_named(str(e.value)))
         assert names[0] == names[1], names
+
+
+@pytest.mark.parametrize("static", [True, False], ids=["static", "per_token"])
+@pytest.mark.parametrize("before", [True, False], ids=["norm_first", "gate_first"])
+def test_gated_quantized_outputs_match_the_reference(static, before):
+    """fp8 q of the gated norm's fp32 y (out_proj's input): static in groups, per token over the row; q may differ
+    from the float64 reference's only where the kernel's fp32 y and the reference's sit on two sides of a code's
+    boundary."""
+    H, group = (4096, 128) if ON_GPU else (256, 64)
+    x, z, w = _inputs(ROWS, H, seed=13, z_stride=H + 64)
+    g = group if static else None
+    scale = torch.tensor([0.01], device=DEVICE) if static else None
+    q, scales, y = addrmsnorm.gated_rmsnorm_quant(x, z, w, 1e-6, quant_dtype=torch.float8_e4m3fn, scale=scale,
+                                                  group_size=g, norm_before_gate=before, return_y=True)
+    assert torch.equal(y, addrmsnorm.gated_rmsnorm(x, z, w, 1e-6, group_size=g, norm_before_gate=before))
+    y32 = R.gated_rmsnorm_ref(x, z, w, 1e-6, g, before).float()
+    q_ref, s_ref = R.quantize_ref(y32, torch.float8_e4m3fn, scale=scale)
+    differ = (q.view(torch.uint8) != q_ref.view(torch.uint8)).float().mean().item()
+    assert differ <= 0.01, f"{differ:.2%} of q's bytes differ from the reference's"
+    if not static:
+        torch.testing.assert_close(scales, s_ref, rtol=2 * QUANT_Y_RTOL.rtol, atol=0)
+    # Into given outputs, the same bytes.
+    out = torch.empty_like(q)
+    addrmsnorm.gated_rmsnorm_quant(x, z, w, 1e-6, quant_dtype=torch.float8_e4m3fn, scale=scale, group_size=g,
+                                   norm_before_gate=before, out=out,
+                                   scales_out=None if static else torch.empty_like(scales))
+    assert torch.equal(out.view(torch.uint8), q.view(torch.uint8))
+
+
+def test_gated_quantized_refusals_name_the_argument():
+    x, z, w = _inputs(4, 256)
+    s = torch.tensor([0.01], device=DEVICE)
+    fp8 = torch.float8_e4m3fn
+    cases = [
+        (ValueError, "group_size is", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, group_size=64)),
+        (ValueError, "takes the quantized outputs static and token", lambda: addrmsnorm.gated_rmsnorm_quant(
+            x, z, w, quant_dtype=torch.int8, scale=s)),
+        (ValueError, "group_size is", lambda: addrmsnorm.gated_rmsnorm_quant(x, z, w, quant_dtype=fp8, scale=s,
+                                                                               group_size=96)),
+        (TypeError, "z has dtype", lambda: addrmsnorm.gated_rmsnorm_quant(x, z.half(), w, quant_dtype=fp8, scale=s)),
+        (ValueError, "no residual", lambda: OPS.norm_quant(x, x.clone(), w, 1e-6, fp8, s, 0, None, False, False, 0.0,
+                                                           False, False, False, 1.0, None, 0.0, z, 0, True)),
+    ]
+    for exc, match, call in cases:
+        assert_refused((exc, RuntimeError) if ON_GPU else exc, match, call, x, z, w)

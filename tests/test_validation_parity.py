@@ -380,22 +380,24 @@ def test_both_backends_raise_the_same_errors():
 
 # ----- the quantized forward ------------------------------------------------------------------------
 
-def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False, pw=None):
+def _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False, pw=None, z=None,
+                          zg=0):
     try:
         validation.check_quant(x, None if rout is None else r, w, q.dtype, scale, gs, ub, q, rout, scales, y,
-                               ue8m0=ue8m0, swizzled=swizzled, eps=eps, post_weight=pw)
+                               ue8m0=ue8m0, swizzled=swizzled, eps=eps, post_weight=pw, z=z, gate_group_size=zg)
         return "ok"
     except (TypeError, ValueError) as e:
         _LAST_PYTHON[0] = str(e)
         return "type" if isinstance(e, TypeError) else "value"
 
 
-def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False, pw=None):
+def _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled=False, pw=None, z=None,
+                     zg=0):
     qd = c_library.quant_desc(q, scale=scale, group_size=gs, scale_ub=ub, scales=scales, ue8m0=ue8m0,
                               swizzled=swizzled)
     plain = rout is None  # the plain norm's: no residual
     st = c_library.check(lib, c_library.norm_args(x, w, q, residual=None if plain else r, residual_out=rout, eps=eps,
-                                                  quant=qd, y=y, post_weight=pw))
+                                                  quant=qd, y=y, post_weight=pw, z=z, group_size=zg))
     return {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
 
 
@@ -477,8 +479,12 @@ def test_random_quantized_calls_get_the_same_verdict(plain):
         # The sandwich norm's quantized outputs: post_weight of x's dtype (the C ABI has no dtype of its own for
         # it), drawn from the same buffer (so at times inside an output).
         pw = view(xd, 1, max(H, 1))[0, :H] if not plain and rng.random() < 0.3 else None
-        py = _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled, pw)
-        c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled, pw)
+        # The gated norm's quantized outputs: z of x's dtype, groups of the row or of 8 (which divide every H
+        # drawn: the C ABI names the gate's group group_size, Python gate_group_size).
+        z = view(xd, N, H) if plain and rng.random() < 0.3 else None
+        zg = rng.choice([0, 8]) if z is not None else 0
+        py = _python_quant_verdict(x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled, pw, z, zg)
+        c = _c_quant_verdict(lib, x, r, w, q, rout, y, scale, gs, ub, scales, ue8m0, eps, swizzled, pw, z, zg)
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): N={N} H={H} x={xd} q={qdt} "
                          f"mode={mode} gs={gs} ue8m0={ue8m0} eps={eps} y={y is not None} ub={ub is not None} "
                          f"swizzled={swizzled} scale={scale is not None} "

@@ -96,6 +96,7 @@ class Spec:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
         return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
                 "gated_forward": "forward", "pair_forward": "forward", "sandwich_quant_forward": "quant_forward",
+                "gated_quant_forward": "quant_forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
 
     @property
@@ -220,6 +221,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs) + _sandwich_quant_specs(cfgs)
+    specs += _gated_quant_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
         for x, res in configs.QUANT_ACTIVATION_PAIRS:
             for mode in configs.QUANT_MODES:
@@ -258,6 +260,14 @@ def _sandwich_quant_specs(cfgs) -> list:
             for mode, q in configs.SANDWICH_QUANT]
 
 
+def _gated_quant_specs(cfgs) -> list:
+    """The gated norm's quantized outputs: configs.GATED_TABLE's 16-bit rows, x and z of one 16-bit dtype with
+    weights of theirs, configs.GATED_QUANT's modes."""
+    return [Spec("gated_quant_forward", cfgs.index(r.config), x, x, x, configs.vector_elems(2, 2), quant=mode, q=q)
+            for r in configs.GATED_TABLE if r.act_bytes == 2 for x in ("fp16", "bf16")
+            for mode, q in configs.GATED_QUANT]
+
+
 def _pair_specs(cfgs) -> list:
     """The pair's kernels: configs.PAIR_TABLE's rows, for 16-bit x with weights of its dtype, vector-aligned
     rows, the contract and HF's Llama form."""
@@ -282,7 +292,7 @@ def kernel_of(kind: str):
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
             "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
-            "sandwich_quant_forward": k.rmsnorm_quant_fwd,
+            "sandwich_quant_forward": k.rmsnorm_quant_fwd, "gated_quant_forward": k.rmsnorm_quant_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
 
 
@@ -298,7 +308,7 @@ def _pointer_types(spec: Spec) -> dict:
         return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
                 "scale_ptr": "*fp32", "scales_ptr": "*u8" if spec.quant in configs.BLOCK_QUANT_MODES else "*fp32",
-                "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight)}
+                "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x)}
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
             "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x),
@@ -338,10 +348,12 @@ TOOL_VERSION = 9
 
 def spec_cap(spec: Spec, cfg, arch: int) -> int | None:
     """The register cap a spec compiles with (configs.max_registers), as the JIT launcher has it. The sandwich
-    norm's quantized kernels hold x's row beside h's: the quantized forward's plan is not theirs."""
+    and gated norms' quantized kernels hold a second row (x's beside h's, z's beside x's): the quantized
+    forward's plan is not theirs."""
     if spec.kind == "dweight":
         return None
-    return configs.max_registers(spec.kind if spec.kind == "sandwich_quant_forward" else spec.base, cfg, arch)
+    return configs.max_registers(spec.kind if spec.kind in ("sandwich_quant_forward", "gated_quant_forward")
+                                 else spec.base, cfg, arch)
 
 
 def compile_one(job):
@@ -376,7 +388,7 @@ def compile_one(job):
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h,
                           "RESIDUAL": spec.kind in ("quant_forward", "sandwich_quant_forward"),
-                          "SANDWICH": spec.kind == "sandwich_quant_forward"}
+                          "SANDWICH": spec.kind == "sandwich_quant_forward", "GATED": spec.kind == "gated_quant_forward"}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
@@ -509,7 +521,7 @@ def _call_rules(n_align_classes: int) -> list[str]:
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
          "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward",
-         "sandwich_quant_forward": "SandwichQuantForward"}
+         "sandwich_quant_forward": "SandwichQuantForward", "gated_quant_forward": "GatedQuantForward"}
 
 
 
@@ -841,16 +853,18 @@ addrmsnorm_cubin_blob:
     n_q = len(configs.QUANT_DTYPES)
     n_m = len(configs.QUANT_MODES)
     qdense = [-1] * (len(cfgs) * n_d * n_q * n_m)
-    pqdense, sqdense = list(qdense), list(qdense)
+    pqdense, sqdense, gqdense = list(qdense), list(qdense), list(qdense)
     for si, s in enumerate(specs):
         if s.base == "quant_forward":
-            {"quant_forward": qdense, "plain_quant_forward": pqdense, "sandwich_quant_forward": sqdense}[s.kind][
+            {"quant_forward": qdense, "plain_quant_forward": pqdense, "sandwich_quant_forward": sqdense,
+             "gated_quant_forward": gqdense}[s.kind][
                 ((s.config * n_d + DTYPE_INDEX[s.x]) * n_q + configs.QUANT_DTYPES.index(s.q)) * n_m + s.quant - 1] = si
     lines.append(f"const int kNumQuantDtypes = {n_q};")
     lines.append(f"const int kNumQuantModes = {n_m};")
     lines += _short_array("kQuantIndex", "[config][x][quant dtype][QUANT - 1]", qdense)
     lines += _short_array("kPlainQuantIndex", "the plain norm's: [config][x][quant dtype][QUANT - 1]", pqdense)
     lines += _short_array("kSandwichQuantIndex", "the sandwich norm's: [config][x][quant dtype][QUANT - 1]", sqdense)
+    lines += _short_array("kGatedQuantIndex", "the gated norm's: [config][x][quant dtype][QUANT - 1]", gqdense)
     lines.append(f"const int kDweightBlockC = {configs.DWEIGHT_BLOCK_C};")
     lines.append("")
     for fname, table, cl in (("select_forward_config", configs.FORWARD_TABLE, cfgs),
@@ -997,7 +1011,8 @@ def main():
                   f"{kinds['plain_forward']} plain norm, "
                   f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
                   f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
-                  f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized)")
+                  f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized, "
+                  f"{kinds['gated_quant_forward']} gated quantized)")
         return
     if args.sample or args.jit_check:
         picked = []

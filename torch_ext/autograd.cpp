@@ -55,10 +55,11 @@ using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Ten
 using QuantFn = std::tuple<Tensor, Tensor, OptTensor, OptTensor>(const Tensor&, const OptTensor&, const OptTensor&,
                                                                  double, c10::ScalarType, const OptTensor&, int64_t,
                                                                  const OptTensor&, bool, bool, double, bool, bool, bool,
-                                                                 double, const OptTensor&, double);
+                                                                 double, const OptTensor&, double, const OptTensor&,
+                                                                 int64_t, bool);
 using QuantIntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
                          const OptTensor&, const OptTensor&, double, const OptTensor&, int64_t, const OptTensor&, bool,
-                         double, bool, bool, double, const OptTensor&, double);
+                         double, bool, bool, double, const OptTensor&, double, const OptTensor&, int64_t, bool);
 using QkFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, int64_t, int64_t, int64_t, double, int64_t,
                   bool);
 
@@ -412,14 +413,15 @@ std::tuple<Tensor, Tensor, OptTensor, OptTensor> norm_quant_autograd(
     c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps,
     c10::ScalarType quant_dtype, const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub,
     bool column_major_scales, bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales,
-    double x_scale, const OptTensor& post_weight, double post_weight_offset) {
+    double x_scale, const OptTensor& post_weight, double post_weight_offset, const OptTensor& z,
+    int64_t gate_group_size, bool norm_before_gate) {
     refuse_grad("norm_quant", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)},
-                               {"post_weight", &or_none(post_weight)}});
+                               {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}});
     at::AutoDispatchBelowADInplaceOrView below;
     return op<QuantFn, kQuant>().redispatch(ks & c10::after_autograd_keyset, x, residual, weight, eps, quant_dtype,
                                             scale, group_size, scale_ub, column_major_scales, ue8m0_scales,
                                             weight_offset, return_y, pdl, swizzled_scales, x_scale, post_weight,
-                                            post_weight_offset);
+                                            post_weight_offset, z, gate_group_size, norm_before_gate);
 }
 
 void norm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& residual,
@@ -427,16 +429,17 @@ void norm_quant_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const Opt
                               const OptTensor& scales_out, const OptTensor& y, double eps, const OptTensor& scale,
                               int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales, double weight_offset,
                               bool pdl, bool swizzled_scales, double x_scale, const OptTensor& post_weight,
-                              double post_weight_offset) {
+                              double post_weight_offset, const OptTensor& z, int64_t gate_group_size,
+                              bool norm_before_gate) {
     refuse_grad("norm_quant_into", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)}, {"out", &out},
                                     {"residual_out", &or_none(residual_out)}, {"scales_out", &or_none(scales_out)},
-                                    {"y", &or_none(y)}, {"post_weight", &or_none(post_weight)}});
+                                    {"y", &or_none(y)}, {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}});
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<QuantIntoFn, kQuantInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out,
                                                  residual_out, scales_out, y, eps, scale, group_size, scale_ub,
                                                  ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale,
-                                                 post_weight, post_weight_offset);
+                                                 post_weight, post_weight_offset, z, gate_group_size, norm_before_gate);
     }
     for (const Tensor* t : {&out, &or_none(residual_out), &or_none(scales_out), &or_none(y)})
         if (t->defined()) bump(*t);

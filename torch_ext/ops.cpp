@@ -521,7 +521,8 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
                         const at::Tensor* residual_out, const at::Tensor* scales_out, const at::Tensor* y,
                         const at::Tensor* scale, int64_t group_size, const at::Tensor* scale_ub, bool ue8m0,
                         bool swizzled, double eps, double weight_offset, bool pdl, double x_scale,
-                        const OptTensor& post_weight, double post_weight_offset, bool column_major = false,
+                        const OptTensor& post_weight, double post_weight_offset, const OptTensor& z,
+                        int64_t gate_group_size, bool norm_before_gate, bool column_major = false,
                         bool return_y = false) {
     const bool functional = out == nullptr;
     addrmsnorm_quant qd{};
@@ -546,6 +547,15 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     if (post_weight) same_device("post_weight", &*post_weight, x);
+    if (z) {  // the gated norm's gate: what the struct cannot carry, mapped here (as norm_call)
+        dtype_of("z", *z);
+        dtype_is("z", *z, "x", x);
+        same_device("z", &*z, x);
+        a.z = data(*z);
+        a.stride_z = as_rows("z", *z, x.sizes()).stride;
+    }
+    a.group_size = gate_group_size;
+    a.gate_first = norm_before_gate ? 0 : 1;
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("y", y, x);
@@ -635,11 +645,12 @@ std::tuple<at::Tensor, at::Tensor, OptTensor, OptTensor> norm_quant(
     const at::Tensor& x, const OptTensor& residual, const OptTensor& weight, double eps, c10::ScalarType quant_dtype,
     const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool column_major_scales,
     bool ue8m0_scales, double weight_offset, bool return_y, bool pdl, bool swizzled_scales, double x_scale,
-    const OptTensor& post_weight, double post_weight_offset) {
+    const OptTensor& post_weight, double post_weight_offset, const OptTensor& z, int64_t gate_group_size,
+    bool norm_before_gate) {
     QuantOutputs o = quant_call(x, residual ? &*residual : nullptr, weight, quant_dtype, nullptr, nullptr, nullptr,
                                 nullptr, scale ? &*scale : nullptr, group_size, scale_ub ? &*scale_ub : nullptr,
                                 ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale, post_weight,
-                                post_weight_offset, column_major_scales, return_y);
+                                post_weight_offset, z, gate_group_size, norm_before_gate, column_major_scales, return_y);
     return {o.q, o.residual_out, o.scales, o.y};
 }
 
@@ -647,12 +658,12 @@ void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const OptTe
                      const OptTensor& residual_out, const OptTensor& scales_out, const OptTensor& y, double eps,
                      const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales,
                      double weight_offset, bool pdl, bool swizzled_scales, double x_scale, const OptTensor& post_weight,
-                     double post_weight_offset) {
+                     double post_weight_offset, const OptTensor& z, int64_t gate_group_size, bool norm_before_gate) {
     residual_outputs(residual, residual_out);
     quant_call(x, residual ? &*residual : nullptr, weight, std::nullopt, &out, residual_out ? &*residual_out : nullptr,
                scales_out ? &*scales_out : nullptr, y ? &*y : nullptr, scale ? &*scale : nullptr, group_size,
                scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale,
-               post_weight, post_weight_offset);
+               post_weight, post_weight_offset, z, gate_group_size, norm_before_gate);
 }
 
 // ----- the QK norm: q's heads, then k's, as the groups of one call; k's weight from num_q_heads on -----

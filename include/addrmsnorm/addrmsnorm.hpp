@@ -304,6 +304,11 @@ struct QuantArgs {
     // The sandwich norm's quantized outputs (addrmsnorm.h): its first weight, of x_dtype, and its offset.
     const void* post_weight = nullptr;
     float post_weight_offset = 0.0f;
+    // The gated norm's quantized outputs (residual nullptr): z of x_dtype, rows of stride_z (-1: hidden).
+    const void* z = nullptr;
+    int64_t stride_z = -1;
+    int64_t gate_group_size = 0;  // 0: the row
+    bool norm_before_gate = true;
 };
 
 // The fused forward writing q = quant(y) (and y if asked), or the plain norm's where residual is nullptr.
@@ -331,6 +336,13 @@ inline Status fused_add_rmsnorm_quant(const QuantArgs& a, addrmsnorm_stream stre
     addrmsnorm_norm_args_set_x_scale(&c, a.x_scale);
     c.post_weight = a.post_weight;
     c.post_weight_offset = a.post_weight_offset;
+    if (a.z != nullptr) {
+        c.z = a.z;
+        c.stride_z = detail::stride_or_hidden(a.stride_z, a.hidden);
+        c.group_size = a.gate_group_size;
+        c.gate = ADDRMSNORM_GATE_SILU;
+        c.gate_first = a.norm_before_gate ? 0 : 1;
+    }
     return detail::to_status(addrmsnorm_norm(&c, stream));
 }
 

@@ -819,6 +819,21 @@ TEST(Dispatch, EverySandwichQuantizedCallHasAKernel) {
             }
 }
 
+TEST(Dispatch, EveryGatedQuantizedCallHasAKernel) {
+    using namespace addrmsnorm::detail;
+    // The gated norm's quantized outputs (configs.GATED_QUANT): fp8 static and per token on its 16-bit rows, as
+    // forward.cpp's launch_quant asks once the call is validated.
+    for (long long g : {8LL, 128LL, 1024LL, 4096LL, 8192LL})
+        for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (int mode : {ADDRMSNORM_QUANT_STATIC, ADDRMSNORM_QUANT_PER_TOKEN}) {
+                const int cfg = select_gated_table_config(g, 2, 2, 0, false);
+                const int v = quant_variant_index(cfg, x, ADDRMSNORM_QUANT_FLOAT8_E4M3, mode, true, false, true);
+                ASSERT_GE(v, 0) << "gated quantized group " << g << " mode " << mode;
+                EXPECT_EQ(kVariants[v].kind, KernelKind::GatedQuantForward);
+                EXPECT_EQ(kVariants[v].config, cfg);
+            }
+}
+
 TEST(Validate, GatedNormRulesNameTheirField) {
     alignas(16) static unsigned char buf[4096] = {};
     auto call = [&]() {
