@@ -50,6 +50,11 @@ Qwen3-Next's (Qwen3.5's) norms are Gemma's form (``1 + w``, one rounding); its l
 gated norms, ``rmsnorm(x) * w * silu(z)`` on each value head, are the gated norm (z); a layer's token
 mixer is its gated delta net or its attention, as its ``block_type`` says.
 
+DeepSeek-V3's layers are Llama's form (its MoE returns the residual's shape); its latent norms,
+``q_a_layernorm`` and ``kv_a_layernorm`` (on a column slice of ``kv_a_proj_with_mqa``'s output, no copy),
+run the plain norm one at a time: HF's attention projects q's latent before it computes kv's, so the pair
+(``rmsnorm_pair``) would need a patched attention forward.
+
 Gemma 2/3's layers normalize each branch's output before its add, and the norm after the add is the
 next: ``h = residual + post_norm(x); y = next_norm(h)``, twice a layer, is one sandwich-norm call
 (``post_weight``), four passes over memory where a plain norm and a fused one take six.
@@ -100,6 +105,7 @@ _FAMILIES = (
             l2_norm="Llama4TextL2Norm"),
     _Family("Qwen3NextModel", "Qwen3NextDecoderLayer", "Qwen3NextRMSNorm", False, 1.0,
             gated_norm="Qwen3NextRMSNormGated", hybrid=True),
+    _Family("DeepseekV3Model", "DeepseekV3DecoderLayer", "DeepseekV3RMSNorm", False, 0.0),
 )
 _BY_MODEL = {f.model: f for f in _FAMILIES}
 

@@ -48,6 +48,13 @@ FAMILIES = {  # name: (config class, model class, extra config, the stack class 
                     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
                     "linear_value_head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2,
                     "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}, "Qwen3NextModel"),
+    # DeepSeek-V3: MLA's two latent norms (q's 64 and kv's 32 columns, the latter a slice beside k_pe), a dense
+    # first layer, then MoE.
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    {"q_lora_rank": 64, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+                     "v_head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                     "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "num_key_value_heads": 4},
+                    "DeepseekV3Model"),
 }
 # One of each layer form (norm, add; and Gemma 2/3's normed branches), for the slower tests.
 FORMS = ["llama", "gemma3"]
