@@ -6,7 +6,9 @@ heads), vocabulary 32000, bf16; 8 layers unless --layers says otherwise. --arch 
 14336; --arch qwen3: intermediate 12288, head_dim 128, and per-head q_norm and k_norm. --arch qwen3_next:
 Qwen3-Next-80B-A3B's layer (hidden 2048; three gated-delta-net layers, whose gated norms run on 32 value heads
 of 128, then one attention layer of 16 heads of 256 with per-head q/k norms), with 16 experts of 512 (top 4)
-and a shared expert in place of its 512; no Liger variant (Liger has no Qwen3-Next patch).
+and a shared expert in place of its 512; no Liger variant (Liger has no Qwen3-Next patch). --arch deepseek_v3:
+DeepSeek-V3's layer at hidden 4096 (MLA: q latent 1536, kv latent 512, 32 heads of 128 + 64 rotary; a dense first
+layer, then 16 routed experts of 1024, top 4, and a shared one).
 
 Variants: "unpatched"; "addrmsnorm" (hf.patch: every norm through addrmsnorm); "addrmsnorm-pdl";
 "addrmsnorm-adds-only" (hf.patch with its plain norms given back to HF: the first layer's input norm
@@ -47,7 +49,15 @@ import torch
 
 def build(layers: int, arch: str = "llama"):
     import transformers
-    if arch == "qwen3_next":
+    if arch == "deepseek_v3":
+        cfg = transformers.DeepseekV3Config(
+            vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=layers,
+            num_attention_heads=32, num_key_value_heads=32, q_lora_rank=1536, kv_lora_rank=512,
+            qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, n_routed_experts=16, num_experts_per_tok=4,
+            moe_intermediate_size=1024, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+            max_position_embeddings=4096)
+        model_cls = transformers.DeepseekV3ForCausalLM
+    elif arch == "qwen3_next":
         cfg = transformers.Qwen3NextConfig(
             vocab_size=32000, hidden_size=2048, num_hidden_layers=layers, num_attention_heads=16,
             num_key_value_heads=2, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
@@ -184,7 +194,7 @@ def main(argv=None):
     p.add_argument("--modes", default="eager,compiled")
     p.add_argument("--what", default="prefill,decode,train")
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen3", "qwen3_next"])
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen3", "qwen3_next", "deepseek_v3"])
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="samples per variant, taken in turn")
     args = p.parse_args(argv)
