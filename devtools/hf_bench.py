@@ -99,6 +99,8 @@ def apply(model, variant: str, arch: str = "llama"):
         from addrmsnorm import hf
         hf.patch(model, pdl=True)
     elif variant == "liger":
+        if arch not in ("llama", "qwen3"):
+            raise SystemExit(f"--arch {arch}: Liger has no patch of this family; pass --variants without liger")
         import liger_kernel.transformers as lk
         apply_to = lk.apply_liger_kernel_to_qwen3 if arch == "qwen3" else lk.apply_liger_kernel_to_llama
         apply_to(rope=False, swiglu=False, cross_entropy=False, fused_linear_cross_entropy=False, rms_norm=True,
