@@ -294,12 +294,12 @@ def _norm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out,
 
 
 def _qk_rmsnorm_(keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0,
-                 numerics=0, pdl=False):
+                 numerics=0, pdl=False, *rope):
     _refuse_grad("qk_rmsnorm_", ("qkv", "q_weight", "k_weight"), (qkv, q_weight, k_weight))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.qk_rmsnorm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads,
-            head_dim, weight_offset, numerics, pdl)
+            head_dim, weight_offset, numerics, pdl, *rope)
     torch.autograd.graph.increment_version((qkv,))
 
 

@@ -39,7 +39,28 @@ class NormArgs(ctypes.Structure):
                 ("post_weight_offset", ctypes.c_double), ("z", ctypes.c_void_p), ("stride_z", ctypes.c_int64),
                 ("group_size", ctypes.c_int64), ("gate", ctypes.c_int32), ("gate_first", ctypes.c_int32),
                 ("b", ctypes.c_void_p), ("b_weight", ctypes.c_void_p), ("b_out", ctypes.c_void_p),
-                ("b_hidden", ctypes.c_int64), ("stride_b", ctypes.c_int64), ("stride_b_out", ctypes.c_int64)]
+                ("b_hidden", ctypes.c_int64), ("stride_b", ctypes.c_int64), ("stride_b_out", ctypes.c_int64),
+                ("rope", ctypes.c_void_p)]
+
+
+class Rope(ctypes.Structure):
+    """addrmsnorm_rope."""
+    _fields_ = [("style", ctypes.c_int32), ("rotary_dim", ctypes.c_int32), ("angle_dtype", ctypes.c_int),
+                ("positions_dtype", ctypes.c_int), ("positions", ctypes.c_void_p), ("cos_sin_cache", ctypes.c_void_p),
+                ("max_position", ctypes.c_int64), ("stride_cache", ctypes.c_int64), ("cos", ctypes.c_void_p),
+                ("sin", ctypes.c_void_p), ("stride_cos", ctypes.c_int64), ("stride_sin", ctypes.c_int64)]
+
+
+def rope_desc(*, positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, style=0) -> Rope:
+    """The rotation's descriptor for tensors (2-D angles; positions int32 or int64)."""
+    angles = cos_sin_cache if cos_sin_cache is not None else cos
+    r = Rope(style, rotary_dim, DTYPE_ENUM.get(angles.dtype, 99) if angles is not None else 0,
+             {torch.int32: 0, torch.int64: 1}.get(positions.dtype, 99) if positions is not None else 0)
+    r.positions, r.cos_sin_cache, r.cos, r.sin = _ptr(positions), _ptr(cos_sin_cache), _ptr(cos), _ptr(sin)
+    if cos_sin_cache is not None:
+        r.max_position, r.stride_cache = cos_sin_cache.shape[0], cos_sin_cache.stride(0)
+    r.stride_cos, r.stride_sin = _stride(cos), _stride(sin)
+    return r
 
 
 class NormBackwardArgs(ctypes.Structure):
@@ -241,19 +262,22 @@ def rmsnorm(lib, x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, numeric
 
 
 def qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0, numerics=0,
-            flags=0) -> NormArgs:
-    """The QK norm of a (tokens, width) buffer, in place: its q and k heads as groups of head_dim."""
+            flags=0, rope=None) -> NormArgs:
+    """The QK norm of a (tokens, width) buffer, in place: its q and k heads as groups of head_dim. rope: a Rope
+    (kept alive by the caller)."""
     T = qkv.shape[0]
     heads = num_q_heads + num_kv_heads
     view = torch.as_strided(qkv, (T, heads, head_dim), (qkv.stride(0) if T > 1 else qkv.shape[1], head_dim, 1))
-    return norm_args(view, q_weight, view, eps=eps, weight_offset=weight_offset, numerics=numerics, flags=flags,
-                     weight2=k_weight, weight2_from_group=num_q_heads)
+    a = norm_args(view, q_weight, view, eps=eps, weight_offset=weight_offset, numerics=numerics, flags=flags,
+                  weight2=k_weight, weight2_from_group=num_q_heads)
+    a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p) if rope is not None else None
+    return a
 
 
 def qk_rmsnorm(lib, qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0,
-               numerics=0, flags=0) -> None:
+               numerics=0, flags=0, rope=None) -> None:
     launch(lib, qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps, weight_offset, numerics,
-                        flags))
+                        flags, rope))
 
 
 def rmsnorm_quant(lib, x, weight, q, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant) -> None:

@@ -547,6 +547,16 @@ PLAIN_TABLE = tuple(TableRule(2, *row) for row in (
 # heads ran 90.6% of the roofline at T = 8192 (32 + 8 heads of 128, bf16, in place), where two parts on
 # a second grid axis ran 60.3% (devtools/tune.py plain).
 QK_MAX_HEAD_DIM = 512
+
+# The rotation (kernels.py's ROPE, with GROUPED and SPLIT: one kernel for the QK norm and the plain norm of
+# (tokens, heads, head_dim) views) on the QK norm's single-pass rows: 16-bit heads, weights of their dtype or
+# fp32, the angles fp32 or the heads' dtype, no positions (cos and sin a token) or int32 or int64 positions
+# into a cos_sin_cache; HF's numerics with cos and sin of the heads' dtype alone. The style and rotary_dim
+# are runtime arguments. ROPE_VARIANTS lists (angle dtype, positions) in the order of the C runtime's index.
+ROPE_STYLES = ("neox", "gptj")
+ROPE_DTYPES = ("fp16", "bf16")
+POSITION_DTYPES = ("int32", "int64")
+ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None,) + POSITION_DTYPES)
 # The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight
 # is read, every w is 1 (kernels._load_weight_any). The C runtime has it as kWeightlessDtype.
 WEIGHTLESS_DTYPE = 3

@@ -799,6 +799,73 @@ def qk_rmsnorm_(
     return qkv
 
 
+def qk_rmsnorm_rope_(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    positions: torch.Tensor | None = None,
+    cos_sin_cache: torch.Tensor | None = None,
+    cos: torch.Tensor | None = None,
+    sin: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
+    style: str = "neox",
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    pdl: bool = False,
+    check_positions: bool = True,
+):
+    """The QK norm, then the rotation (RoPE) of every q and k head, in place in one pass over the fused QKV
+    buffer (Qwen3's, Gemma 3's, GLM-4.5's and OLMo 2's attention: ``q_norm``, ``k_norm``, then
+    ``apply_rotary_pos_emb``). qkv, the weights and the head counts are ``qk_rmsnorm_``'s; v is not touched.
+
+    The angles come one of two ways:
+
+    * ``positions`` (int32 or int64, ``(T,)``, one a token, in any order and repeated as a batch of sequences
+      has them) with ``cos_sin_cache`` ``(max_position, rotary_dim)``: a position's cosines in the first
+      ``rotary_dim / 2`` columns, its sines in the rest (vLLM's layout; YaRN and other scalings live in it);
+    * ``cos`` and ``sin`` ``(T, rotary_dim)``, a token's angle per column, as HF's rotary embedding gives them
+      (flatten batch and sequence; broadcast over heads).
+
+    The angles are float32 or qkv's dtype. ``rotary_dim`` (None: head_dim) is even and at most head_dim: the
+    head's columns past it are normalized and not rotated (GLM's and Phi's partial rotation). ``style``
+    "neox" rotates the halves (HF's ``rotate_half``), "gptj" interleaved pairs. ``numerics`` "contract" rotates
+    the fp32 norm and rounds once; "hf" is the family's HF norm and ``apply_rotary_pos_emb`` bit for bit (cos
+    and sin of qkv's dtype). ``check_positions`` reads positions back to the host to refuse one outside the
+    cache before anything is written (a synchronization; skipped while a CUDA graph is captured and under
+    torch.compile); the kernel itself never reads past the cache and writes nothing of such a token. No
+    autograd (in place). Returns qkv.
+    """
+    n = plain_numerics_index(numerics)
+    if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
+        _type_errors({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset, {"pdl": pdl})
+    _type_errors({}, eps, weight_offset, {"pdl": pdl, "check_positions": check_positions})
+    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
+        v.check_head_counts(num_q_heads, num_kv_heads, head_dim)
+    rd = 0 if rotary_dim is None else rotary_dim
+    rs = v.rope_style_index(style)
+    if positions is None and cos_sin_cache is None and cos is None and sin is None:
+        raise ValueError("qk_rmsnorm_rope_ rotates by positions and cos_sin_cache, or by cos and sin: none is given "
+                         "(qk_rmsnorm_ is the QK norm alone)")
+    if check_positions and positions is not None and _eager():
+        v.check_positions_in_cache(v.check_rope(qkv.dtype, qkv.shape[0] if qkv.dim() else 0, head_dim, qkv.device,
+                                                positions, cos_sin_cache, cos, sin, rd, rs, n != 0))
+    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl,
+                    positions, cos_sin_cache, cos, sin, rd, rs)
+    return qkv
+
+
+def _eager() -> bool:
+    """Not capturing a CUDA graph and not tracing for torch.compile: a host read is allowed."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 def rmsnorm_quant(
     x: torch.Tensor,
     weight: torch.Tensor | None,

@@ -285,11 +285,14 @@ def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=F
 
 
 def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0,
-                pdl=False):
+                pdl=False, positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0):
     """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
-    (a token's q and k heads are one group of rows; from the q heads' count on, rows take k's weight)."""
+    (a token's q and k heads are one group of rows; from the q heads' count on, rows take k's weight), and
+    rotated where angles are given (positions with cos_sin_cache, or cos and sin)."""
     call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
-                              weight_offset=weight_offset, numerics=numerics)
+                              weight_offset=weight_offset, numerics=numerics, positions=positions,
+                              cos_sin_cache=cos_sin_cache, cos=cos, sin=sin, rotary_dim=rotary_dim,
+                              rope_style=rope_style)
     _check_runnable(call.device)
     eps, weight_offset, hf, round_once = call.eps, call.weight_offset, call.hf, call.round_once
     if call.tokens == 0:
@@ -301,6 +304,7 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
         stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
         group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
         weight2=k_weight, group_split=num_q_heads if k_weight is not None else 0,
+        rope=call.rope.launch() if call.rope is not None else None,
     )
 
 

@@ -189,6 +189,36 @@ def _silu(z):
 
 
 @triton.jit
+def _rope_columns(cols, half, style):
+    """The rotation's column pairs over the first 2 * half columns of a head (the rest are not rotated):
+    each column's partner, its frequency (the angle's index in a cache of half cos then half sin), whether
+    it is its pair's first (which takes -partner * sin), and whether it is rotated at all. style 0: NeoX's
+    halves (HF's rotate_half), c with c + half; 1: GPT-J's interleaved pairs, 2i with 2i + 1."""
+    rotated = cols < 2 * half
+    gptj = style != 0
+    first = tl.where(gptj, (cols % 2) == 0, cols < half)
+    partner = tl.where(gptj, tl.where(first, cols + 1, cols - 1), tl.where(first, cols + half, cols - half))
+    partner = tl.where(rotated, partner, cols)
+    freq = tl.where(gptj, cols // 2, tl.where(first, cols, cols - half))
+    return partner, freq, first & rotated, rotated
+
+
+@triton.jit
+def _rope(y, yp, cos, sin, first, out_dtype, HF_NUMERICS: tl.constexpr):
+    """The rotation of a normalized row: y * cos + (first ? -yp : yp) * sin, where yp is the partner's
+    normalized value (columns past the rotary dims arrive with cos 1 and sin 0: y itself). The contract
+    rotates the fp32 norm, one rounding at the store. HF's apply_rotary_pos_emb rotates the norm as its
+    module returned it (rounded), and rounds each product and the sum: `q * cos + rotate_half(q) * sin`."""
+    if HF_NUMERICS:
+        y = y.to(out_dtype).to(tl.float32)
+        yp = yp.to(out_dtype).to(tl.float32)
+        a = (y * cos).to(out_dtype).to(tl.float32)
+        b = (yp * sin).to(out_dtype).to(tl.float32)
+        return tl.where(first, a - b, a + b)
+    return tl.where(first, y * cos - yp * sin, y * cos + yp * sin)
+
+
+@triton.jit
 def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
     if HF_NUMERICS:
         # What torch does for HF's `torch.rsqrt(h.pow(2).mean(-1) + eps)`: the mean multiplies by
@@ -450,6 +480,9 @@ def _single_pass_rows(
     GATED: tl.constexpr = False, z_ptr=None, stride_z_row=0, gate_first=0,
     # The grid's programs from first_program on take these rows (PAIR: the second part's programs).
     first_program=0,
+    # ROPE (GROUPED, no residual): each normalized row rotated (_rope), its token's angles from cos and sin.
+    ROPE: tl.constexpr = False, POSITIONS: tl.constexpr = False, cos_ptr=None, sin_ptr=None, pos_ptr=None,
+    stride_cos=0, stride_sin=0, rope_half=0, rope_style=0, cos_by_freq=0, max_position=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = (tl.program_id(0) - first_program).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -514,6 +547,29 @@ def _single_pass_rows(
         w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
         w = tl.where(second[:, None], w2[None, :], w)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
+    if ROPE:  # the rotation's partner of each column: its normalized value from x's row again (in L1)
+        r32 = rows.to(tl.int32)
+        tok = r32 // group_rows
+        if POSITIONS:  # a position outside the cache rotates nothing and writes nothing of its token
+            pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
+            in_cache = (pos >= 0) & (pos < max_position)
+            pos = tl.where(in_cache, pos, 0)
+            row_mask = row_mask & in_cache
+            mask = mask & in_cache[:, None]
+        else:
+            pos = tok.to(tl.int64)
+        partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
+        a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
+        a_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+        cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=a_mask, other=1.0).to(tl.float32)
+        sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=a_mask, other=0.0).to(tl.float32)
+        xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+        wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
+        if SPLIT:
+            wp2 = _weight_f32(_load_w(weight2_ptr, partner, col_mask, has_weight), weight_dtype) + w_off
+            wp = tl.where(second[:, None], wp2[None, :], wp)
+        yp = _scale(xp, rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
+        y = _rope(y, yp, cos, sin, first[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     if GATED:
         if gate_first == 0:  # the norm, then the gate; HF rounds the weighted norm to x's dtype first
             if HF_NUMERICS:
@@ -761,7 +817,8 @@ def _reread_row(
 _FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
                      "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
                      "stride_out_group", "group_split", "has_weight", "stride_z_row", "gate_first", "H_b",
-                     "stride_b_row", "stride_b_out_row", "pair_split")
+                     "stride_b_row", "stride_b_out_row", "pair_split", "stride_cos", "stride_sin",
+                     "rope_half", "rope_style", "cos_by_freq", "max_position")
 
 
 @triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
@@ -801,6 +858,15 @@ def rmsnorm_fwd(
     stride_b_row: tl.int64,   # PAIR: elements between consecutive rows of b
     stride_b_out_row: tl.int64,  # PAIR: the same for b_out
     pair_split: tl.int32,     # PAIR: the programs of the first part; programs from it on take b
+    cos_ptr,                  # ROPE: the angles' cosines, fp32 or x's dtype: [positions or tokens, *] rows
+    sin_ptr,                  # ROPE: their sines, as cos (in a cos_sin_cache, cos's pointer plus rope_half)
+    pos_ptr,                  # ROPE, POSITIONS: [tokens] int32 or int64, the row of cos and sin of each token
+    stride_cos: tl.int64,     # ROPE: elements between consecutive rows of cos
+    stride_sin: tl.int64,     # ROPE: the same for sin
+    rope_half: tl.int32,      # ROPE: rotary_dim / 2 (a head's columns from rotary_dim on are not rotated)
+    rope_style: tl.int32,     # ROPE: 0 NeoX (rotate_half), 1 GPT-J (interleaved pairs)
+    cos_by_freq: tl.int32,    # ROPE: 1 cos and sin indexed by frequency (a cache), 0 by column (HF's cos, sin)
+    max_position: tl.int64,   # ROPE, POSITIONS: the cache's rows; a token's position must be below it
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -817,6 +883,8 @@ def rmsnorm_fwd(
     SANDWICH: tl.constexpr = False,  # RESIDUAL: h = residual + rmsnorm(x; post_weight); rstd [2, n_rows]
     GATED: tl.constexpr = False,     # GROUPED, single pass, no residual: the gated norm (silu of z)
     PAIR: tl.constexpr = False,      # single pass, no residual: two parts' rows (x, then b) in one launch
+    ROPE: tl.constexpr = False,      # GROUPED, single pass, no residual: each normalized head rotated (RoPE)
+    POSITIONS: tl.constexpr = False,  # ROPE: a token's angles at the row pos_ptr gives (else its own row)
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -870,7 +938,10 @@ def rmsnorm_fwd(
                           has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
                           post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
                           GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first,
-                          first_program=first_program)
+                          first_program=first_program, ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
+                          sin_ptr=sin_ptr, pos_ptr=pos_ptr, stride_cos=stride_cos, stride_sin=stride_sin,
+                          rope_half=rope_half, rope_style=rope_style, cos_by_freq=cos_by_freq,
+                          max_position=max_position)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",

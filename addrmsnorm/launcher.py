@@ -79,6 +79,7 @@ def launch_forward(
     post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
     gate: tuple[torch.Tensor, int, int] | None = None,
     pair: tuple | None = None,
+    rope: tuple | None = None,
     config: KernelConfig | None = None, max_registers: int | None = None,
 ) -> None:
     """Launch ``rmsnorm_fwd`` over ``n_rows`` rows of H elements. n_rows must be > 0.
@@ -96,7 +97,10 @@ def launch_forward(
     row): z's rows have stride_z, and gate_first 0 gives rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z)).
     ``pair`` (b, b_weight, b_out, H_b, stride_b, stride_b_out), without a residual and in rows of one stride,
     is the pair: b's rows (as many as x's) normalized with b_weight into b_out in the same launch, on the
-    tile of the wider part. ``pdl`` launches with programmatic dependent launch where the
+    tile of the wider part. ``rope`` (cos, sin, positions, stride_cos, stride_sin, rotary_dim, style, by_freq,
+    max_position), without a residual, rotates each normalized row (ROPE): a row's token is its group
+    (r // group_rows), whose angles are row positions[token] of cos and sin (positions None: row token), by
+    frequency (a cos_sin_cache, sin the view past its cosines) or by column (HF's cos and sin). ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
@@ -128,6 +132,11 @@ def launch_forward(
         b_weight = weight  # the weightless pair: the stand-in, never read
     if n_rows == 1:
         stride_z = stride_b = stride_b_out = 0
+    roped = rope is not None
+    cos, sin, positions, stride_cos, stride_sin, rotary_dim, style, by_freq, max_position = (
+        rope if roped else (x, x, None, 0, 0, 0, 0, 0, 0))  # x: stand-ins, never read (ROPE off)
+    if positions is None:
+        positions = _no_rstd(x.device)  # a stand-in, never read (POSITIONS off)
     pointers = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(),
                 weight2.data_ptr(), post_weight.data_ptr(), z.data_ptr(), b.data_ptr(), b_weight.data_ptr(),
                 b_out.data_ptr())
@@ -137,7 +146,8 @@ def launch_forward(
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
     post_arg = w_arg if post_weight is weight else _forward_weight(x, post_weight)[0]
     # SPLIT, SANDWICH and GATED: the ends alone
-    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated or paired)
+    align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated or paired
+                         or rope is not None)
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:
@@ -169,6 +179,10 @@ def launch_forward(
         extra["SANDWICH"] = True
     if gated:
         extra["GATED"] = True
+    if roped:  # one kernel for the QK norm's rotation and the weightless one's (SPLIT: rows past group_split, none)
+        extra["SPLIT"] = True
+        extra["ROPE"] = True
+        extra["POSITIONS"] = rope[2] is not None
     pair_split = cfg.grid(n_rows) if paired else 0
     grid = (cfg.grid(n_rows) * (2 if paired else 1),)
     with _device_guard(x.device):
@@ -183,7 +197,7 @@ def launch_forward(
             group_rows, stride_x_group, stride_out_group, w2_arg, group_split, has_weight, x_scale,
             post_arg, post_weight_offset, z, stride_z, gate_first,
             b, b_weight if b_weight is weight else _forward_weight(x, b_weight)[0], b_out, H_b, stride_b, stride_b_out,
-            pair_split,
+            pair_split, cos, sin, positions, stride_cos, stride_sin, rotary_dim // 2, style, by_freq, max_position,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

@@ -68,6 +68,11 @@ _SANDWICH = ("Tensor? post_weight=None, float post_weight_offset=0., Tensor? z=N
 # b: the pair (no residual), b's rows normalized with b_weight in the same launch, into b (norm_) or b_out.
 _PAIR_IN_PLACE = "Tensor(d!)? b=None, Tensor? b_weight=None"
 _PAIR_INTO = "Tensor? b=None, Tensor? b_weight=None, Tensor(e!)? b_out=None"
+# The rotation of the normalized heads (RoPE): positions (int32 or int64, one a token) into cos_sin_cache
+# (max_position, rotary_dim: cos, then sin), or cos and sin (tokens, rotary_dim) by column, as HF gives them.
+# rotary_dim 0 is head_dim; rope_style 0 NeoX (rotate_half), 1 GPT-J (interleaved).
+_ROPE = ("Tensor? positions=None, Tensor? cos_sin_cache=None, Tensor? cos=None, Tensor? sin=None, int rotary_dim=0, "
+         "int rope_style=0")
 SCHEMAS = {
     "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
             "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH
@@ -89,7 +94,8 @@ SCHEMAS = {
                        "Tensor(c!)? scales_out, Tensor(d!)? y, " + _QUANT_TAIL,
     # Per-head q and k norms of a fused QKV buffer, in place, in one launch (both weights None: weightless).
     "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor? q_weight, Tensor? k_weight, float eps, int num_q_heads, "
-                   "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False) -> ()",
+                   "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False, "
+                   + _ROPE + ") -> ()",
 }
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
@@ -200,9 +206,12 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
 
 
 @torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
-def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False):
+def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False,
+      positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0):
     v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
-                            weight_offset=weight_offset, numerics=numerics)
+                            weight_offset=weight_offset, numerics=numerics, positions=positions,
+                            cos_sin_cache=cos_sin_cache, cos=cos, sin=sin, rotary_dim=rotary_dim,
+                            rope_style=rope_style)
 
 
 # ----- backend selection ----------------------------------------------------------------------------

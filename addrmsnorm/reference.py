@@ -368,3 +368,64 @@ def block_quantize_ref(y: torch.Tensor, fmt: str, global_scale: torch.Tensor | N
     if fmt == "mxfp8":
         return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scales
     return pack_fp4_ref(e2m1_codes_ref(v)), scales
+
+
+# ----- the rotation (RoPE) of normalized heads ----------------------------------------------------------
+
+def rope_angles_ref(positions, cos_sin_cache, cos, sin, rotary_dim: int, style: str):
+    """A token's cos and sin per rotated column, (T, rotary_dim), from either source: a cos_sin_cache row
+    (half cos, half sin, by frequency) at each position, spread over the columns as the style pairs them;
+    or HF's cos and sin, already per column."""
+    if cos is not None:
+        return cos, sin
+    half = rotary_dim // 2
+    rows = cos_sin_cache[positions.long()]
+    c, s = rows[:, :half], rows[:, half:rotary_dim]
+    if style == "neox":
+        return torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1)
+    return c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
+
+
+def _rotate_ref(v, style: str):
+    """rotate_half (NeoX) or its interleaved form (GPT-J): the partner of each column, the first's negated."""
+    if style == "neox":
+        a, b = v.chunk(2, dim=-1)
+        return torch.cat([-b, a], dim=-1)
+    a, b = v[..., 0::2], v[..., 1::2]
+    return torch.stack([-b, a], dim=-1).flatten(-2)
+
+
+def rope_ref(y, cos, sin, rotary_dim: int, style: str, *, hf_dtype=None):
+    """The rotation of heads y (T, heads, head_dim) by per-column angles (T, rotary_dim), broadcast over heads;
+    the columns past rotary_dim are y's. The contract: in y's precision (float64 for the reference), no
+    rounding. ``hf_dtype``: HF's apply_rotary_pos_emb, y and the angles in that dtype, each product and the
+    sum rounded to it."""
+    c, s = cos[:, None, :], sin[:, None, :]
+    if hf_dtype is not None:
+        y, c, s = y.to(hf_dtype), c.to(hf_dtype), s.to(hf_dtype)
+    else:
+        c, s = c.to(y.dtype), s.to(y.dtype)
+    r, rest = y[..., :rotary_dim], y[..., rotary_dim:]
+    return torch.cat([r * c + _rotate_ref(r, style) * s, rest], dim=-1)
+
+
+def qk_rmsnorm_rope_ref(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, *, positions=None,
+                        cos_sin_cache=None, cos=None, sin=None, rotary_dim=None, style="neox", weight_offset=0.0,
+                        hf=False):
+    """qk_rmsnorm_rope_'s q and k heads, (T, heads, head_dim): the contract's in float64 (rmsnorm_ref per head,
+    then rope_ref), or with ``hf`` HF's modules (hf_norm_ref per head, then HF's rotation in qkv's dtype)."""
+    T, rd = qkv.shape[0], head_dim if rotary_dim is None else rotary_dim
+    c, s = rope_angles_ref(positions, cos_sin_cache, cos, sin, rd, style)
+    out = []
+    for start, n, w in ((0, num_q_heads, q_weight), (num_q_heads, num_kv_heads, k_weight)):
+        heads = qkv[:, start * head_dim:(start + n) * head_dim].reshape(T, n, head_dim)
+        if hf:
+            hfl = heads.float()
+            rstd = torch.rsqrt(hfl.pow(2).mean(-1) + eps)
+            wt = torch.ones(head_dim, dtype=qkv.dtype, device=qkv.device) if w is None else w
+            y = hf_norm_ref(heads, rstd, wt, qkv.dtype, weight_offset)
+            out.append(rope_ref(y, c, s, rd, style, hf_dtype=qkv.dtype))
+        else:
+            y = rmsnorm_ref(heads, w, eps, weight_offset).y
+            out.append(rope_ref(y, c.double(), s.double(), rd, style))
+    return out[0], out[1]

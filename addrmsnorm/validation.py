@@ -1381,10 +1381,165 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
 QK_MAX_HEAD_DIM = configs.QK_MAX_HEAD_DIM
 
 
-class QkCall:
-    """A checked QK-norm call: qkv as [tokens, width] rows of one stride."""
+# ----- the rotation (RoPE) of normalized heads: the QK norm's, or the plain norm's of (tokens, heads, head_dim) --
 
-    __slots__ = ("tokens", "stride", "device", "eps", "weight_offset", "hf", "round_once")
+ROPE_STYLES = configs.ROPE_STYLES  # the C ABI's addrmsnorm_rope_style: 0 NeoX (rotate_half), 1 GPT-J
+ROPE_DTYPES = (torch.float16, torch.bfloat16)  # configs.ROPE_DTYPES: the rotation's kernels take 16-bit heads
+POSITION_DTYPES = (torch.int32, torch.int64)  # configs.POSITION_DTYPES
+
+
+class RopeCall:
+    """A checked rotation: the launcher's rope tuple (launcher.launch_forward) and what the position check
+    needs. cos_sin_cache is passed as cos (its rows' first rotary_dim / 2 columns) and sin (the view past
+    them), indexed by frequency; HF's cos and sin by column."""
+
+    __slots__ = ("cos", "sin", "positions", "stride_cos", "stride_sin", "rotary_dim", "style", "by_freq",
+                 "max_position")
+
+    def launch(self) -> tuple:
+        return (self.cos, self.sin, self.positions, self.stride_cos, self.stride_sin, self.rotary_dim, self.style,
+                self.by_freq, self.max_position)
+
+
+def rope_style_index(style) -> int:
+    """A style's name as the operators' rope_style: "neox" 0, "gptj" 1."""
+    if style not in ROPE_STYLES:
+        raise ValueError(f"style is {style!r}; the rotation's styles are {ROPE_STYLES} (NeoX's rotate_half, "
+                         f"GPT-J's interleaved pairs)")
+    return ROPE_STYLES.index(style)
+
+
+def _angle_rows(name: str, t, rotary_dim: int, rows: int | None) -> int:
+    """An angle tensor's mapping: 2-D (rows, rotary_dim), the last dimension contiguous. Returns its row stride."""
+    if t.dim() != 2 or (rows is not None and t.shape[0] != rows) or t.shape[1] != rotary_dim:
+        want = f"({rows if rows is not None else 'max_position'}, {rotary_dim})"
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be {want}, a row of rotary_dim angles "
+                         f"{'a token' if rows is not None else 'a position'}")
+    if rotary_dim > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got stride {t.stride(1)}")
+    return t.stride(0) if t.shape[0] > 1 else rotary_dim
+
+
+def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim, style):
+    """The rotation's mapping (torch_ext/ops.cpp's rope_of), tensor by tensor: Python types, each given tensor's
+    dtype, shape with rotary_dim (0: head_dim), contiguity and device. Returns the angles' row strides by name
+    (None: no rotation given)."""
+    for name, t in (("positions", positions), ("cos_sin_cache", cos_sin_cache), ("cos", cos), ("sin", sin)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    for name, n in (("rotary_dim", rotary_dim), ("rope_style", style)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if positions is None and cos_sin_cache is None and cos is None and sin is None:
+        if rotary_dim != 0 or style != 0:
+            raise ValueError("rotary_dim or rope_style is set but no angles are given: the rotation takes positions "
+                             "and cos_sin_cache, or cos and sin")
+        return None
+    rd_given = head_dim if rotary_dim == 0 else rotary_dim
+    strides = {}
+    if positions is not None:
+        if positions.dtype not in POSITION_DTYPES:
+            raise TypeError(f"positions has dtype {positions.dtype}; it must be int32 or int64")
+        if positions.dim() != 1 or positions.shape[0] != tokens:
+            raise ValueError(f"positions has shape {tuple(positions.shape)}; it must be ({tokens},), one a token")
+        if tokens > 1 and positions.stride(0) != 1:
+            raise ValueError(f"positions must be contiguous, got stride {positions.stride(0)}")
+    for name, t, rows in (("cos_sin_cache", cos_sin_cache, None), ("cos", cos, tokens), ("sin", sin, tokens)):
+        if t is not None:
+            check_tensor(name, t)
+            if name == "sin" and cos is not None and sin.dtype != cos.dtype:  # the C ABI has one angle dtype
+                raise TypeError(f"sin has dtype {sin.dtype}; it must be cos's dtype ({cos.dtype})")
+            strides[name] = _angle_rows(name, t, rd_given, rows)
+    for name, t in (("positions", positions), ("cos_sin_cache", cos_sin_cache), ("cos", cos), ("sin", sin)):
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device} but qkv is on {device}; all tensors must be on one device")
+    return strides
+
+
+def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim,
+               style, hf: bool, written: tuple | None = None, strides=False, meta=False) -> RopeCall | None:
+    """Every rule of a rotation (none given: None): map_rope's (unless its ``strides`` are passed, from a call
+    that mapped every tensor first), then validate_rope's on the values, in its order. ``written`` is the
+    (start, end) byte span the call writes (qkv's heads): no angle or position may meet it. ``meta``: the
+    rules that need no memory alone (returns None)."""
+    if strides is False:
+        strides = map_rope(tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, style)
+    if strides is None:
+        return None
+    cached, by_column = positions is not None or cos_sin_cache is not None, cos is not None or sin is not None
+    if cached and by_column:
+        raise ValueError("the rotation takes positions and cos_sin_cache, or cos and sin, not both")
+    if cached and (positions is None or cos_sin_cache is None):
+        missing = "positions" if positions is None else "cos_sin_cache"
+        raise ValueError(f"{missing} is None: positions and cos_sin_cache come together (positions index the "
+                         f"cache's rows)")
+    if by_column and (cos is None or sin is None):
+        raise ValueError(f"{'sin' if sin is None else 'cos'} is None but {'cos' if sin is None else 'sin'} is "
+                         f"given: the rotation takes both")
+    if style not in (0, 1):
+        raise ValueError(f"rope_style must be 0 (neox) or 1 (gptj), got {style}")
+    rd = head_dim if rotary_dim == 0 else rotary_dim
+    if rd < 0 or rd % 2 or rd > head_dim:
+        raise ValueError(f"rotary_dim must be even and in [2, head_dim = {head_dim}] (0: head_dim), got {rotary_dim}")
+    if x_dtype not in ROPE_DTYPES:
+        raise TypeError(f"the rotation takes float16 or bfloat16 heads, got {x_dtype}")
+    if head_dim > QK_MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be at most {QK_MAX_HEAD_DIM} with the rotation, got {head_dim}")
+    adt = (cos_sin_cache if cached else cos).dtype
+    if adt not in (torch.float32, x_dtype):
+        raise TypeError(f"{'cos_sin_cache' if cached else 'cos'} has dtype {adt}; the angles are float32 or the "
+                        f"heads' dtype ({x_dtype})")
+    if hf and (cached or adt != x_dtype):
+        raise ValueError("numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
+                         f"dtype ({x_dtype}), not a cos_sin_cache or float32 angles")
+    if meta:  # the fake implementation's: no memory
+        return None
+    call = RopeCall()
+    call.rotary_dim, call.style, call.by_freq = rd, style, int(cached)
+    if cached:
+        call.max_position = cos_sin_cache.shape[0]
+        if tokens and call.max_position < 1:
+            raise ValueError("max_position (cos_sin_cache's rows) must be in [1, 2^31), got 0")
+        call.cos, call.sin = cos_sin_cache, cos_sin_cache[:, rd // 2:]
+        call.stride_cos = call.stride_sin = strides["cos_sin_cache"]
+        call.positions = positions
+        spans = [("positions", positions.data_ptr(), positions.data_ptr() + tokens * positions.element_size()),
+                 ("cos_sin_cache", *_angle_span(cos_sin_cache, call.stride_cos))]
+    else:
+        call.stride_cos, call.stride_sin = strides["cos"], strides["sin"]
+        call.cos, call.sin, call.positions, call.max_position = cos, sin, None, 0
+        spans = [("cos", *_angle_span(cos, call.stride_cos)), ("sin", *_angle_span(sin, call.stride_sin))]
+    if written is not None and tokens:
+        w0, w1 = written
+        for name, a0, a1 in spans:
+            if a0 < w1 and w0 < a1:
+                raise ValueError(f"{name} overlaps the heads the call writes; it must not share memory with them")
+    return call
+
+
+def _angle_span(t, stride: int) -> tuple[int, int]:
+    """The bytes of a 2-D angle tensor's rows."""
+    n = t.shape[0]
+    end = t.data_ptr() + ((n - 1) * stride + t.shape[1]) * t.element_size() if n else t.data_ptr()
+    return t.data_ptr(), end
+
+
+def check_positions_in_cache(call: RopeCall | None) -> None:
+    """positions below the cache's rows, read back to the host (a synchronization): the eager functions' check
+    (the kernel itself writes nothing of a token whose position is outside the cache)."""
+    if call is None or call.positions is None or call.positions.numel() == 0:
+        return
+    lo, hi = torch.aminmax(call.positions)
+    lo, hi = int(lo), int(hi)
+    if lo < 0 or hi >= call.max_position:
+        raise ValueError(f"positions run from {lo} to {hi}; cos_sin_cache has {call.max_position} rows (positions "
+                         f"must be in [0, {call.max_position}))")
+
+
+class QkCall:
+    """A checked QK-norm call: qkv as [tokens, width] rows of one stride, and its rotation (None: none)."""
+
+    __slots__ = ("tokens", "stride", "device", "eps", "weight_offset", "hf", "round_once", "rope")
 
 
 def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim):
@@ -1430,21 +1585,27 @@ def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf):
 
 
 def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
-                          weight_offset=None, numerics=None):
+                          weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
+                          rotary_dim=0, rope_style=0):
     """The checks of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
     and k's heads: the columns after them (v, or nothing) are never read or written."""
     device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
-    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics)
+    strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
+    _, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_weightless(q_weight, weight_offset, "q_weight")
     _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf)
+    check_rope(qkv.dtype, qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
+               rope_style, hf or nhf, strides=strides, meta=True)
     return device
 
 
 def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
-                     weight_offset=None, numerics=None) -> QkCall:
+                     weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
+                     rotary_dim=0, rope_style=0) -> QkCall:
     """Every check of qk_rmsnorm_: qkv's q and k heads are written in place, so neither weight may
-    share memory with them."""
+    share memory with them, nor may the rotation's angles or positions."""
     device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
+    strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_weightless(q_weight, weight_offset, "q_weight")
     hf = hf or nhf
@@ -1464,6 +1625,11 @@ def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_di
             if q0 < w0 + head_dim * w.element_size() and w0 < q1:
                 raise ValueError(f"{name} overlaps qkv; qkv is written in place and must not share memory with "
                                  f"{name}")
+    span = None
+    if call.tokens:
+        span = (qkv.data_ptr(), qkv.data_ptr() + ((call.tokens - 1) * call.stride + width) * qkv.element_size())
+    call.rope = check_rope(qkv.dtype, call.tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
+                           rope_style, hf, span, strides)
     return call
 
 

@@ -18,6 +18,24 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
+// The rotation's parameters of rmsnorm_fwd (read only by the ROPE kernels; without rope, x stands in): a
+// cos_sin_cache is cos by frequency, its sines rotary_dim / 2 elements on; HF's cos and sin are by column.
+void set_rope(ForwardParams& p, const addrmsnorm_rope* rope, const void* x, int64_t rotary_dim, int64_t rows) {
+    const bool cached = rope != nullptr && rope->positions != nullptr;
+    const int as = rope != nullptr ? dtype_size(rope->angle_dtype) : 0;
+    const char* cache = cached ? static_cast<const char*>(rope->cos_sin_cache) : nullptr;
+    p.cos_ptr = devptr(rope == nullptr ? x : cached ? rope->cos_sin_cache : rope->cos);
+    p.sin_ptr = devptr(rope == nullptr ? x : cached ? cache + (rotary_dim / 2) * as : rope->sin);
+    p.pos_ptr = devptr(cached ? rope->positions : x);
+    const int64_t stride_cache = cached && rope->max_position > 1 ? rope->stride_cache : 0;
+    p.stride_cos = rope == nullptr ? 0 : cached ? stride_cache : rows > 1 ? rope->stride_cos : 0;
+    p.stride_sin = rope == nullptr ? 0 : cached ? stride_cache : rows > 1 ? rope->stride_sin : 0;
+    p.rope_half = static_cast<int32_t>(rotary_dim / 2);
+    p.rope_style = rope != nullptr ? rope->style : 0;
+    p.cos_by_freq = cached ? 1 : 0;
+    p.max_position = cached ? rope->max_position : 0;
+}
+
 // The fused forward's launch (validated).
 addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
@@ -98,6 +116,7 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     p.stride_b_row = 0;
     p.stride_b_out_row = 0;
     p.pair_split = 0;
+    set_rope(p, nullptr, x, 0, rows);
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -250,7 +269,7 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
                                addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset,
                                uint32_t flags, addrmsnorm_stream stream, const Gate* gate = nullptr,
-                               const PairPart* pair = nullptr) {
+                               const PairPart* pair = nullptr, const addrmsnorm_rope* rope = nullptr) {
     addrmsnorm_status st;
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
@@ -264,6 +283,13 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     const bool qk = weight2 != nullptr;
     const void* w2 = qk ? weight2 : weight;
     int config = -1;
+    // The rotation: its variant (angles of x's dtype or fp32, then no positions, int32 or int64), and the
+    // kernel's view of the angles: a cache's sines start rotary_dim / 2 past its cosines, by frequency.
+    const bool cached = rope != nullptr && rope->positions != nullptr;
+    const int rope_variant = rope == nullptr ? -1
+                                             : (rope->angle_dtype == x_dtype ? 0 : 3) +
+                                                   (cached ? (rope->positions_dtype == ADDRMSNORM_INT32 ? 1 : 2) : 0);
+    const int64_t rotary_dim = rope == nullptr ? 0 : rope->rotary_dim == 0 ? hidden : rope->rotary_dim;
     const void* pair_pointers[6] = {x, weight, out, pair ? pair->b : x, b_weight, pair ? pair->b_out : out};
     const int variant =
         pair != nullptr ? pair_call_variant(pair_pointers, 6, hidden | pair->b_hidden, std::max(hidden, pair->b_hidden),
@@ -273,12 +299,14 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                              x_dtype, weight_dtype, weight_offset, (flags & kFlagHf) != 0, &config)
                         : plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
                                              stride_out_head, x_dtype, weight_dtype, weight_offset,
-                                             (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config);
+                                             (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config,
+                                             rope_variant);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     LoadedKernel k;
     st = get_built_kernel(*d, variant,
                           pair != nullptr   ? "pair kernel"
                           : gate != nullptr ? "gated-norm kernel"
+                          : rope != nullptr ? "QK-norm + RoPE kernel"
                           : qk              ? "QK-norm kernel"
                                             : "plain-norm kernel",
                           &k);
@@ -324,6 +352,7 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.stride_b_row = stride_b;
     p.stride_b_out_row = stride_b_out;
     p.pair_split = pair != nullptr ? static_cast<int32_t>(part_grid) : 0;
+    set_rope(p, rope, x, rotary_dim, rows);
     const unsigned grid = part_grid * (pair != nullptr ? 2u : 1u);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -372,7 +401,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_nor
             return launch_plain(c.qkv, c.q_weight, c.k_weight, static_cast<int32_t>(c.num_q_heads),
                                 const_cast<void*>(c.qkv), nullptr, c.tokens, c.num_q_heads + c.num_kv_heads,
                                 c.head_dim, c.stride_qkv, c.head_dim, c.stride_qkv, c.head_dim, c.dtype,
-                                c.weight_dtype, c.eps, c.weight_offset, c.flags, stream);
+                                c.weight_dtype, c.eps, c.weight_offset, c.flags, stream, nullptr, nullptr, c.rope);
         }
     }
     return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "unknown call kind");

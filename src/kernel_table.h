@@ -162,18 +162,31 @@ inline int plain_variant_index(int config, int x, int weight, int align_class, i
 // class of the pointers, H and every stride (OR-ed into `strides`; 0 for a single row), the numerics,
 // then the config (*config) and the variant (-1: none built). The QK norm, like HF numerics and the
 // "w16" weight, is built for ALIGN 1 and the vector alone.
+extern const short kRopeIndex[];  // the rotation (ROPE on the QK norm's kernel): [...][rope variant]
+extern const int kNumRopeVariants;  // configs.ROPE_VARIANTS: (angle dtype x's or fp32) x (positions none, i32, i64)
+
+// The rotation's variant of a call (angle_x: the angles of x's dtype; positions: 0 none, 1 int32, 2 int64).
+inline int rope_variant_index(int config, int x, int weight, int align_class, int numerics, bool angle_x,
+                              int positions) {
+    return kRopeIndex[((((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
+                        align_class) * kNumNumerics + numerics) * kNumRopeVariants + (angle_x ? 0 : 3) + positions];
+}
+
+// rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions).
 inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
                               long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-                              float weight_offset, bool hf, bool round_once, bool qk, int* config) {
+                              float weight_offset, bool hf, bool round_once, bool qk, int* config, int rope = -1) {
     auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
     const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out);
-    const bool ends_only = hf || qk || weight_slot(x_dtype, weight_dtype) == 2;
+    const bool ends_only = hf || qk || rope >= 0 || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2;
     const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs, round_once);
     const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
     *config = select_plain_config(hidden, xs, vector_typed);
     if (*config < 0) return -1;
+    if (rope >= 0)
+        return rope_variant_index(*config, x_dtype, weight_dtype, align_class, numerics, rope < 3, rope % 3);
     return qk ? qk_variant_index(*config, x_dtype, weight_dtype, align_class, numerics)
               : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }

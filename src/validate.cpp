@@ -904,6 +904,10 @@ addrmsnorm_status validate_qk(const QkCall& c) {
         heads > INT32_MAX / c.head_dim || (c.tokens > 0 && c.tokens > INT32_MAX / heads))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
+    if (c.rope != nullptr && c.tokens == 0) {
+        int64_t rd = 0;
+        return validate_rope(*c.rope, c.dtype, 0, c.head_dim, (c.flags & kFlagHf) != 0, 0, 0, &rd);
+    }
     if (c.tokens == 0) return ADDRMSNORM_SUCCESS;
     const int xs = dtype_size(c.dtype), ws = dtype_size(c.weight_dtype);
     if (addrmsnorm_status st = check_pointer("qkv", c.qkv, xs); st != ADDRMSNORM_SUCCESS) return st;
@@ -928,6 +932,80 @@ addrmsnorm_status validate_qk(const QkCall& c) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps qkv; qkv is written in place and must not "
                         "share memory with %s", names[i], names[i]);
     }
+    if (c.rope != nullptr) {
+        int64_t rd = 0;
+        return validate_rope(*c.rope, c.dtype, c.tokens, c.head_dim, (c.flags & kFlagHf) != 0, q0, q1, &rd);
+    }
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dtype, int64_t tokens, int64_t hidden,
+                                bool hf, uintptr_t w0, uintptr_t w1, int64_t* rotary_dim) {
+    const bool cached = r.positions != nullptr || r.cos_sin_cache != nullptr;
+    const bool given = r.cos != nullptr || r.sin != nullptr;
+    ADDRMSNORM_REFUSE_IF(!cached && !given,
+                         "rope is given but no angles: the rotation takes positions and cos_sin_cache, or cos and sin");
+    ADDRMSNORM_REFUSE_IF(cached && given, "the rotation takes positions and cos_sin_cache, or cos and sin, not both");
+    ADDRMSNORM_REFUSE_IF(cached && (r.positions == nullptr || r.cos_sin_cache == nullptr),
+                         "%s is NULL: positions and cos_sin_cache come together (positions index the cache's rows)",
+                         r.positions == nullptr ? "positions" : "cos_sin_cache");
+    ADDRMSNORM_REFUSE_IF(given && (r.cos == nullptr || r.sin == nullptr),
+                         "%s is NULL but %s is given: the rotation takes both", r.sin == nullptr ? "sin" : "cos",
+                         r.sin == nullptr ? "cos" : "sin");
+    ADDRMSNORM_REFUSE_IF(r.style != ADDRMSNORM_ROPE_NEOX && r.style != ADDRMSNORM_ROPE_GPTJ,
+                         "rope_style must be 0 (neox) or 1 (gptj), got %d", (int)r.style);
+    const int64_t rd = r.rotary_dim == 0 ? hidden : r.rotary_dim;
+    ADDRMSNORM_REFUSE_IF(rd < 0 || rd % 2 != 0 || rd > hidden,
+                         "rotary_dim must be even and in [2, head_dim = %lld] (0: head_dim), got %d", (long long)hidden,
+                         (int)r.rotary_dim);
+    if (x_dtype != ADDRMSNORM_FLOAT16 && x_dtype != ADDRMSNORM_BFLOAT16)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "the rotation takes float16 or bfloat16 heads, got %s",
+                    dtype_name(x_dtype));
+    ADDRMSNORM_REFUSE_IF(hidden > kQkMaxHeadDim, "head_dim must be at most %d with the rotation, got %lld",
+                         kQkMaxHeadDim, (long long)hidden);
+    if (r.angle_dtype != ADDRMSNORM_FLOAT32 && r.angle_dtype != x_dtype)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "%s has dtype %s; the angles are float32 or the heads' dtype (%s)", cached ? "cos_sin_cache" : "cos",
+                    dtype_size(r.angle_dtype) ? dtype_name(r.angle_dtype) : "invalid", dtype_name(x_dtype));
+    ADDRMSNORM_REFUSE_IF(hf && (cached || r.angle_dtype != x_dtype),
+                         "numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
+                         "dtype (%s), not a cos_sin_cache or float32 angles", dtype_name(x_dtype));
+    *rotary_dim = rd;
+    if (tokens == 0) return ADDRMSNORM_SUCCESS;
+    const int as = dtype_size(r.angle_dtype);
+    struct Span { const char* name; uintptr_t p0, p1; };
+    Span spans[2];
+    if (cached) {
+        if (r.positions_dtype != ADDRMSNORM_INT32 && r.positions_dtype != ADDRMSNORM_INT64)
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "positions_dtype %d is not an addrmsnorm_index_dtype",
+                        (int)r.positions_dtype);
+        const int ps = r.positions_dtype == ADDRMSNORM_INT32 ? 4 : 8;
+        if (addrmsnorm_status st = check_pointer("positions", r.positions, ps); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_pointer("cos_sin_cache", r.cos_sin_cache, as); st != ADDRMSNORM_SUCCESS)
+            return st;
+        ADDRMSNORM_REFUSE_IF(r.max_position < 1 || r.max_position > INT32_MAX,
+                             "max_position must be in [1, 2^31), got %lld", (long long)r.max_position);
+        ADDRMSNORM_REFUSE_IF(r.max_position > 1 && (r.stride_cache < 0 || r.stride_cache > INT64_MAX / 8),
+                             "stride_cache must be >= 0, got %lld", (long long)r.stride_cache);
+        const uintptr_t p0 = reinterpret_cast<uintptr_t>(r.positions), c0 = reinterpret_cast<uintptr_t>(r.cos_sin_cache);
+        const int64_t cache_stride = r.max_position > 1 ? r.stride_cache : 0;
+        spans[0] = {"positions", p0, p0 + static_cast<uintptr_t>(tokens * ps)};
+        spans[1] = {"cos_sin_cache", c0, c0 + static_cast<uintptr_t>(((r.max_position - 1) * cache_stride + rd) * as)};
+    } else {
+        if (addrmsnorm_status st = check_pointer("cos", r.cos, as); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_pointer("sin", r.sin, as); st != ADDRMSNORM_SUCCESS) return st;
+        ADDRMSNORM_REFUSE_IF(tokens > 1 && (r.stride_cos < 0 || r.stride_cos > INT64_MAX / 8),
+                             "cos: negative row stride %lld", (long long)r.stride_cos);
+        ADDRMSNORM_REFUSE_IF(tokens > 1 && (r.stride_sin < 0 || r.stride_sin > INT64_MAX / 8),
+                             "sin: negative row stride %lld", (long long)r.stride_sin);
+        const uintptr_t c0 = reinterpret_cast<uintptr_t>(r.cos), s0 = reinterpret_cast<uintptr_t>(r.sin);
+        const int64_t sc = tokens > 1 ? r.stride_cos : 0, ss = tokens > 1 ? r.stride_sin : 0;
+        spans[0] = {"cos", c0, c0 + static_cast<uintptr_t>(((tokens - 1) * sc + rd) * as)};
+        spans[1] = {"sin", s0, s0 + static_cast<uintptr_t>(((tokens - 1) * ss + rd) * as)};
+    }
+    for (const Span& sp : spans)
+        ADDRMSNORM_REFUSE_IF(spans_meet(sp.p0, sp.p1, w0, w1),
+                             "%s overlaps the heads the call writes; it must not share memory with them", sp.name);
     return ADDRMSNORM_SUCCESS;
 }
 
@@ -1070,6 +1148,8 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                          "weight2_from_group is %lld but weight2 is NULL", (long long)a.weight2_from_group);
     // The QK norm: weight2 given, or (weightless) its split alone.
     const bool qk = a.weight2 != nullptr || (weightless && a.weight2_from_group != 0);
+    ADDRMSNORM_REFUSE_IF(a.rope != nullptr && !qk,
+                         "rope rotates the QK norm's heads: it needs weight2 (or, weightless, weight2_from_group)");
     if (a.quant != nullptr) {
         n->kind = NormCallArgs::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
@@ -1109,7 +1189,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                              "stride_x_group is %lld: the QK norm's heads are contiguous in qkv (hidden = head_dim = "
                              "%lld)", (long long)a.stride_x_group, (long long)a.hidden);
         n->qk = QkCall{a.x, a.weight, a.weight2, a.rows, a.weight2_from_group, groups - a.weight2_from_group, a.hidden,
-                       a.stride_x, a.x_dtype, a.weight_dtype, eps, offset, flags};
+                       a.stride_x, a.x_dtype, a.weight_dtype, eps, offset, flags, a.rope};
         return validate_qk(n->qk);
     }
     if (a.residual != nullptr) {

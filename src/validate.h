@@ -109,7 +109,13 @@ struct QkCall {
     addrmsnorm_dtype dtype, weight_dtype;
     float eps, weight_offset;
     uint32_t flags;
+    const addrmsnorm_rope* rope = nullptr;  // the rotation of each normalized head (rotary_dim 0 read as hidden)
 };
+
+// The rotation's rules (validation.check_rope's), for `tokens` rows of heads `hidden` wide, none of whose
+// tensors may meet the written bytes [w0, w1). *rotary_dim gets the rotated columns (0 read as hidden).
+addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dtype, int64_t tokens, int64_t hidden,
+                                bool hf, uintptr_t w0, uintptr_t w1, int64_t* rotary_dim);
 
 // addrmsnorm_qk_rmsnorm's checks (validation.check_qk_rmsnorm's rules; head_dim up to kQkMaxHeadDim).
 addrmsnorm_status validate_qk(const QkCall& c);

@@ -80,7 +80,8 @@ class Spec:
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
                       # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
                       # "sandwich_forward" (rmsnorm_fwd with SANDWICH), "gated_forward" (the plain forward
-                      # GATED) and "pair_forward" (the plain forward PAIR, rows of one stride)
+                      # GATED), "pair_forward" (the plain forward PAIR, rows of one stride) and "rope_forward"
+                      # (the QK norm's kernel with ROPE: the rotation of each normalized head)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -90,11 +91,13 @@ class Spec:
     numerics: int = 0  # HF_NUMERICS (forward): configs.CONTRACT, HF_LLAMA or HF_GEMMA
     quant: int = 0     # QUANT (quant_forward): one of configs.QUANT_MODES
     q: str = ""        # quant_forward: the quantized output's dtype, one of configs.QUANT_DTYPES
+    rope: int = 0      # rope_forward: 1 + the index of its (angle dtype, positions) in configs.ROPE_VARIANTS
 
     @property
     def base(self) -> str:
         """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
         return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
+                "rope_forward": "forward",
                 "gated_forward": "forward", "pair_forward": "forward", "sandwich_quant_forward": "quant_forward",
                 "gated_quant_forward": "quant_forward",
                 "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
@@ -220,6 +223,7 @@ def all_specs(cfgs, bcfgs):
                 specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
                 specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
                           for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
+    specs += _rope_specs(cfgs)
     specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs) + _sandwich_quant_specs(cfgs)
     specs += _gated_quant_specs(cfgs)
     for ci, cfg in enumerate(cfgs):  # quantized outputs: 16-bit streams, aligned rows (never odd H)
@@ -229,6 +233,31 @@ def all_specs(cfgs, bcfgs):
                          if _serves_quant(cfg, mode, plain)]
                 for q in configs.quant_dtypes_of(mode):
                     specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q) for k in kinds]
+    return specs
+
+
+def rope_configs(cfgs) -> list:
+    """The indices of the configs the QK norm (and so the rotation) is built on: PLAIN_TABLE's single passes up
+    to QK_MAX_HEAD_DIM."""
+    return [ci for ci, cfg in enumerate(cfgs)
+            if any(r.config == cfg and not r.odd_h_only and not r.vector_typed_only and r.h_max is not None
+                   and r.h_max <= configs.QK_MAX_HEAD_DIM for r in configs.PLAIN_TABLE)]
+
+
+def _rope_specs(cfgs) -> list:
+    """The rotation's kernels (configs.ROPE_VARIANTS): the QK norm's configs and alignments, 16-bit heads, each
+    (angle dtype, positions) under the contract with weights of the heads' dtype, and fp32 weights too with cos
+    and sin (training under autocast); HF's two forms with the weight, cos and sin of the heads' dtype."""
+    specs = []
+    for ci in rope_configs(cfgs):
+        for x in configs.ROPE_DTYPES:
+            for align in configs.align_classes(2, 2, ends_only=True):
+                for vi, (angles, pos) in enumerate(configs.ROPE_VARIANTS):
+                    weights = (x, "fp32") if pos is None else (x,)  # fp32 weights: training, HF's cos and sin
+                    specs += [Spec("rope_forward", ci, x, x, w, align, rope=vi + 1) for w in weights]
+                    if angles == "x" and pos is None:
+                        specs += [Spec("rope_forward", ci, x, x, x, align, numerics=m, rope=vi + 1)
+                                  for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     return specs
 
 
@@ -291,6 +320,7 @@ def kernel_of(kind: str):
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
+            "rope_forward": k.rmsnorm_fwd,
             "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
             "sandwich_quant_forward": k.rmsnorm_quant_fwd, "gated_quant_forward": k.rmsnorm_quant_fwd,
             "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
@@ -309,10 +339,13 @@ def _pointer_types(spec: Spec) -> dict:
                 "q_ptr": ptr(spec.q), "residual_out_ptr": ptr(spec.residual), "y_ptr": ptr(spec.x),
                 "scale_ptr": "*fp32", "scales_ptr": "*u8" if spec.quant in configs.BLOCK_QUANT_MODES else "*fp32",
                 "scale_ub_ptr": "*fp32", "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x)}
+    angles, pos = configs.ROPE_VARIANTS[spec.rope - 1] if spec.rope else ("x", None)
+    angle = ptr(spec.x if angles == "x" else angles)
     return {"x_ptr": ptr(spec.x), "residual_ptr": ptr(spec.residual), "weight_ptr": ptr(spec.weight),
             "out_ptr": ptr(spec.x), "residual_out_ptr": ptr(spec.residual), "rstd_ptr": "*fp32",
             "weight2_ptr": ptr(spec.weight), "post_weight_ptr": ptr(spec.weight), "z_ptr": ptr(spec.x),
-            "b_ptr": ptr(spec.x), "b_weight_ptr": ptr(spec.weight), "b_out_ptr": ptr(spec.x)}
+            "b_ptr": ptr(spec.x), "b_weight_ptr": ptr(spec.weight), "b_out_ptr": ptr(spec.x),
+            "cos_ptr": angle, "sin_ptr": angle, "pos_ptr": {None: "*fp32", "int32": "*i32", "int64": "*i64"}[pos]}
 
 
 def signature(spec: Spec) -> dict:
@@ -394,9 +427,12 @@ def compile_one(job):
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
                           "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind in ("forward", "sandwich_forward"),
-                          "GROUPED": spec.kind in ("plain_forward", "qk_forward", "gated_forward"),
-                          "SPLIT": spec.kind == "qk_forward", "SANDWICH": spec.kind == "sandwich_forward",
+                          "GROUPED": spec.kind in ("plain_forward", "qk_forward", "gated_forward", "rope_forward"),
+                          "SPLIT": spec.kind in ("qk_forward", "rope_forward"), "SANDWICH": spec.kind == "sandwich_forward",
                           "GATED": spec.kind == "gated_forward", "PAIR": spec.kind == "pair_forward"}
+            if spec.kind == "rope_forward":
+                constexprs["ROPE"] = True
+                constexprs["POSITIONS"] = configs.ROPE_VARIANTS[spec.rope - 1][1] is not None
         num_warps = cfg.num_warps
     src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
@@ -521,7 +557,8 @@ def _call_rules(n_align_classes: int) -> list[str]:
 KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
          "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward",
-         "sandwich_quant_forward": "SandwichQuantForward", "gated_quant_forward": "GatedQuantForward"}
+         "sandwich_quant_forward": "SandwichQuantForward", "gated_quant_forward": "GatedQuantForward",
+         "rope_forward": "RopeForward"}
 
 
 
@@ -830,6 +867,18 @@ addrmsnorm_cubin_blob:
                              ("kGatedIndex", "gated_forward", "the gated norm's: "),
                              ("kPairIndex", "pair_forward", "the pair's: ")):
         lines += _short_array(name, what + "[config][x][weight slot][align_class][numerics]", by_x(kind))
+    # The rotation's: [config][x][weight slot][align_class][numerics][rope variant] (configs.ROPE_VARIANTS).
+    n_r = len(configs.ROPE_VARIANTS)
+    rope_index = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS * n_r)
+    for si, s in enumerate(specs):
+        if s.kind == "rope_forward":
+            idx = ((((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class)
+                   * N_NUMERICS + s.numerics) * n_r + s.rope - 1
+            assert rope_index[idx] == -1, s
+            rope_index[idx] = si
+    lines.append(f"const int kNumRopeVariants = {n_r};")
+    lines += _short_array("kRopeIndex", "the rotation's: [config][x][weight slot][align_class][numerics][rope variant]",
+                          rope_index)
     lines.append(f"const int kQkMaxHeadDim = {configs.QK_MAX_HEAD_DIM};")
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
@@ -1009,7 +1058,8 @@ def main():
             print(f"sm_{arch}: {len(built)} kernels ({kinds['forward']} forward, {kinds['backward']} backward, "
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
-                  f"{kinds['qk_forward']} QK norm, {kinds['plain_quant_forward']} plain quantized, "
+                  f"{kinds['qk_forward']} QK norm, {kinds['rope_forward']} QK norm + RoPE, "
+                  f"{kinds['plain_quant_forward']} plain quantized, "
                   f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
                   f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized, "
                   f"{kinds['gated_quant_forward']} gated quantized)")

@@ -668,9 +668,68 @@ void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const OptTe
 
 // ----- the QK norm: q's heads, then k's, as the groups of one call; k's weight from num_q_heads on -----
 
+// The rotation's tensors (validation.map_rope's mapping, in its order): positions int32 or int64 of (tokens,),
+// contiguous; cos_sin_cache (max_position, rotary_dim), cos and sin (tokens, rotary_dim), each of a dtype the
+// C ABI names, its last dimension contiguous; all on qkv's device. rotary_dim 0 is head_dim here; its value
+// rules are the C runtime's. Returns false where no rotation is given (rotary_dim and rope_style then 0).
+bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptTensor& positions,
+             const OptTensor& cache, const OptTensor& cos, const OptTensor& sin, int64_t rotary_dim, int64_t style,
+             addrmsnorm_rope* r) {
+    if (!positions && !cache && !cos && !sin) {
+        TORCH_CHECK_VALUE(rotary_dim == 0 && style == 0, "rotary_dim or rope_style is set but no angles are given: "
+                          "the rotation takes positions and cos_sin_cache, or cos and sin");
+        return false;
+    }
+    *r = addrmsnorm_rope{};
+    const int64_t rd = rotary_dim == 0 ? head_dim : rotary_dim;
+    if (positions) {
+        const at::Tensor& p = *positions;
+        TORCH_CHECK_TYPE(p.scalar_type() == c10::kInt || p.scalar_type() == c10::kLong, "positions has dtype ",
+                         dtype_str(p.scalar_type()), "; it must be int32 or int64");
+        TORCH_CHECK_VALUE(p.dim() == 1 && p.size(0) == tokens, "positions has shape ", shape_str(p.sizes()),
+                          "; it must be (", tokens, ",), one a token");
+        TORCH_CHECK_VALUE(tokens <= 1 || p.stride(0) == 1, "positions must be contiguous, got stride ", p.stride(0));
+        r->positions = data(p);
+        r->positions_dtype = p.scalar_type() == c10::kInt ? ADDRMSNORM_INT32 : ADDRMSNORM_INT64;
+    }
+    struct Angle { const char* name; const OptTensor& t; int64_t rows; };  // rows -1: a position's (the cache)
+    const Angle angles[3] = {{"cos_sin_cache", cache, -1}, {"cos", cos, tokens}, {"sin", sin, tokens}};
+    int64_t strides[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i) {
+        if (!angles[i].t) continue;
+        const at::Tensor& t = *angles[i].t;
+        const addrmsnorm_dtype d = dtype_of(angles[i].name, t);
+        if (i == 2 && cos)  // the struct has one angle dtype
+            TORCH_CHECK_TYPE(t.scalar_type() == cos->scalar_type(), "sin has dtype ", dtype_str(t.scalar_type()),
+                             "; it must be cos's dtype (", dtype_str(cos->scalar_type()), ")");
+        if (i == 0 || i == 1 || !cos) r->angle_dtype = d;
+        const bool cache_rows = angles[i].rows < 0;
+        TORCH_CHECK_VALUE(t.dim() == 2 && (cache_rows || t.size(0) == angles[i].rows) && t.size(1) == rd,
+                          angles[i].name, " has shape ", shape_str(t.sizes()), "; it must be (",
+                          cache_rows ? std::string("max_position") : std::to_string(angles[i].rows), ", ", rd,
+                          "), a row of rotary_dim angles ", cache_rows ? "a position" : "a token");
+        TORCH_CHECK_VALUE(rd <= 1 || t.stride(1) == 1, angles[i].name,
+                          ": the last dimension must be contiguous (stride 1), got stride ", t.stride(1));
+        strides[i] = t.size(0) > 1 ? t.stride(0) : rd;
+    }
+    same_device("positions", positions ? &*positions : nullptr, qkv, "qkv");
+    for (const Angle& a : angles) same_device(a.name, a.t ? &*a.t : nullptr, qkv, "qkv");
+    if (cache) {
+        r->cos_sin_cache = data(*cache);
+        r->max_position = cache->size(0);
+        r->stride_cache = strides[0];
+    }
+    if (cos) r->cos = data(*cos), r->stride_cos = strides[1];
+    if (sin) r->sin = data(*sin), r->stride_sin = strides[2];
+    r->style = as_field(style);
+    r->rotary_dim = as_field(rotary_dim);
+    return true;
+}
+
 void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTensor& k_weight, double eps,
                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
-                 bool pdl) {
+                 bool pdl, const OptTensor& positions, const OptTensor& cos_sin_cache, const OptTensor& cos,
+                 const OptTensor& sin, int64_t rotary_dim, int64_t rope_style) {
     const addrmsnorm_dtype x_dtype = dtype_of("qkv", qkv);
     TORCH_CHECK_VALUE(q_weight.has_value() == k_weight.has_value(), q_weight ? "k_weight" : "q_weight",
                       " is None but ", q_weight ? "q_weight" : "k_weight",
@@ -700,6 +759,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
     TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
                       "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
     const int64_t tokens = qkv.size(0);
+    addrmsnorm_rope rope;
+    const bool roped = rope_of(qkv, tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style, &rope);
     addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(data(qkv), weighted ? data(*q_weight) : nullptr,
                                                      weighted ? data(*k_weight) : nullptr, tokens, num_q_heads,
                                                      num_kv_heads, head_dim, tokens > 1 ? qkv.stride(0) : qkv.size(1));
@@ -709,6 +770,7 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
     a.weight_offset = weight_offset;
     a.numerics = static_cast<addrmsnorm_numerics>(as_field(numerics));
     a.flags = pdl ? ADDRMSNORM_FLAG_PDL : 0u;
+    a.rope = roped ? &rope : nullptr;
     launch(qkv.device(), a);
 }
 

@@ -177,6 +177,54 @@ typedef struct addrmsnorm_quant {
                                       column-major, TMA-aligned layout: (1, rows rounded up to 4) */
 } addrmsnorm_quant;
 
+/* The rotation's pairs of columns (addrmsnorm_rope.style). */
+typedef enum addrmsnorm_rope_style {
+    ADDRMSNORM_ROPE_NEOX = 0, /* column c with c + rotary_dim / 2 (HF's rotate_half) */
+    ADDRMSNORM_ROPE_GPTJ = 1  /* column 2i with 2i + 1 (interleaved) */
+} addrmsnorm_rope_style;
+
+/* The dtype of addrmsnorm_rope.positions. */
+typedef enum addrmsnorm_index_dtype {
+    ADDRMSNORM_INT32 = 0,
+    ADDRMSNORM_INT64 = 1
+} addrmsnorm_index_dtype;
+
+/*
+ * The rotation (RoPE) of each normalized head, in the same pass (addrmsnorm_norm_args.rope): the QK norm's
+ * heads, or the plain norm's of a [tokens, heads, head_dim] view (groups = heads; a 2-D call is one head a
+ * token). Token t is rows' index r; its head h (columns c < rotary_dim) becomes, with y the normalized head,
+ *
+ *     out[c] = y[c] * cos[c] - y[p(c)] * sin[c]    for the first column of each pair
+ *     out[c] = y[c] * cos[c] + y[p(c)] * sin[c]    for the second          (columns >= rotary_dim: y[c])
+ *
+ * where NeoX pairs c with p(c) = c + rotary_dim / 2 and GPT-J 2i with 2i + 1. The angles of token t:
+ *
+ *   positions given: row positions[t] of cos_sin_cache ([max_position, rotary_dim], row stride stride_cache):
+ *                    its first rotary_dim / 2 columns the cosines of the pairs' frequencies, the rest their
+ *                    sines (vLLM's layout); a position outside [0, max_position) is not read, and nothing of
+ *                    its token is written (the caller's to prevent: the call cannot see device memory)
+ *   positions NULL:  row t of cos and of sin ([tokens, rotary_dim] each, row strides stride_cos and
+ *                    stride_sin, 0 to broadcast one row): the angle of each column, as HF's rotary
+ *                    embedding gives them
+ *
+ * x_dtype fp16 or bf16; hidden (head_dim) at most 512; angle_dtype fp32 or x_dtype; rotary_dim even, in
+ * [2, hidden] (0: hidden). ADDRMSNORM_NUMERICS_HF is the family's HF norm and apply_rotary_pos_emb bit for bit:
+ * cos and sin of x_dtype (no cache), each product and the sum rounded to x_dtype. No residual, quant, z, b or
+ * post_weight; no tensor of the rotation may overlap an output.
+ */
+typedef struct addrmsnorm_rope {
+    int32_t style;              /* an addrmsnorm_rope_style */
+    int32_t rotary_dim;         /* the rotated columns of a head: even, <= hidden; 0 is hidden */
+    addrmsnorm_dtype angle_dtype;  /* of cos_sin_cache, or of cos and sin: fp32 or x_dtype */
+    addrmsnorm_index_dtype positions_dtype;  /* of positions */
+    const void *positions;      /* [rows] device pointer, or NULL (cos and sin) */
+    const void *cos_sin_cache;  /* with positions: [max_position, rotary_dim]; else NULL */
+    int64_t max_position;       /* with positions: cos_sin_cache's rows (> 0) */
+    int64_t stride_cache;       /* with positions: elements between cos_sin_cache's rows */
+    const void *cos, *sin;      /* without positions: [rows, rotary_dim] each; else NULL */
+    int64_t stride_cos, stride_sin;  /* their row strides, in elements (>= 0) */
+} addrmsnorm_rope;
+
 /*
  * One norm call: the fused residual add + RMSNorm, the plain RMSNorm (residual NULL), the per-head
  * QK norm (weight2 given) and the quantized outputs of the first two (quant given), all one kernel
@@ -224,6 +272,8 @@ typedef struct addrmsnorm_quant {
  *                 with z NULL those are 0
  *   b             NULL, or the pair's second part (below), with b_weight, b_out, b_hidden, stride_b and
  *                 stride_b_out; with b NULL those are 0
+ *   rope          NULL, or the rotation of each normalized head (addrmsnorm_rope, above): the QK norm's, or
+ *                 the plain norm's
  *   quant         NULL, or the quantized epilogue (above); then x_dtype is fp16 or bf16, residual and
  *                 weight are of x_dtype, groups <= 1, hidden is a multiple of 16, and x, residual,
  *                 weight, out, residual_out and y start on 16-byte boundaries with row strides of
@@ -279,6 +329,7 @@ typedef struct addrmsnorm_norm_args {
     const void *b_weight;      /* with b: [b_hidden] of weight_dtype (NULL with weight NULL) */
     void *b_out;               /* with b: [rows, b_hidden] of x_dtype; may be b exactly */
     int64_t b_hidden, stride_b, stride_b_out;
+    const addrmsnorm_rope *rope; /* NULL, or the rotation of each normalized head (above) */
 } addrmsnorm_norm_args;
 
 /* The gated norm's activation of z. */

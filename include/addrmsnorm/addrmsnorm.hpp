@@ -230,7 +230,8 @@ inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_
                                  Dtype weight_dtype, float eps = 1e-6f, int64_t stride_qkv = -1,
                                  uint32_t flags = 0, float weight_offset = 0.0f,
                                  addrmsnorm_stream stream = nullptr,
-                                 addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT) {
+                                 addrmsnorm_numerics numerics = ADDRMSNORM_NUMERICS_CONTRACT,
+                                 const addrmsnorm_rope* rope = nullptr) {
     addrmsnorm_norm_args c = addrmsnorm_norm_args_qk(
         qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads, head_dim,
         stride_qkv == -1 ? (num_q_heads + 2 * num_kv_heads) * head_dim : stride_qkv);
@@ -240,7 +241,42 @@ inline Status qk_rmsnorm_inplace(void* qkv, const void* q_weight, const void* k_
     c.weight_offset = weight_offset;
     c.numerics = numerics;
     c.flags = flags;
+    c.rope = rope;
     return detail::to_status(addrmsnorm_norm(&c, stream));
+}
+
+// The rotation of qk_rmsnorm_inplace's heads (its `rope` argument), from vLLM's positions and cos_sin_cache
+// ([max_position, rotary_dim]: cosines, then sines; stride_cache -1: rows of rotary_dim), or from HF's cos and
+// sin ([tokens, rotary_dim] each, by column; strides -1: rows of rotary_dim, 0: one row for every token).
+// rotary_dim: the rotated columns of a head (even, at most head_dim).
+inline addrmsnorm_rope rope_cache(const void* positions, addrmsnorm_index_dtype positions_dtype,
+                                  const void* cos_sin_cache, int64_t max_position, Dtype angle_dtype,
+                                  int32_t rotary_dim, addrmsnorm_rope_style style = ADDRMSNORM_ROPE_NEOX,
+                                  int64_t stride_cache = -1) {
+    addrmsnorm_rope r{};
+    r.style = style;
+    r.rotary_dim = rotary_dim;
+    r.angle_dtype = detail::c_dtype(angle_dtype);
+    r.positions = positions;
+    r.positions_dtype = positions_dtype;
+    r.cos_sin_cache = cos_sin_cache;
+    r.max_position = max_position;
+    r.stride_cache = stride_cache == -1 ? rotary_dim : stride_cache;
+    return r;
+}
+
+inline addrmsnorm_rope rope_cos_sin(const void* cos, const void* sin, Dtype angle_dtype, int32_t rotary_dim,
+                                    addrmsnorm_rope_style style = ADDRMSNORM_ROPE_NEOX, int64_t stride_cos = -1,
+                                    int64_t stride_sin = -1) {
+    addrmsnorm_rope r{};
+    r.style = style;
+    r.rotary_dim = rotary_dim;
+    r.angle_dtype = detail::c_dtype(angle_dtype);
+    r.cos = cos;
+    r.sin = sin;
+    r.stride_cos = stride_cos == -1 ? rotary_dim : stride_cos;
+    r.stride_sin = stride_sin == -1 ? rotary_dim : stride_sin;
+    return r;
 }
 
 // ----- quantized outputs (addrmsnorm_norm_args.quant) ------------------------------------------------

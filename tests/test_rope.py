@@ -1,0 +1,320 @@
+"""The QK norm with the rotation (qk_rmsnorm_rope_): q's and k's heads of a fused QKV buffer normalized and rotated
+in place in one pass, against the one reference (addrmsnorm.reference.qk_rmsnorm_rope_ref: the norm in float64,
+then the rotation), and under numerics="hf" against HF's own modules bit for bit (GPU: the interpreter truncates
+its bf16 stores).
+
+Both rotation styles, partial rotation, both angle sources (positions into a cos_sin_cache, HF's cos and sin),
+positions out of order and repeated, the head widths and head counts of the families, the refusals (nothing
+written), and on the GPU the C ABI and both backends giving the same bits, CUDA graphs with PDL and
+torch.compile."""
+
+import math
+
+import pytest
+import torch
+
+import addrmsnorm
+from addrmsnorm import jit_backend
+from addrmsnorm.reference import qk_rmsnorm_rope_ref, assert_close
+
+from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
+from helpers import DTYPES, assert_refused, bits, y_tolerance
+
+pytestmark = needs_kernels
+OPS = torch.ops.addrmsnorm
+
+
+def _qkv(T, nq, nk, D, dtype, seed=0, pad=0):
+    g = torch.Generator().manual_seed(seed)
+    width = (nq + 2 * nk) * D
+    buf = (2 * torch.randn(T, width + pad, generator=g)).to(dtype).to(DEVICE)
+    return buf[:, :width] if pad else buf
+
+
+def _weights(D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed + 100)
+    return tuple((1 + 0.2 * torch.randn(D, generator=g)).to(dtype).to(DEVICE) for _ in range(2))
+
+
+def _cache(max_position, rotary_dim, dtype=torch.float32, base=10000.0):
+    """vLLM's cos_sin_cache: a position's cosines of the pairs' frequencies, then their sines."""
+    inv = 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    f = torch.arange(max_position, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat([f.cos(), f.sin()], dim=-1).to(dtype).to(DEVICE)
+
+
+def _positions(T, max_position, dtype=torch.int64, seed=0):
+    """Out of order and repeated, as a batch of sequences has them."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.randint(0, max_position, (T,), generator=g)
+    if T > 2:
+        p[1] = p[0]
+    return p.to(dtype).to(DEVICE)
+
+
+def _cos_sin(positions, cache, rotary_dim, style, dtype):
+    """HF's per-column cos and sin for the same angles (NeoX: the halves repeated; GPT-J: each interleaved)."""
+    half = rotary_dim // 2
+    rows = cache[positions.long()].double()
+    c, s = rows[:, :half], rows[:, half:]
+    if style == "neox":
+        c, s = torch.cat([c, c], -1), torch.cat([s, s], -1)
+    else:
+        c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+    return c.to(dtype), s.to(dtype)
+
+
+def _check(got, qkv, nq, nk, D, want_q, want_k, tol, what):
+    T = qkv.shape[0]
+    assert_close(got[:, :nq * D].view(T, nq, D), want_q, tol, f"{what} q")
+    assert_close(got[:, nq * D:(nq + nk) * D].view(T, nk, D), want_k, tol, f"{what} k")
+    assert torch.equal(bits(got[:, (nq + nk) * D:]), bits(qkv[:, (nq + nk) * D:])), f"{what}: v was written"
+
+
+# (T, nq, nk, D, rotary_dim, style, source, x dtype, weight dtype, angle dtype, positions dtype)
+SMALL = [
+    (5, 4, 2, 64, 64, "neox", "cache", "bf16", "bf16", "fp32", torch.int64),
+    (5, 4, 2, 64, 32, "gptj", "cache", "bf16", "bf16", "bf16", torch.int32),  # partial, interleaved
+    (3, 2, 1, 128, 128, "gptj", "cos_sin", "fp16", "fp32", "fp32", None),
+    (4, 2, 1, 128, 64, "neox", "cos_sin", "bf16", "bf16", "bf16", None),  # GLM's half rotation
+    (1, 4, 2, 64, 64, "neox", "cache", "fp16", "fp16", "fp16", torch.int64),  # decode
+    (3, 2, 2, 256, 256, "neox", "cache", "bf16", None, "fp32", torch.int64),  # weightless (Llama 4's L2 norm)
+]
+BIG = [  # the families' head counts and widths, at a prefill's token count
+    (300, 32, 8, 128, 128, "neox", "cache", "bf16", "bf16", "fp32", torch.int64),
+    (300, 64, 4, 128, 128, "gptj", "cache", "bf16", "bf16", "bf16", torch.int32),
+    (200, 16, 8, 256, 256, "neox", "cos_sin", "bf16", "bf16", "bf16", None),
+    (200, 16, 8, 64, 32, "neox", "cache", "fp16", "fp32", "fp32", torch.int64),
+]
+
+
+def _run_case(T, nq, nk, D, rd, style, source, xd, wd, ad, pd, offset=0.0, seed=0):
+    qkv = _qkv(T, nq, nk, D, DTYPES[xd], seed=seed + T + D)
+    wq, wk = _weights(D, DTYPES[wd], seed=D) if wd is not None else (None, None)
+    cache = _cache(4096, rd, DTYPES[ad])
+    pos = _positions(T, 4096, pd or torch.int64, seed=T)
+    angles = (dict(positions=pos, cos_sin_cache=cache) if source == "cache"
+              else dict(zip(("cos", "sin"), _cos_sin(pos, cache, rd, style, DTYPES[ad]))))
+    kw = dict(num_q_heads=nq, num_kv_heads=nk, head_dim=D, rotary_dim=rd, style=style, weight_offset=offset)
+    got = qkv.clone()
+    assert addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, 1e-6, **angles, **kw) is got
+    want_q, want_k = qk_rmsnorm_rope_ref(qkv, wq, wk, 1e-6, nq, nk, D, **angles, rotary_dim=rd, style=style,
+                                         weight_offset=offset)
+    _check(got, qkv, nq, nk, D, want_q, want_k, y_tolerance(DTYPES[xd]), f"{source} {style} rd={rd}")
+    return qkv, got, angles, kw, (wq, wk)
+
+
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: "-".join(str(v) for v in c[:8]))
+def test_against_the_reference(case):
+    _run_case(*case)
+
+
+@gpu_only
+@pytest.mark.parametrize("case", BIG, ids=lambda c: "-".join(str(v) for v in c[:8]))
+def test_against_the_reference_at_the_families_sizes(case):
+    _run_case(*case)
+
+
+def test_gemma_offset_weight_and_both_sources_agree():
+    """Gemma 3's 1 + w, and the two angle sources giving the same angles: the same heads."""
+    qkv, a, _, kw, (wq, wk) = _run_case(6, 4, 2, 128, 128, "neox", "cache", "bf16", "bf16", "fp32", torch.int64,
+                                        offset=1.0)
+    cache, pos = _cache(4096, 128), _positions(6, 4096, seed=6)
+    cos, sin = _cos_sin(pos, cache, 128, "neox", torch.float32)
+    b = qkv.clone()
+    addrmsnorm.qk_rmsnorm_rope_(b, wq, wk, 1e-6, cos=cos, sin=sin, **kw)
+    assert torch.equal(bits(a), bits(b))
+
+
+def test_rotation_by_zero_is_the_qk_norm():
+    """Position 0 (cos 1, sin 0): the bits of qk_rmsnorm_ alone, at every style and rotary_dim."""
+    qkv = _qkv(7, 4, 2, 128, torch.bfloat16, seed=3)
+    wq, wk = _weights(128, torch.bfloat16)
+    plain = qkv.clone()
+    addrmsnorm.qk_rmsnorm_(plain, wq, wk, num_q_heads=4, num_kv_heads=2, head_dim=128)
+    for style in ("neox", "gptj"):
+        for rd in (128, 64, 2):
+            got = qkv.clone()
+            addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, num_q_heads=4, num_kv_heads=2, head_dim=128,
+                                        positions=torch.zeros(7, dtype=torch.int64, device=DEVICE),
+                                        cos_sin_cache=_cache(8, rd), rotary_dim=rd, style=style)
+            assert torch.equal(bits(got), bits(plain)), (style, rd)
+
+
+def test_position_outside_the_cache():
+    """Refused before anything is written (check_positions, eager); without the check the kernel reads nothing
+    past the cache and writes nothing of that token, and the other tokens are rotated as usual."""
+    qkv = _qkv(4, 2, 1, 64, torch.bfloat16, seed=5)
+    wq, wk = _weights(64, torch.bfloat16)
+    cache = _cache(16, 64)
+    kw = dict(num_q_heads=2, num_kv_heads=1, head_dim=64, cos_sin_cache=cache)
+    for bad in (16, -1):
+        pos = torch.tensor([3, bad, 0, 15], device=DEVICE)
+        assert_refused(ValueError, r"positions run from -?\d+ to \d+; cos_sin_cache has 16 rows",
+                       lambda: addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, positions=pos, **kw), qkv)
+        got = qkv.clone()
+        addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, positions=pos, check_positions=False, **kw)
+        assert torch.equal(bits(got[1]), bits(qkv[1])), "a token outside the cache was written"
+        want = qkv.clone()
+        keep = [0, 2, 3]
+        rows = want[keep].clone()
+        addrmsnorm.qk_rmsnorm_rope_(rows, wq, wk, positions=pos[keep], **kw)
+        assert torch.equal(bits(got[keep]), bits(rows))
+
+
+def test_refusals_name_the_argument_and_write_nothing():
+    qkv = _qkv(4, 2, 1, 64, torch.bfloat16)
+    wq, wk = _weights(64, torch.bfloat16)
+    cache, pos = _cache(32, 64), _positions(4, 32)
+    cos, sin = _cos_sin(pos, cache, 64, "neox", torch.bfloat16)
+    kw = dict(num_q_heads=2, num_kv_heads=1, head_dim=64)
+
+    def call(t=qkv, **over):
+        args = {**kw, "positions": pos, "cos_sin_cache": cache, **over}
+        return addrmsnorm.qk_rmsnorm_rope_(t, wq, wk, **{k: v for k, v in args.items() if v is not None})
+
+    assert_refused(ValueError, "rotary_dim must be even and in \\[2, head_dim = 64\\]",
+                   lambda: call(rotary_dim=63, cos_sin_cache=_cache(32, 64)[:, :63]), qkv)
+    assert_refused(ValueError, "rotary_dim must be even and in \\[2, head_dim = 64\\]",
+                   lambda: call(rotary_dim=66, cos_sin_cache=_cache(32, 66)), qkv)
+    assert_refused(ValueError, r"cos_sin_cache has shape \(32, 64\); it must be \(max_position, 32\)",
+                   lambda: call(rotary_dim=32), qkv)
+    assert_refused(ValueError, "style is 'yarn'", lambda: call(style="yarn"), qkv)
+    assert_refused(TypeError, "positions has dtype torch.float32; it must be int32 or int64",
+                   lambda: call(positions=pos.float()), qkv)
+    assert_refused(ValueError, r"positions has shape \(3,\); it must be \(4,\)", lambda: call(positions=pos[:3]), qkv)
+    assert_refused(TypeError, r"cos_sin_cache has dtype torch.float16; the angles are float32 or the heads' dtype",
+                   lambda: call(cos_sin_cache=cache.half()), qkv)
+    assert_refused(TypeError, "sin has dtype torch.float32; it must be cos's dtype",
+                   lambda: call(positions=None, cos_sin_cache=None, cos=cos, sin=sin.float()), qkv)
+    assert_refused(ValueError, "not both", lambda: call(cos=cos, sin=sin), qkv)
+    assert_refused(ValueError, "cos_sin_cache is None", lambda: call(cos_sin_cache=None), qkv)
+    assert_refused(ValueError, "sin is None but cos is given",
+                   lambda: call(positions=None, cos_sin_cache=None, cos=cos), qkv)
+    assert_refused(ValueError, "numerics='hf' rotates as HF's apply_rotary_pos_emb",
+                   lambda: call(numerics="hf"), qkv)
+    assert_refused(ValueError, "cos overlaps the heads the call writes",
+                   lambda: call(positions=None, cos_sin_cache=None, cos=qkv[:, 64:128], sin=sin), qkv)
+    assert_refused(ValueError, "none is given", lambda: addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, **kw), qkv)
+    assert_refused(ValueError, r"head_dim must be at most 512 with the rotation|head_dim must be in \[1, 512\]",
+                   lambda: addrmsnorm.qk_rmsnorm_rope_(_qkv(2, 1, 1, 1024, torch.bfloat16), None, None,
+                                                       num_q_heads=1, num_kv_heads=1, head_dim=1024,
+                                                       positions=pos[:2], cos_sin_cache=_cache(32, 1024)), qkv)
+    # The operator itself: rotary_dim or rope_style without angles.
+    assert_refused(ValueError, "rotary_dim or rope_style is set but no angles are given",
+                   lambda: OPS.qk_rmsnorm_(qkv, wq, wk, 1e-6, 2, 1, 64, rotary_dim=32), qkv)
+    g = qkv.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="qk_rmsnorm_ has no backward"):
+        addrmsnorm.qk_rmsnorm_rope_(g, wq, wk, positions=pos, cos_sin_cache=cache, **kw)
+
+
+def test_opcheck_and_compile():
+    import torch._dynamo
+
+    qkv = _qkv(6, 2, 1, 64, torch.bfloat16, seed=9)
+    wq, wk = _weights(64, torch.bfloat16)
+    cache, pos = _cache(64, 64), _positions(6, 64)
+    cos, sin = _cos_sin(pos, cache, 64, "gptj", torch.bfloat16)
+    torch.library.opcheck(OPS.qk_rmsnorm_.default, (qkv.clone(), wq, wk, 1e-6, 2, 1, 64),
+                          dict(positions=pos, cos_sin_cache=cache))
+    torch.library.opcheck(OPS.qk_rmsnorm_.default, (qkv.clone(), wq, wk, 1e-6, 2, 1, 64),
+                          dict(cos=cos, sin=sin, rotary_dim=64, rope_style=1))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    def f(qkv, pos):
+        return addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, num_q_heads=2, num_kv_heads=1, head_dim=64, positions=pos,
+                                           cos_sin_cache=cache)
+
+    with torch.no_grad():
+        a = f(qkv.clone(), pos)
+        b = torch.compile(f, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")(qkv.clone(), pos)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert torch.equal(bits(a), bits(b))
+
+
+@gpu_only
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_hf_numerics_are_hf_bit_for_bit(family):
+    """numerics="hf": the family's HF q/k norm modules, then transformers' apply_rotary_pos_emb, bit for bit."""
+    transformers = pytest.importorskip("transformers")
+    if family == "qwen3":
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm as Norm, apply_rotary_pos_emb
+        offset = 0.0
+    else:
+        from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm as Norm, apply_rotary_pos_emb
+        offset = 1.0
+    del transformers
+    T, nq, nk, D = 257, 32, 8, 128
+    qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=11)
+    wq, wk = _weights(D, torch.bfloat16, seed=2)
+    if offset:
+        wq, wk = wq - 1, wk - 1
+    cache, pos = _cache(8192, D), _positions(T, 8192)
+    cos, sin = _cos_sin(pos, cache, D, "neox", torch.bfloat16)
+    norms = []
+    for w in (wq, wk):
+        m = Norm(D, eps=1e-6).to(DEVICE, torch.bfloat16)
+        with torch.no_grad():
+            m.weight.copy_(w)
+        norms.append(m)
+    with torch.no_grad():
+        q = norms[0](qkv[:, :nq * D].view(1, T, nq, D)).transpose(1, 2)
+        k = norms[1](qkv[:, nq * D:(nq + nk) * D].view(1, T, nk, D)).transpose(1, 2)
+        want_q, want_k = apply_rotary_pos_emb(q, k, cos[None], sin[None])
+    got = qkv.clone()
+    addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, 1e-6, num_q_heads=nq, num_kv_heads=nk, head_dim=D, cos=cos, sin=sin,
+                                weight_offset=offset, numerics="hf")
+    assert torch.equal(bits(got[:, :nq * D].view(T, nq, D)), bits(want_q[0].transpose(0, 1)))
+    assert torch.equal(bits(got[:, nq * D:(nq + nk) * D].view(T, nk, D)), bits(want_k[0].transpose(0, 1)))
+
+
+@gpu_only
+def test_c_abi_and_both_backends_give_the_same_bits():
+    from addrmsnorm import c_library
+    lib_path = c_library.library_path()
+    if lib_path is None:
+        pytest.skip("no C++ library")
+    lib = c_library.load(lib_path)
+    for T, nq, nk, D, rd, style, pd in ((1, 32, 8, 128, 128, 0, torch.int64), (300, 16, 4, 128, 64, 1, torch.int32),
+                                        (77, 8, 2, 256, 256, 0, torch.int64)):
+        qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=T)
+        wq, wk = _weights(D, torch.bfloat16)
+        cache, pos = _cache(4096, rd), _positions(T, 4096, pd)
+        op, jit, c = qkv.clone(), qkv.clone(), qkv.clone()
+        OPS.qk_rmsnorm_(op, wq, wk, 1e-6, nq, nk, D, positions=pos, cos_sin_cache=cache, rotary_dim=rd,
+                        rope_style=style)
+        jit_backend.qk_rmsnorm_(jit, wq, wk, 1e-6, nq, nk, D, positions=pos, cos_sin_cache=cache, rotary_dim=rd,
+                                rope_style=style)
+        rope = c_library.rope_desc(positions=pos, cos_sin_cache=cache, rotary_dim=rd, style=style)
+        c_library.qk_rmsnorm(lib, c, wq, wk, nq, nk, D, rope=rope)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(op), bits(jit)) and torch.equal(bits(op), bits(c)), (T, nq, nk, D)
+
+
+@gpu_only
+def test_in_a_cuda_graph_with_pdl():
+    """Decode: 64 dependent calls in one graph, the positions a device tensor the replay reads."""
+    nq, nk, D = 32, 8, 128
+    qkv = _qkv(64, nq, nk, D, torch.bfloat16, seed=1)
+    wq, wk = _weights(D, torch.bfloat16)
+    cache = _cache(4096, D)
+    pos = _positions(64, 4096)
+    kw = dict(num_q_heads=nq, num_kv_heads=nk, head_dim=D, cos_sin_cache=cache, pdl=True)
+    static = qkv.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        addrmsnorm.qk_rmsnorm_rope_(static.clone(), wq, wk, positions=pos, **kw)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        addrmsnorm.qk_rmsnorm_rope_(static, wq, wk, positions=pos, **kw)
+    for seed in (2, 3):
+        fresh = _qkv(64, nq, nk, D, torch.bfloat16, seed=seed)
+        static.copy_(fresh)
+        pos.copy_(_positions(64, 4096, seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        addrmsnorm.qk_rmsnorm_rope_(fresh, wq, wk, positions=pos, **kw)
+        assert torch.equal(bits(static), bits(fresh))
