@@ -209,6 +209,48 @@ def gated_backward(x, z, weight, dy, eps: float, weight_offset: float, group_siz
     return dx.to(x.dtype), dz.to(z.dtype), dw
 
 
+def rope_angles(positions, cos_sin_cache, cos, sin, rotary_dim: int, style: int):
+    """The rotation's cos and sin per rotated column, (tokens, rotary_dim) fp32: HF's cos and sin as they are,
+    or a cos_sin_cache's rows at the positions spread over the columns as the style pairs them."""
+    if cos is not None:
+        return cos.float(), sin.float()
+    half = rotary_dim // 2
+    rows = cos_sin_cache[positions.long()].float()
+    c, s = rows[:, :half], rows[:, half:rotary_dim]
+    if style == 0:
+        return torch.cat([c, c], -1), torch.cat([s, s], -1)
+    return c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+
+
+def _rotated_pairs(v, style: int):
+    """Each column's partner, the pair's first negated: rotate_half (NeoX) or its interleaved form (GPT-J)."""
+    if style == 0:
+        a, b = v.chunk(2, dim=-1)
+        return torch.cat([-b, a], dim=-1)
+    return torch.stack([-v[..., 1::2], v[..., 0::2]], dim=-1).flatten(-2)
+
+
+def qk_rope_backward(x, weight, dy, eps: float, weight_offset: float, cos, sin, rotary_dim: int, style: int):
+    """The gradients (dx, dweight) of one part (q's heads or k's, x (tokens, heads, head_dim)) of the QK norm
+    with the rotation, in fp32 torch operations (differentiable again), rounded to the inputs' dtypes. The
+    rotation's transpose is the rotation by the negative angle, dn = dy * cos - pairs(dy) * sin on the rotated
+    columns (dy elsewhere); then the norm's, with n = x * rstd and w = weight + weight_offset:
+
+        dx = rstd * (dn * w - n * mean(dn * w * n)),   dweight = sum over tokens and heads of dn * n
+    """
+    xf, dyf = x.float(), dy.float()
+    c, s = cos[:, None, :], sin[:, None, :]
+    r = dyf[..., :rotary_dim]
+    dn = torch.cat([r * c - _rotated_pairs(r, style) * s, dyf[..., rotary_dim:]], dim=-1)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    n = xf * rstd
+    w = (torch.ones(x.shape[-1], dtype=torch.float32, device=x.device) if weight is None else weight.float())
+    g = dn * (w + weight_offset)
+    dx = rstd * (g - n * (g * n).mean(-1, keepdim=True))
+    dw = None if weight is None else (dn * n).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+    return dx.to(x.dtype), dw
+
+
 def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
     with _C._AutoDispatchBelowAutograd():
         grads = torch.ops.addrmsnorm.norm_backward.default.redispatch(

@@ -19,9 +19,11 @@ These functions check only the Python types of their arguments; every other rule
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from . import ops
+from . import autograd, ops
 from . import validation as v
 from .configs import NUMERICS, PLAIN_NUMERICS
 
@@ -857,6 +859,87 @@ def qk_rmsnorm_rope_(
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl,
                     positions, cos_sin_cache, cos, sin, rd, rs)
     return qkv
+
+
+class _QkRope(torch.autograd.Function):
+    """qk_rmsnorm_rope's autograd: the forward one QK-norm call with the rotation on a fresh (tokens, q and k
+    heads, head_dim) buffer; the backward autograd.qk_rope_backward for each part."""
+
+    @staticmethod
+    def forward(ctx, q, k, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cache, cos, sin, rd, rs):
+        T, nq, nk, D = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
+        buf = torch.cat([q.reshape(T, nq * D), k.reshape(T, nk * D)], dim=1)
+        ops.qk_rmsnorm_(buf, q_weight, k_weight, eps, nq, nk, D, weight_offset, n, pdl, positions, cache, cos, sin,
+                        rd, rs)
+        ctx.save_for_backward(q, k, q_weight, k_weight, positions, cache, cos, sin)
+        ctx.args = (eps, weight_offset, rd if rd else D, rs)
+        return buf[:, :nq * D].view(T, nq, D), buf[:, nq * D:].view(T, nk, D)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        q, k, q_weight, k_weight, positions, cache, cos, sin = ctx.saved_tensors
+        eps, weight_offset, rd, rs = ctx.args
+        c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)
+        dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)
+        dkx, dwk = autograd.qk_rope_backward(k, k_weight, dk, eps, weight_offset, c, s, rd, rs)
+        return (dqx, dkx, dwq if ctx.needs_input_grad[2] else None, dwk if ctx.needs_input_grad[3] else None,
+                *([None] * 10))
+
+
+def qk_rmsnorm_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor | None,
+    k_weight: torch.Tensor | None,
+    eps: float = 1e-6,
+    *,
+    positions: torch.Tensor | None = None,
+    cos_sin_cache: torch.Tensor | None = None,
+    cos: torch.Tensor | None = None,
+    sin: torch.Tensor | None = None,
+    rotary_dim: int | None = None,
+    style: str = "neox",
+    weight_offset: float = 0.0,
+    numerics: str = "contract",
+    pdl: bool = False,
+    check_positions: bool = True,
+):
+    """The functional form of ``qk_rmsnorm_rope_``, with autograd (training with HF): q ``(..., num_q_heads,
+    head_dim)`` and k ``(..., num_kv_heads, head_dim)``, of the same leading dimensions (the tokens, flattened in
+    order: batch, then sequence), each normalized with its weight and rotated; returns new ``(q, k)`` of their
+    shapes. The angles are ``qk_rmsnorm_rope_``'s, a row a token: ``cos`` and ``sin`` may have HF's shape
+    ``(batch, seq, rotary_dim)``. One copy of q and k into one buffer, then the one call on it in place (the
+    outputs are views of that buffer). The backward is the contract's gradient in fp32 torch operations
+    (autograd.qk_rope_backward: the rotation by the negative angle, then the norm's), which autograd can
+    differentiate again; HF's roundings differentiate as the identity."""
+    for name, t in (("q", q), ("k", k)):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() < 2 or k.dim() != q.dim() or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q has shape {tuple(q.shape)} and k {tuple(k.shape)}: they must be (..., heads, head_dim) "
+                         f"with the same leading dimensions and head_dim")
+    lead, D = q.shape[:-2], q.shape[-1]
+    T = math.prod(lead)
+    qf, kf = q.reshape(T, q.shape[-2], D), k.reshape(T, k.shape[-2], D)
+    if cos is not None and cos.dim() > 2:
+        cos = cos.reshape(-1, cos.shape[-1])
+    if sin is not None and sin.dim() > 2:
+        sin = sin.reshape(-1, sin.shape[-1])
+    if positions is not None and positions.dim() > 1:
+        positions = positions.reshape(-1)
+    n = plain_numerics_index(numerics)
+    _type_errors({"q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset,
+                 {"pdl": pdl, "check_positions": check_positions})
+    rd = 0 if rotary_dim is None else rotary_dim
+    rs = v.rope_style_index(style)
+    if positions is None and cos_sin_cache is None and cos is None and sin is None:
+        raise ValueError("qk_rmsnorm_rope rotates by positions and cos_sin_cache, or by cos and sin: none is given")
+    if check_positions and positions is not None and _eager():
+        v.check_positions_in_cache(v.check_rope(q.dtype, T, D, q.device, positions, cos_sin_cache, cos, sin, rd, rs,
+                                                n != 0))
+    oq, ok = _QkRope.apply(qf, kf, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cos_sin_cache, cos, sin,
+                           rd, rs)
+    return oq.view(q.shape), ok.view(k.shape)
 
 
 def _eager() -> bool:

@@ -55,6 +55,12 @@ DeepSeek-V3's layers are Llama's form (its MoE returns the residual's shape); it
 run the plain norm one at a time: HF's attention projects q's latent before it computes kv's, so the pair
 (``rmsnorm_pair``) would need a patched attention forward.
 
+Qwen3's and Gemma 3's attention normalizes each head of q and k (``q_norm``, ``k_norm``), then rotates them
+(``apply_rotary_pos_emb``): the patched attention runs the three as one ``qk_rmsnorm_rope`` call on the
+projections' heads (HF's cos and sin, by column), under the same numerics; the rest of the attention is
+HF's own. Calls the rotation's kernels do not take (fp32 activations, autocast) run HF's attention, with its
+norms the plain norm.
+
 Gemma 2/3's layers normalize each branch's output before its add, and the norm after the add is the
 next: ``h = residual + post_norm(x); y = next_norm(h)``, twice a layer, is one sandwich-norm call
 (``post_weight``), four passes over memory where a plain norm and a fused one take six.
@@ -89,16 +95,18 @@ class _Family:
     l2_norm: str = ""        # the family's weightless norm class (Llama 4's L2 norm of q and k), or ""
     gated_norm: str = ""     # the family's gated norm class (Qwen3-Next's rmsnorm(x) * w * silu(z)), or ""
     hybrid: bool = False     # Qwen3-Next: a layer's token mixer is linear_attn or self_attn, by its block_type
+    attention: str = ""      # the attention class whose per-head q_norm and k_norm, then RoPE, run as one
+                             # qk_rmsnorm_rope call (Qwen3's, Gemma 3's), or ""
 
 
 _FAMILIES = (
     _Family("LlamaModel", "LlamaDecoderLayer", "LlamaRMSNorm", False, 0.0),
     _Family("MistralModel", "MistralDecoderLayer", "MistralRMSNorm", False, 0.0),
     _Family("Qwen2Model", "Qwen2DecoderLayer", "Qwen2RMSNorm", False, 0.0),
-    _Family("Qwen3Model", "Qwen3DecoderLayer", "Qwen3RMSNorm", False, 0.0),
+    _Family("Qwen3Model", "Qwen3DecoderLayer", "Qwen3RMSNorm", False, 0.0, attention="Qwen3Attention"),
     _Family("GemmaModel", "GemmaDecoderLayer", "GemmaRMSNorm", False, 1.0),
     _Family("Gemma2Model", "Gemma2DecoderLayer", "Gemma2RMSNorm", True, 1.0),
-    _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0),
+    _Family("Gemma3TextModel", "Gemma3DecoderLayer", "Gemma3RMSNorm", True, 1.0, attention="Gemma3Attention"),
     _Family("Olmo2Model", "Olmo2DecoderLayer", "Olmo2RMSNorm", False, 0.0, fuse=False, hf_numerics="hf_round_once"),
     _Family("GraniteModel", "GraniteDecoderLayer", "GraniteRMSNorm", False, 0.0, x_scale="residual_multiplier"),
     _Family("Llama4TextModel", "Llama4TextDecoderLayer", "Llama4TextRMSNorm", False, 0.0, mlp="feed_forward",
@@ -199,6 +207,52 @@ def _gated_norm_forward(self, hidden_states, gate):
     link: _NormLink = getattr(self, _NORM_LINK)
     return ops.norm(hidden_states, None, self.weight, _eps(self), 0.0, False, link.tail[2], link.tail[3], 1.0, None,
                     0.0, gate, 0, True)[0]
+
+
+def _rope_takes(self, hidden_states, cos, numerics: int) -> bool:
+    """Whether the QK norm with the rotation takes this attention's call: 16-bit activations outside autocast,
+    heads of at most QK_MAX_HEAD_DIM, q_norm and k_norm of one eps and one dtype (the heads' or fp32), cos and
+    sin of the heads' dtype under "hf" (HF's rotary embedding casts them so)."""
+    dt = hidden_states.dtype
+    wq, wk = self.q_norm.weight, self.k_norm.weight
+    return (dt in validation.ROPE_DTYPES and not torch.is_autocast_enabled(hidden_states.device.type)
+            and self.head_dim <= validation.QK_MAX_HEAD_DIM and wq.dtype == wk.dtype and wq.dtype in (dt, torch.float32)
+            and _eps(self.q_norm) == _eps(self.k_norm) and cos.shape[-1] == self.head_dim
+            and cos.dtype in (dt, torch.float32) and not (numerics and (cos.dtype != dt or wq.dtype != dt)))
+
+
+def _attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
+    """A patched attention (Qwen3's, Gemma 3's): q_norm, k_norm and apply_rotary_pos_emb as one qk_rmsnorm_rope
+    call on the projections' heads (functional: autograd for training); the rest is HF's own attention, its
+    cache update and its attention function. Calls the kernels do not take run HF's forward."""
+    import sys
+
+    from .functional import qk_rmsnorm_rope
+    link: _NormLink = getattr(self, _NORM_LINK)
+    if cache is None:  # the name transformers deprecates (its decorator on HF's forward maps it)
+        cache = kwargs.pop("past_key_values", None)
+    cos, sin = position_embeddings
+    offset, _, numerics, pdl = link.tail
+    if not _rope_takes(self, hidden_states, cos, numerics):
+        return _unpatched_type(self).forward(self, hidden_states, position_embeddings, attention_mask, cache, **kwargs)
+    hf_module = sys.modules[_unpatched_type(self).__module__]
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+    q, k = qk_rmsnorm_rope(self.q_proj(hidden_states).view(hidden_shape), self.k_proj(hidden_states).view(hidden_shape),
+                           self.q_norm.weight, self.k_norm.weight, _eps(self.q_norm), cos=cos, sin=sin,
+                           weight_offset=offset, numerics=PLAIN_NUMERICS[numerics], pdl=pdl)
+    query_states, key_states = q.transpose(1, 2), k.transpose(1, 2)
+    value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    if cache is not None:
+        key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+    attention_interface = hf_module.ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                          hf_module.eager_attention_forward)
+    attn_output, attn_weights = attention_interface(
+        self, query_states, key_states, value_states, attention_mask,
+        dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling,
+        sliding_window=self.sliding_window, **kwargs)
+    attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+    return self.o_proj(attn_output), attn_weights
 
 
 def _mixer(layer, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -345,6 +399,9 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
                 forward = {family.norm: _norm_forward, family.l2_norm: _l2_norm_forward,
                            family.gated_norm: _gated_norm_forward}[name]
                 m.__class__ = _patched_class(_unpatched_type(m), {"forward": forward})
+                object.__setattr__(m, _NORM_LINK, link)
+            elif family.attention and name == family.attention:  # its q and k norms and RoPE: one call
+                m.__class__ = _patched_class(_unpatched_type(m), {"forward": _attention_forward})
                 object.__setattr__(m, _NORM_LINK, link)
         if not family.fuse:
             continue

@@ -371,3 +371,38 @@ def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
         model.generate(ids, max_new_tokens=3, do_sample=False, min_new_tokens=3)
     assert calls == [], f"{len(calls)} calls of {sorted(c.__name__ for c in classes)} forwards after the patch"
     assert all(type(m).__name__.startswith("AddRMSNorm") for m in model.modules() if isinstance(m, tuple(classes)))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_qk_norms_and_rope_run_as_one_call(family, monkeypatch):
+    """Qwen3's and Gemma 3's attention (bf16): after the patch HF's apply_rotary_pos_emb never runs and each
+    attention makes one qk_rmsnorm_rope call, in prefill and decode; logits and greedy tokens as unpatched (the
+    interpreter truncates its bf16 stores: there, logits within its rounding and no token check)."""
+    import sys
+
+    from addrmsnorm import functional
+    model = build(family, dtype=torch.bfloat16)
+    ids = prompt(batch=1, length=6)
+    with torch.no_grad():
+        ref = model(ids).logits
+        ref_gen = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    hf_rope, ours = [], []
+    monkeypatch.setattr(module, "apply_rotary_pos_emb",
+                        lambda *a, _f=module.apply_rotary_pos_emb, **k: (hf_rope.append(1), _f(*a, **k))[1])
+    monkeypatch.setattr(functional, "qk_rmsnorm_rope",
+                        lambda *a, _f=functional.qk_rmsnorm_rope, **k: (ours.append(1), _f(*a, **k))[1])
+    with torch.no_grad():
+        model(ids)
+    assert hf_rope and not ours  # the count sees HF's rotation unpatched
+    hf_rope.clear()
+    hf.patch(model)
+    with torch.no_grad():
+        out = model(ids).logits
+        gen = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
+    layers = _COMMON["num_hidden_layers"]
+    assert hf_rope == [] and len(ours) == layers * 5, (len(hf_rope), len(ours))  # a prefill, then 4 decode steps
+    tol = TOL.logits if ON_GPU else HF_MODEL_TOLERANCES["bf16"].rounding_logits
+    assert max_rel(out, ref) <= tol
+    if ON_GPU:
+        assert torch.equal(gen, ref_gen)

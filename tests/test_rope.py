@@ -318,3 +318,68 @@ def test_in_a_cuda_graph_with_pdl():
         torch.cuda.synchronize()
         addrmsnorm.qk_rmsnorm_rope_(fresh, wq, wk, positions=pos, **kw)
         assert torch.equal(bits(static), bits(fresh))
+
+
+def _grads_ref(q, k, wq, wk, eps, angles, rd, style, dq, dk, offset=0.0, create_graph=False):
+    """The functional form's gradients by float64 autograd of the reference (q, k: (T, heads, D))."""
+    T, nq, D = q.shape
+    qd, kd = (t.detach().double().requires_grad_() for t in (q, k))
+    wqd, wkd = (t.detach().double().requires_grad_() for t in (wq, wk))
+    qkv = torch.cat([qd.reshape(T, -1), kd.reshape(T, -1)], 1)
+    a = {n: (t.double() if t.is_floating_point() else t) for n, t in angles.items()}
+    rq, rk = qk_rmsnorm_rope_ref(qkv, wqd, wkd, eps, nq, k.shape[1], D, rotary_dim=rd, style=style,
+                                 weight_offset=offset, **a)
+    loss = (rq * dq.double()).sum() + (rk * dk.double()).sum()
+    return torch.autograd.grad(loss, (qd, kd, wqd, wkd), create_graph=create_graph), (qd, kd, wqd, wkd)
+
+
+@pytest.mark.parametrize("style,rd,source", [("neox", 64, "cache"), ("gptj", 32, "cos_sin")])
+def test_functional_form_and_its_backward_against_float64(style, rd, source):
+    """qk_rmsnorm_rope: (q, k) out of place, with HF's (batch, seq, heads, head_dim) shapes, and its gradients
+    against float64 autograd of the reference."""
+    from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close
+    B, S, nq, nk, D = 2, 5, 4, 2, 64
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(B, S, nq, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    k = torch.randn(B, S, nk, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    wq, wk = (w.clone().requires_grad_() for w in _weights(D, torch.bfloat16))
+    cache, pos = _cache(64, rd), _positions(B * S, 64)
+    if source == "cache":
+        angles = dict(positions=pos, cos_sin_cache=cache)
+        call_angles = dict(positions=pos.view(B, S), cos_sin_cache=cache)
+    else:
+        c, s = _cos_sin(pos, cache, rd, style, torch.bfloat16)
+        angles, call_angles = dict(cos=c, sin=s), dict(cos=c.view(B, S, rd), sin=s.view(B, S, rd))
+    oq, ok = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, 1e-6, rotary_dim=rd, style=style, **call_angles)
+    assert oq.shape == q.shape and ok.shape == k.shape
+    want_q, want_k = qk_rmsnorm_rope_ref(torch.cat([q.reshape(B * S, -1), k.reshape(B * S, -1)], 1).detach(), wq,
+                                         wk, 1e-6, nq, nk, D, rotary_dim=rd, style=style, **angles)
+    tol = y_tolerance(torch.bfloat16)
+    assert_close(oq.detach().reshape(B * S, nq, D), want_q, tol, "q")
+    assert_close(ok.detach().reshape(B * S, nk, D), want_k, tol, "k")
+    dq, dk = torch.randn_like(oq), torch.randn_like(ok)
+    got = torch.autograd.grad((oq * dq).sum() + (ok * dk).sum(), (q, k, wq, wk))
+    want, _ = _grads_ref(q.reshape(B * S, nq, D), k.reshape(B * S, nk, D), wq, wk, 1e-6, angles, rd, style,
+                         dq.reshape(B * S, nq, D), dk.reshape(B * S, nk, D))
+    gtol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
+    for name, a, b in zip(("dq", "dk", "dq_weight", "dk_weight"), got, want):
+        assert_grad_close(a.reshape(b.shape), b, gtol, name)
+
+
+def test_second_order_gradient_is_not_silently_zero():
+    """The backward is torch operations: its own gradient (double backward) is the float64 reference's."""
+    T, nq, nk, D = 3, 2, 1, 64
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(T, nq, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    k = torch.randn(T, nk, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    wq, wk = (w.clone().requires_grad_() for w in _weights(D, torch.bfloat16))
+    cache, pos = _cache(16, D), _positions(T, 16)
+    oq, ok = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, positions=pos, cos_sin_cache=cache)
+    dq, dk = torch.randn_like(oq), torch.randn_like(ok)
+    gq, = torch.autograd.grad((oq * dq).sum() + (ok * dk).sum(), (q,), create_graph=True)
+    second, = torch.autograd.grad(gq.float().pow(2).sum(), (wq,))
+    (rgq, *_), (_, _, rwq, _) = _grads_ref(q, k, wq, wk, 1e-6, dict(positions=pos, cos_sin_cache=cache), D, "neox",
+                                           dq, dk, create_graph=True)
+    rsecond, = torch.autograd.grad(rgq.pow(2).sum(), (rwq,))
+    assert second.abs().max() > 0
+    torch.testing.assert_close(second.double(), rsecond, rtol=0.05, atol=0.05 * rsecond.abs().max().item())
