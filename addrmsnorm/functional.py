@@ -921,10 +921,7 @@ def qk_rmsnorm_rope(
     lead, D = q.shape[:-2], q.shape[-1]
     T = math.prod(lead)
     qf, kf = q.reshape(T, q.shape[-2], D), k.reshape(T, k.shape[-2], D)
-    if cos is not None and cos.dim() > 2:
-        cos = cos.reshape(-1, cos.shape[-1])
-    if sin is not None and sin.dim() > 2:
-        sin = sin.reshape(-1, sin.shape[-1])
+    cos, sin = _token_rows(cos, lead), _token_rows(sin, lead)
     if positions is not None and positions.dim() > 1:
         positions = positions.reshape(-1)
     n = plain_numerics_index(numerics)
@@ -940,6 +937,18 @@ def qk_rmsnorm_rope(
     oq, ok = _QkRope.apply(qf, kf, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cos_sin_cache, cos, sin,
                            rd, rs)
     return oq.view(q.shape), ok.view(k.shape)
+
+
+def _token_rows(angles, lead):
+    """HF's cos or sin, ``(batch or 1, seq, rotary_dim)``, as one row a token: broadcast over q's leading
+    dimensions (HF gives one batch row when every sequence has the same positions), then flattened."""
+    if angles is None or angles.dim() <= 2 or not isinstance(angles, _Tensor):
+        return angles
+    fits = angles.dim() - 1 == len(lead) and all(a in (1, n) for a, n in zip(angles.shape[:-1], lead))
+    if not fits:
+        raise ValueError(f"cos and sin of shape {tuple(angles.shape)} do not broadcast over q's leading dimensions "
+                         f"{tuple(lead)}: they must be (..., rotary_dim), a row a token")
+    return angles.expand(*lead, angles.shape[-1]).reshape(-1, angles.shape[-1])
 
 
 def _eager() -> bool:

@@ -383,3 +383,22 @@ def test_second_order_gradient_is_not_silently_zero():
     rsecond, = torch.autograd.grad(rgq.pow(2).sum(), (rwq,))
     assert second.abs().max() > 0
     torch.testing.assert_close(second.double(), rsecond, rtol=0.05, atol=0.05 * rsecond.abs().max().item())
+
+
+def test_one_batch_row_of_cos_and_sin_is_broadcast():
+    """HF's rotary embedding gives cos and sin of one batch row, (1, seq, rotary_dim), when every sequence has
+    the same positions: the functional form broadcasts them over q's batch, as apply_rotary_pos_emb does, and
+    refuses a shape that does not broadcast, by name."""
+    B, S, nq, nk, D = 2, 6, 2, 1, 64
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(B, S, nq, D, generator=g).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(B, S, nk, D, generator=g).to(torch.bfloat16).to(DEVICE)
+    wq, wk = _weights(D, torch.bfloat16)
+    pos = torch.arange(S, device=DEVICE)
+    c, s = _cos_sin(pos, _cache(16, D), D, "neox", torch.bfloat16)
+    one = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=c[None], sin=s[None])
+    full = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=c.expand(B, S, D), sin=s.expand(B, S, D))
+    for a, b in zip(one, full):
+        assert torch.equal(bits(a), bits(b))
+    with pytest.raises(ValueError, match=r"cos and sin of shape \(3, 6, 64\) do not broadcast"):
+        addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=c.expand(3, S, D), sin=s.expand(3, S, D))
