@@ -557,6 +557,19 @@ ROPE_STYLES = ("neox", "gptj")
 ROPE_DTYPES = ("fp16", "bf16")
 POSITION_DTYPES = ("int32", "int64")
 ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None,) + POSITION_DTYPES)
+# Heads off the 16-byte vector (ALIGN 1: qkv's start, its row stride or head_dim not a multiple of 8 elements,
+# which no model's projection gives) take one config for every head_dim: a head a program on one warp. At
+# ALIGN 1 every access of the tile is a scalar instruction, and the rotation adds three gathers (the partner
+# column, cos, sin), so a kernel's code grows with its elements per thread: the QK norm's four rows at ALIGN 1
+# were 80 kernels of 6.7 MiB of sm_90's cubins and 8.2 of sm_100's (tools/aot_build.py, 2026-12-06), which
+# put sm_100 over AOT_MAX_MIB_PER_ARCH. Not tuned: the aligned calls are the ones that matter.
+ROPE_MISALIGNED_TABLE = (TableRule(2, None, _single(QK_MAX_HEAD_DIM, 1, 1)),)
+
+
+def select_rope_config(H: int, aligned: bool) -> KernelConfig:
+    """The rotation's config: the QK norm's (select_plain_config's single-pass rows) for heads on the 16-byte
+    vector (ALIGN > 1), ROPE_MISALIGNED_TABLE's otherwise."""
+    return select_plain_config(H, 2) if aligned else _select(ROPE_MISALIGNED_TABLE, H, 2, 2)
 # The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight
 # is read, every w is 1 (kernels._load_weight_any). The C runtime has it as kWeightlessDtype.
 WEIGHTLESS_DTYPE = 3

@@ -908,7 +908,7 @@ def qk_rmsnorm_rope(
     head_dim)`` and k ``(..., num_kv_heads, head_dim)``, of the same leading dimensions (the tokens, flattened in
     order: batch, then sequence), each normalized with its weight and rotated; returns new ``(q, k)`` of their
     shapes. The angles are ``qk_rmsnorm_rope_``'s, a row a token: ``cos`` and ``sin`` may have HF's shape
-    ``(batch, seq, rotary_dim)``. One copy of q and k into one buffer, then the one call on it in place (the
+    ``(batch, seq, rotary_dim)``, or ``(1, seq, rotary_dim)``, broadcast over the batch. One copy of q and k into one buffer, then the one call on it in place (the
     outputs are views of that buffer). The backward is the contract's gradient in fp32 torch operations
     (autograd.qk_rope_backward: the rotation by the negative angle, then the norm's), which autograd can
     differentiate again; HF's roundings differentiate as the identity."""

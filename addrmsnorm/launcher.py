@@ -158,6 +158,8 @@ def launch_forward(
         cfg = configs.select_gated_config(H, xs)
     elif paired:
         cfg = configs.select_pair_config(max(H, H_b), xs)
+    elif roped:
+        cfg = configs.select_rope_config(H, align > 1)
     elif plain:
         cfg = configs.select_plain_config(H, xs, vector_typed)
     else:

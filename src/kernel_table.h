@@ -172,6 +172,14 @@ inline int rope_variant_index(int config, int x, int weight, int align_class, in
                         align_class) * kNumNumerics + numerics) * kNumRopeVariants + (angle_x ? 0 : 3) + positions];
 }
 
+// configs.ROPE_MISALIGNED_TABLE's rule, generated; configs.select_rope_config: heads on the 16-byte vector take
+// the QK norm's config, others the misaligned table's.
+int select_rope_misaligned_table_config(long long H, int x_itemsize, int residual_itemsize, int quant,
+                                        bool vector_typed);
+inline int select_rope_config(long long H, bool aligned) {
+    return aligned ? select_plain_config(H, 2, false) : select_rope_misaligned_table_config(H, 2, 2, 0, false);
+}
+
 // rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions).
 inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
                               long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
@@ -183,7 +191,7 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
     const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, ends_only);
     const int numerics = numerics_mode(hf, weight_offset, xs, round_once);
     const bool vector_typed = is_vector_typed(align_class, xs, xs, weight_dtype == x_dtype, numerics);
-    *config = select_plain_config(hidden, xs, vector_typed);
+    *config = rope >= 0 ? select_rope_config(hidden, align_class > 0) : select_plain_config(hidden, xs, vector_typed);
     if (*config < 0) return -1;
     if (rope >= 0)
         return rope_variant_index(*config, x_dtype, weight_dtype, align_class, numerics, rope < 3, rope % 3);

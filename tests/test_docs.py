@@ -50,3 +50,13 @@ def test_the_readme_states_what_the_example_needs():
 
 def test_the_guide_states_the_second_order_limit():
     assert "first order only" in GUIDE and "create_graph=True" in GUIDE
+
+
+def test_the_guide_rope_signatures_name_every_parameter():
+    import inspect
+
+    for fn in (addrmsnorm.qk_rmsnorm_rope_, addrmsnorm.qk_rmsnorm_rope):
+        m = re.search(rf"`{fn.__name__}\(([^`]*)\)`", GUIDE)
+        assert m, f"the guide has no signature of {fn.__name__}"
+        documented = [part.split("=")[0].strip() for part in m.group(1).replace("\n", " ").split(",")]
+        assert [n for n in documented if n != "*"] == list(inspect.signature(fn).parameters), fn.__name__

@@ -31,6 +31,11 @@ def _qkv(T, nq, nk, D, dtype, seed=0, pad=0):
     return buf[:, :width] if pad else buf
 
 
+def _copy(t):
+    """A copy of t with its strides (clone makes a padded view contiguous, and so aligned)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
 def _weights(D, dtype, seed=0):
     g = torch.Generator().manual_seed(seed + 100)
     return tuple((1 + 0.2 * torch.randn(D, generator=g)).to(dtype).to(DEVICE) for _ in range(2))
@@ -113,6 +118,28 @@ def test_against_the_reference(case):
 @pytest.mark.parametrize("case", BIG, ids=lambda c: "-".join(str(v) for v in c[:8]))
 def test_against_the_reference_at_the_families_sizes(case):
     _run_case(*case)
+
+
+@pytest.mark.parametrize("D,style,source", [(64, "neox", "cache"), (128, "gptj", "cos_sin"), (256, "neox", "cache")])
+def test_misaligned_heads_take_the_misaligned_config(D, style, source):
+    """Rows of an odd stride (ALIGN 1) run configs.ROPE_MISALIGNED_TABLE's config at every head_dim (one kernel
+    a variant, tools/aot_build.py), against the same reference."""
+    from addrmsnorm import configs
+    assert configs.select_rope_config(D, aligned=False) == configs.ROPE_MISALIGNED_TABLE[0].config
+    assert configs.select_rope_config(D, aligned=True) == configs.select_plain_config(D, 2)
+    T, nq, nk = 5, 2, 1
+    qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=D, pad=1)
+    assert qkv.stride(0) % 2 == 1
+    wq, wk = _weights(D, torch.bfloat16, seed=D)
+    cache, pos = _cache(64, D), _positions(T, 64)
+    angles = (dict(positions=pos, cos_sin_cache=cache) if source == "cache"
+              else dict(zip(("cos", "sin"), _cos_sin(pos, cache, D, style, torch.bfloat16))))
+    got = _copy(qkv)
+    assert got.stride(0) % 2 == 1
+    addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, 1e-6, num_q_heads=nq, num_kv_heads=nk, head_dim=D, style=style,
+                                **angles)
+    want_q, want_k = qk_rmsnorm_rope_ref(qkv, wq, wk, 1e-6, nq, nk, D, **angles, rotary_dim=D, style=style)
+    _check(got, qkv, nq, nk, D, want_q, want_k, y_tolerance(torch.bfloat16), f"misaligned D={D}")
 
 
 def test_gemma_offset_weight_and_both_sources_agree():
@@ -276,12 +303,15 @@ def test_c_abi_and_both_backends_give_the_same_bits():
     if lib_path is None:
         pytest.skip("no C++ library")
     lib = c_library.load(lib_path)
-    for T, nq, nk, D, rd, style, pd in ((1, 32, 8, 128, 128, 0, torch.int64), (300, 16, 4, 128, 64, 1, torch.int32),
-                                        (77, 8, 2, 256, 256, 0, torch.int64)):
-        qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=T)
+    for T, nq, nk, D, rd, style, pd, pad in ((1, 32, 8, 128, 128, 0, torch.int64, 0),
+                                             (300, 16, 4, 128, 64, 1, torch.int32, 0),
+                                             (77, 8, 2, 256, 256, 0, torch.int64, 0),
+                                             (300, 16, 4, 128, 128, 0, torch.int64, 1)):  # misaligned rows
+        qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=T, pad=pad)
         wq, wk = _weights(D, torch.bfloat16)
         cache, pos = _cache(4096, rd), _positions(T, 4096, pd)
-        op, jit, c = qkv.clone(), qkv.clone(), qkv.clone()
+        op, jit, c = _copy(qkv), _copy(qkv), _copy(qkv)
+        assert op.stride(0) == qkv.stride(0)
         OPS.qk_rmsnorm_(op, wq, wk, 1e-6, nq, nk, D, positions=pos, cos_sin_cache=cache, rotary_dim=rd,
                         rope_style=style)
         jit_backend.qk_rmsnorm_(jit, wq, wk, 1e-6, nq, nk, D, positions=pos, cos_sin_cache=cache, rotary_dim=rd,

@@ -252,7 +252,9 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = c.quant == -4  // the pair's rule
+        const int i = c.quant == -5  // the rotation's rule (vector_typed: the heads on the 16-byte vector)
+                          ? addrmsnorm::detail::select_rope_config(c.H, c.vector_typed)
+                      : c.quant == -4  // the pair's rule
                           ? addrmsnorm::detail::select_pair_table_config(c.H, c.x_size, c.residual_size, 0, false)
                       : c.quant == -3  // the gated norm's rule
                           ? addrmsnorm::detail::select_gated_table_config(c.H, c.x_size, c.residual_size, 0, false)
