@@ -377,12 +377,13 @@ def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
 def test_qk_norms_and_rope_run_as_one_call(family, monkeypatch):
     """Qwen3's and Gemma 3's attention (bf16): after the patch HF's apply_rotary_pos_emb never runs and each
     attention makes one qk_rmsnorm_rope call, in prefill and decode; logits and greedy tokens as unpatched (the
-    interpreter truncates its bf16 stores: there, logits within its rounding and no token check)."""
+    interpreter truncates its bf16 stores: there, logits within its rounding and no token check). A batch of two:
+    HF's rotary embedding gives cos and sin of one batch row, (1, seq, head_dim), which the call broadcasts."""
     import sys
 
     from addrmsnorm import functional
     model = build(family, dtype=torch.bfloat16)
-    ids = prompt(batch=1, length=6)
+    ids = prompt(batch=2, length=6)
     with torch.no_grad():
         ref = model(ids).logits
         ref_gen = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
