@@ -570,6 +570,8 @@ def select_rope_config(H: int, aligned: bool) -> KernelConfig:
     """The rotation's config: the QK norm's (select_plain_config's single-pass rows) for heads on the 16-byte
     vector (ALIGN > 1), ROPE_MISALIGNED_TABLE's otherwise."""
     return select_plain_config(H, 2) if aligned else _select(ROPE_MISALIGNED_TABLE, H, 2, 2)
+
+
 # The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight
 # is read, every w is 1 (kernels._load_weight_any). The C runtime has it as kWeightlessDtype.
 WEIGHTLESS_DTYPE = 3

@@ -908,8 +908,8 @@ def qk_rmsnorm_rope(
     head_dim)`` and k ``(..., num_kv_heads, head_dim)``, of the same leading dimensions (the tokens, flattened in
     order: batch, then sequence), each normalized with its weight and rotated; returns new ``(q, k)`` of their
     shapes. The angles are ``qk_rmsnorm_rope_``'s, a row a token: ``cos`` and ``sin`` may have HF's shape
-    ``(batch, seq, rotary_dim)``, or ``(1, seq, rotary_dim)``, broadcast over the batch. One copy of q and k into one buffer, then the one call on it in place (the
-    outputs are views of that buffer). The backward is the contract's gradient in fp32 torch operations
+    ``(batch, seq, rotary_dim)``, or ``(1, seq, rotary_dim)``, broadcast over the batch. One copy of q and k into
+    one buffer, then the one call on it in place (the outputs are views of that buffer). The backward is the contract's gradient in fp32 torch operations
     (autograd.qk_rope_backward: the rotation by the negative angle, then the norm's), which autograd can
     differentiate again; HF's roundings differentiate as the identity."""
     for name, t in (("q", q), ("k", k)):
@@ -921,14 +921,15 @@ def qk_rmsnorm_rope(
     lead, D = q.shape[:-2], q.shape[-1]
     T = math.prod(lead)
     qf, kf = q.reshape(T, q.shape[-2], D), k.reshape(T, k.shape[-2], D)
+    rd = 0 if rotary_dim is None else rotary_dim
+    rs = v.rope_style_index(style)
+    v.check_rope_types(positions, cos_sin_cache, cos, sin, rd, rs)  # before the angles are reshaped
     cos, sin = _token_rows(cos, lead), _token_rows(sin, lead)
     if positions is not None and positions.dim() > 1:
         positions = positions.reshape(-1)
     n = plain_numerics_index(numerics)
     _type_errors({"q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset,
                  {"pdl": pdl, "check_positions": check_positions})
-    rd = 0 if rotary_dim is None else rotary_dim
-    rs = v.rope_style_index(style)
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         raise ValueError("qk_rmsnorm_rope rotates by positions and cos_sin_cache, or by cos and sin: none is given")
     if check_positions and positions is not None and _eager():
@@ -942,7 +943,7 @@ def qk_rmsnorm_rope(
 def _token_rows(angles, lead):
     """HF's cos or sin, ``(batch or 1, seq, rotary_dim)``, as one row a token: broadcast over q's leading
     dimensions (HF gives one batch row when every sequence has the same positions), then flattened."""
-    if angles is None or angles.dim() <= 2 or not isinstance(angles, _Tensor):
+    if angles is None or angles.dim() <= 2:
         return angles
     fits = angles.dim() - 1 == len(lead) and all(a in (1, n) for a, n in zip(angles.shape[:-1], lead))
     if not fits:

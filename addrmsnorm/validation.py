@@ -1420,16 +1420,22 @@ def _angle_rows(name: str, t, rotary_dim: int, rows: int | None) -> int:
     return t.stride(0) if t.shape[0] > 1 else rotary_dim
 
 
-def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim, style):
-    """The rotation's mapping (torch_ext/ops.cpp's rope_of), tensor by tensor: Python types, each given tensor's
-    dtype, shape with rotary_dim (0: head_dim), contiguity and device. Returns the angles' row strides by name
-    (None: no rotation given)."""
+def check_rope_types(positions, cos_sin_cache, cos, sin, rotary_dim, style) -> None:
+    """The rotation's arguments' Python types (map_rope's first rule; the functional forms check them before
+    they reshape the angles)."""
     for name, t in (("positions", positions), ("cos_sin_cache", cos_sin_cache), ("cos", cos), ("sin", sin)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
     for name, n in (("rotary_dim", rotary_dim), ("rope_style", style)):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+
+
+def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim, style):
+    """The rotation's mapping (torch_ext/ops.cpp's rope_of), tensor by tensor: Python types, each given tensor's
+    dtype, shape with rotary_dim (0: head_dim), contiguity and device. Returns the angles' row strides by name
+    (None: no rotation given)."""
+    check_rope_types(positions, cos_sin_cache, cos, sin, rotary_dim, style)
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         if rotary_dim != 0 or style != 0:
             raise ValueError("rotary_dim or rope_style is set but no angles are given: the rotation takes positions "

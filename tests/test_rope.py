@@ -432,3 +432,5 @@ def test_one_batch_row_of_cos_and_sin_is_broadcast():
         assert torch.equal(bits(a), bits(b))
     with pytest.raises(ValueError, match=r"cos and sin of shape \(3, 6, 64\) do not broadcast"):
         addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=c.expand(3, S, D), sin=s.expand(3, S, D))
+    with pytest.raises(TypeError, match="cos must be a torch.Tensor or None, got list"):
+        addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=[1.0], sin=s[None])

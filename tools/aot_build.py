@@ -236,26 +236,20 @@ def all_specs(cfgs, bcfgs):
     return specs
 
 
-def rope_configs(cfgs) -> list:
-    """The indices of the configs the QK norm (and so the rotation) is built on: PLAIN_TABLE's single passes up
-    to QK_MAX_HEAD_DIM."""
-    return [ci for ci, cfg in enumerate(cfgs)
-            if any(r.config == cfg and not r.odd_h_only and not r.vector_typed_only and r.h_max is not None
-                   and r.h_max <= configs.QK_MAX_HEAD_DIM for r in configs.PLAIN_TABLE)]
-
-
 def _rope_specs(cfgs) -> list:
     """The rotation's kernels (configs.ROPE_VARIANTS): the QK norm's configs and alignments, 16-bit heads, each
     (angle dtype, positions) under the contract with weights of the heads' dtype, and fp32 weights too with cos
-    and sin (training under autocast); HF's two forms with the weight, cos and sin of the heads' dtype. ALIGN 1 on
-    configs.ROPE_MISALIGNED_TABLE's config alone (configs.select_rope_config)."""
+    and sin (training under autocast); HF's two forms with the weight, cos and sin of the heads' dtype; on the
+    configs configs.select_rope_config routes to: the QK norm's at the vector, ROPE_MISALIGNED_TABLE's at ALIGN 1."""
+    aligns = configs.align_classes(2, 2, ends_only=True)
+    # the configs configs.select_rope_config routes each alignment to, over every head_dim it takes
+    served = {a: {cfgs.index(configs.select_rope_config(H, a > 1)) for H in range(1, configs.QK_MAX_HEAD_DIM + 1)}
+              for a in aligns}
     specs = []
-    aligned_configs = rope_configs(cfgs)
-    misaligned = cfgs.index(configs.ROPE_MISALIGNED_TABLE[0].config)
-    for ci in sorted(set(aligned_configs) | {misaligned}):
+    for ci in sorted(set().union(*served.values())):
         for x in configs.ROPE_DTYPES:
-            for align in configs.align_classes(2, 2, ends_only=True):
-                if not (ci == misaligned if align == 1 else ci in aligned_configs):  # configs.select_rope_config
+            for align in aligns:
+                if ci not in served[align]:
                     continue
                 for vi, (angles, pos) in enumerate(configs.ROPE_VARIANTS):
                     weights = (x, "fp32") if pos is None else (x,)  # fp32 weights: training, HF's cos and sin
