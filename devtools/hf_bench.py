@@ -12,7 +12,9 @@ layer, then 16 routed experts of 1024, top 4, and a shared one).
 
 Variants: "unpatched"; "addrmsnorm" (hf.patch: every norm through addrmsnorm); "addrmsnorm-pdl";
 "addrmsnorm-adds-only" (hf.patch with its plain norms given back to HF: the first layer's input norm
-and Qwen3's q/k norms run HF's modules, as before the plain norm existed); "liger".
+and Qwen3's q/k norms run HF's modules, as before the plain norm existed); "addrmsnorm-no-rope" (hf.patch with
+the attention given back to HF: the q/k norms run as plain norms, then HF's apply_rotary_pos_emb, as before the
+QK norm with the rotation existed); "liger".
 
     prefill   model(ids, logits_to_keep=1) with no cache, as generate's first step computes the
               last position's logits: tokens/s at 1 x 2048 and 8 x 512.
@@ -94,6 +96,12 @@ def apply(model, variant: str, arch: str = "llama"):
         hf.patch(model)
         for m in model.modules():  # the plain norms back to HF's class; the fused layers stay
             if getattr(type(m), "forward", None) is hf._norm_forward:
+                m.__class__ = type(m)._addrmsnorm_unpatched
+    elif variant == "addrmsnorm-no-rope":
+        from addrmsnorm import hf
+        hf.patch(model)
+        for m in model.modules():  # the attention back to HF's class: its q/k norms stay plain norms, HF's rotation
+            if getattr(type(m), "forward", None) is hf._attention_forward:
                 m.__class__ = type(m)._addrmsnorm_unpatched
     elif variant == "addrmsnorm-pdl":
         from addrmsnorm import hf

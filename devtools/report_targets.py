@@ -439,6 +439,77 @@ def pair_targets(rows: list[dict]) -> str:
     return "\n".join([f"Targets (issue 44, the latent pair): met at {met} of {total}.", "", *t])
 
 
+ROPE_MIN_PCT = 90.0            # issue 45: the QK norm with the rotation, bulk, of the roofline
+ROPE_MIN_SPEEDUP = 1.6         # and against the two-step paths (time ratio)
+ROPE_MAX_OVER_QK = 1.05        # with the cache at head_dim 128: against the QK norm alone
+ROPE_MAX_DECODE_RATIO = 0.6    # decode chain: against our QK norm plus a separate rotation
+ROPE_MAX_DECODE_OVER_QK = 1.15  # and against the QK norm alone
+ROPE_MIN_BACKWARD_PCT = 85.0   # the backward, of the roofline by its byte model
+
+
+def rope_targets(rows: list[dict]) -> str:
+    """Issue 45's targets for the QK norm with the rotation, each marked met or missed, from this run's own rows:
+    the best of ours (cache or cos/sin, with or without PDL) against each reference's best."""
+    from addrmsnorm.bench import rope
+
+    t = ["| target | shape | ours | against | |", "|---|---|---|---|---|"]
+    met = total = 0
+
+    def best(sel, names):
+        got = [r for r in sel if r.get("us_median") and not r.get("note")
+               and any(r["impl"] in (n, n + " (PDL)") for n in names)]
+        return min(got, key=lambda r: r["us_median"]) if got else None
+
+    def line(target, shape, mine, other, max_ratio):
+        nonlocal met, total
+        ratio = mine["us_median"] / other["us_median"]
+        ok = ratio <= max_ratio
+        met, total = met + ok, total + 1
+        t.append(f"| {target} | {shape} | {mine['us_median']:.2f} µs | {other['impl']} {other['us_median']:.2f} µs "
+                 f"({ratio:.2f}× the time) | {_mark(ok)} |")
+
+    ours = [rope.OURS_CACHE, rope.OURS_COS_SIN]
+    for section in ("rope", "rope_latency", "rope_backward"):
+        sel = [r for r in rows if r["section"] == section]
+        for shape in dict.fromkeys(r["H"] for r in sel):
+            group = [r for r in sel if r["H"] == shape]
+            if section == "rope_backward":
+                mine = next((r for r in group if r["impl"].startswith(rope.OURS) and r.get("gbs")), None)
+                if mine:
+                    ok = mine["pct_roofline"] >= ROPE_MIN_BACKWARD_PCT
+                    met, total = met + ok, total + 1
+                    t.append(f"| backward ≥ {ROPE_MIN_BACKWARD_PCT:.0f}% of the roofline | {shape} | "
+                             f"{mine['gbs']:.0f} GB/s, {mine['pct_roofline']:.1f}% | | {_mark(ok)} |")
+                continue
+            mine = best(group, ours)
+            if mine is None:
+                continue
+            alone = best(group, [rope.QK_ALONE])
+            two = best(group, [rope.TWO_STEP])
+            if section == "rope":
+                ok = mine["pct_roofline"] >= ROPE_MIN_PCT
+                met, total = met + ok, total + 1
+                t.append(f"| ≥ {ROPE_MIN_PCT:.0f}% of the roofline | {shape} | {mine['gbs']:.0f} GB/s, "
+                         f"{mine['pct_roofline']:.1f}% | | {_mark(ok)} |")
+                for other in (two, best(group, [rope.COMPILED])):
+                    if other:
+                        line(f"≥ {ROPE_MIN_SPEEDUP}× faster", shape, mine, other, 1 / ROPE_MIN_SPEEDUP)
+                cache = best(group, [rope.OURS_CACHE])
+                if alone and cache and shape.endswith("× 128"):
+                    line(f"with the cache, within {ROPE_MAX_OVER_QK - 1:.0%} of the QK norm alone", shape, cache,
+                         alone, ROPE_MAX_OVER_QK)
+            else:
+                if two:
+                    line(f"decode ≤ {ROPE_MAX_DECODE_RATIO}× QK norm + separate rotation", shape, mine, two,
+                         ROPE_MAX_DECODE_RATIO)
+                if alone:
+                    line(f"decode ≤ {ROPE_MAX_DECODE_OVER_QK}× the QK norm alone", shape, mine, alone,
+                         ROPE_MAX_DECODE_OVER_QK)
+    if total == 0:
+        return ""
+    return "\n".join([f"Targets (issue 45, the QK norm with the rotation): met at {met} of {total}.", "", *t])
+
+
 def report(header: dict, rows: list[dict]) -> str:
     """Every section of targets that the rows allow, as markdown."""
     out = []
@@ -448,7 +519,8 @@ def report(header: dict, rows: list[dict]) -> str:
                         ("Targets (issue 33)", plain_targets(rows)),
                         ("Targets (issue 35)", block_targets(rows)),
                         ("Targets (issue 44)", gated_targets(rows)),
-                        ("Targets (issue 44)", pair_targets(rows))):
+                        ("Targets (issue 44)", pair_targets(rows)),
+                        ("Targets (issue 45)", rope_targets(rows))):
         if text:
             out += [f"#### {title}", "", text, ""]
     return "\n".join(out)

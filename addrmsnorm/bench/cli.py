@@ -202,9 +202,11 @@ def run(args) -> int:
 
     command = "python -m addrmsnorm.bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.block_quant_only:  # no other section
-        args.plain_only = args.no_plain = args.no_quant = args.no_variants = True
+        args.plain_only = args.no_plain = args.no_quant = args.no_variants = args.no_rope = True
     if args.variants_only:
-        args.plain_only = args.no_plain = args.no_quant = True
+        args.plain_only = args.no_plain = args.no_quant = args.no_rope = True
+    if args.rope_only:
+        args.plain_only = args.no_plain = args.no_quant = args.no_variants = True
     impls = all_impls()
     if args.impls:
         wanted = [s.strip().lower() for s in args.impls.split(",")]
@@ -268,6 +270,13 @@ def run(args) -> int:
         rows += variants.run(roof.gbs, log=_log)
         _log("variant rows done")
         if args.variants_only:
+            shapes = []
+    if not args.no_rope:
+        from addrmsnorm.bench import rope
+
+        rows += rope.run(roof.gbs, log=_log)
+        _log("rotation rows done")
+        if args.rope_only:
             shapes = []
     if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
@@ -418,6 +427,8 @@ def main(argv=None) -> int:
                     help="only the block-scaled rows (NVFP4, MXFP8, MXFP4; --no-quant skips them)")
     ap.add_argument("--no-variants", action="store_true", help="skip the norm variants' rows (the sandwich norm)")
     ap.add_argument("--variants-only", action="store_true", help="only the norm variants' rows")
+    ap.add_argument("--no-rope", action="store_true", help="skip the rows of the QK norm with the rotation (RoPE)")
+    ap.add_argument("--rope-only", action="store_true", help="only the rows of the QK norm with the rotation")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",

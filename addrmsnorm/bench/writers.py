@@ -11,6 +11,7 @@ from .backward import __doc__ as backward_doc, table as backward_table
 from .cells import cell as _cell
 from .block_quant import __doc__ as block_quant_doc, table as block_quant_table
 from .plain import __doc__ as plain_doc, table as plain_table
+from .rope import __doc__ as rope_doc, table as rope_table
 from .variants import __doc__ as variants_doc, table as variants_table
 from .quant import __doc__ as quant_doc, table as quant_table
 
@@ -175,6 +176,10 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = variants_doc.split("Byte model")[1].split("Shapes:")[0].strip()
         lines += ["#### The norm variants: the sandwich norm, the gated norm, the latent pair", "", "Byte model " + model,
                   "", vt]
+    rt = rope_table(rows)
+    if rt:
+        model = rope_doc.split("Byte model")[1].split("Shapes:")[0].strip()
+        lines += ["#### The QK norm with the rotation (RoPE)", "", "Byte model " + model, "", rt]
     if any(r["section"] == "bandwidth" for r in rows):
         lines += ["#### Checks against the float64 reference (before timing)", "", checks_table(rows, impl_names), ""]
     return "\n".join(lines)

@@ -1,0 +1,303 @@
+"""Rows of the report for the QK norm with the rotation (RoPE): qk_rmsnorm_rope_ in place on a fused QKV
+buffer, beside the two-step paths it replaces (our QK norm, then the rotation compiled by torch.compile;
+torch.compile of the norm and the rotation together) and our QK norm alone (the pass without the rotation).
+
+Byte model (bytes the one pass must move at the least, per call; xs the activations' bytes):
+
+    forward      read and write q's and k's heads             2 * xs per element of q and k, in place
+                 (v untouched); the angles and weights are not counted (a cache row is 1/80 of a
+                 token's q and k at 32 + 8 heads of 128)
+    backward     read x and dy, write dx                      3 * xs per element of q and k
+
+Shapes: bf16, NeoX rotation over the whole head, angles by positions (shuffled, as a batch of sequences) into
+an fp32 cos_sin_cache of 8192 positions, or as HF's cos and sin (bf16, a row a token). Bulk: T = 8192 and
+32768 tokens of 32 q + 8 kv heads of 128 (Qwen3-8B, Llama-3-8B) and of 16 + 8 heads of 256 (Gemma 3-like);
+decode: T = 1 and 64 at 32 + 8 × 128, a chain of CHAIN dependent in-place calls in one CUDA graph (µs per
+call; PDL where the implementation has it). Backward: the functional form's backward
+(autograd.qk_rope_backward on q and on k), eager and compiled by torch.compile, at T = 8192.
+
+Every implementation is first checked against the one reference (reference.qk_rmsnorm_rope_ref) and marked
+where it differs; v must come back untouched.
+
+Timing: CUDA-graph replay over rotating buffer sets (cold L2 by size; timing.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import addrmsnorm
+from addrmsnorm.reference import TOLERANCES, qk_rmsnorm_rope_ref
+
+from .plain import CHAIN, OURS, _bandwidth, _fail, _live
+from .timing import sets_for_cold_l2, time_graph
+
+EPS = 1e-6
+MAX_POSITION = 8192
+BULK = ((8192, 32, 8, 128), (32768, 32, 8, 128), (8192, 16, 8, 256), (32768, 16, 8, 256))
+DECODE = ((1, 32, 8, 128), (64, 32, 8, 128))
+BACKWARD = ((8192, 32, 8, 128), (8192, 16, 8, 256))
+OURS_CACHE = OURS + ", cache"
+OURS_COS_SIN = OURS + ", cos/sin"
+QK_ALONE = "QK norm alone (ours, no rotation)"
+TWO_STEP = "our QK norm, then torch.compile's rotation"
+COMPILED = "torch.compile (norm and rotation)"
+
+
+def _views(qkv, nq, nk, D):
+    T = qkv.shape[0]
+    return qkv[:, :nq * D].view(T, nq, D), qkv[:, nq * D:(nq + nk) * D].view(T, nk, D)
+
+
+def _rotate(v, c, s):
+    """v (T, heads, D) rotated by NeoX pairs in fp32, c and s (T, D) fp32."""
+    a, b = v.chunk(2, dim=-1)
+    return v * c[:, None, :] + torch.cat([-b, a], dim=-1) * s[:, None, :]
+
+
+def _angles(positions, cache):
+    c, s = cache[positions.long()].float().chunk(2, dim=-1)
+    return torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1)
+
+
+def impls(nq, nk, D, pdl: bool = False) -> dict:
+    """name -> make() -> step(qkv, wq, wk, positions, cache, cos, sin): q's and k's heads normalized and rotated
+    in place (QK_ALONE: normalized only)."""
+    suffix = " (PDL)" if pdl else ""
+    heads = dict(num_q_heads=nq, num_kv_heads=nk, head_dim=D)
+
+    def ours_cache():
+        return lambda qkv, wq, wk, p, cache, c, s: addrmsnorm.qk_rmsnorm_rope_(
+            qkv, wq, wk, EPS, **heads, positions=p, cos_sin_cache=cache, pdl=pdl, check_positions=False)
+
+    def ours_cos_sin():
+        return lambda qkv, wq, wk, p, cache, c, s: addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, EPS, **heads, cos=c, sin=s,
+                                                                                pdl=pdl)
+
+    def alone():
+        return lambda qkv, wq, wk, p, cache, c, s: addrmsnorm.qk_rmsnorm_(qkv, wq, wk, EPS, **heads, pdl=pdl)
+
+    def two_step():
+        def rotate(qkv, p, cache):
+            c, s = _angles(p, cache)
+            for v in _views(qkv, nq, nk, D):
+                v.copy_(_rotate(v.float(), c, s).to(v.dtype))
+        rotate = torch.compile(rotate, dynamic=False, fullgraph=True)
+
+        def step(qkv, wq, wk, p, cache, c, s):
+            addrmsnorm.qk_rmsnorm_(qkv, wq, wk, EPS, **heads, pdl=pdl)
+            rotate(qkv, p, cache)
+        return step
+
+    def compiled():
+        def f(qkv, wq, wk, p, cache):
+            c, s = _angles(p, cache)
+            for v, w in zip(_views(qkv, nq, nk, D), (wq, wk)):
+                vf = v.float()
+                n = vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+                v.copy_(_rotate(n, c, s).to(v.dtype))
+        f = torch.compile(f, dynamic=False, fullgraph=True)
+        return lambda qkv, wq, wk, p, cache, c, s: f(qkv, wq, wk, p, cache)
+
+    out = {OURS_CACHE + suffix: ours_cache, OURS_COS_SIN + suffix: ours_cos_sin, QK_ALONE + suffix: alone,
+           TWO_STEP + suffix: two_step}
+    if not pdl:
+        out[COMPILED] = compiled
+    return out
+
+
+def _inputs(T, nq, nk, D, gen, xd=torch.bfloat16):
+    qkv = torch.randn(T, (nq + 2 * nk) * D, device="cuda", generator=gen).to(xd)
+    positions = torch.randperm(MAX_POSITION, device="cuda", generator=gen)[:T] if T <= MAX_POSITION else \
+        torch.randint(0, MAX_POSITION, (T,), device="cuda", generator=gen)
+    return qkv, positions
+
+
+def _cache(D, gen):
+    inv = 1.0 / (1e6 ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float32) / D))
+    t = torch.arange(MAX_POSITION, device="cuda", dtype=torch.float32)[:, None] * inv[None, :]
+    return torch.cat([t.cos(), t.sin()], dim=-1)
+
+
+def _note(name, step, qkv, wq, wk, p, cache, c, s, nq, nk, D) -> str:
+    """The step's q and k against the reference of the angles it was given (HF's bf16 cos and sin, or the cache);
+    QK_ALONE's against the norm alone (no rotation: cos 1, sin 0)."""
+    got = qkv.clone()
+    step(got, wq, wk, p, cache, c, s)
+    torch.cuda.synchronize()
+    if name.startswith(QK_ALONE):
+        want = qk_rmsnorm_rope_ref(qkv, wq, wk, EPS, nq, nk, D, cos=torch.ones_like(c), sin=torch.zeros_like(s))
+    elif name.startswith(OURS_COS_SIN):
+        want = qk_rmsnorm_rope_ref(qkv, wq, wk, EPS, nq, nk, D, cos=c, sin=s)
+    else:
+        want = qk_rmsnorm_rope_ref(qkv, wq, wk, EPS, nq, nk, D, positions=p, cos_sin_cache=cache)
+    tol = TOLERANCES[qkv.dtype]
+    for name, g, w in zip(("q", "k"), _views(got, nq, nk, D), want):
+        err = ((g.double() - w.double()).abs() / (tol.atol + tol.rtol * w.double().abs())).max().item()
+        if err > 1.0:
+            return f"{name} off the reference by {err:.1f}x the tolerance"
+    if not torch.equal(got[:, (nq + nk) * D:], qkv[:, (nq + nk) * D:]):
+        return "v was written"
+    return ""
+
+
+def _weights(D, gen):
+    return [(1 + 0.1 * torch.randn(D, device="cuda", generator=gen)).to(torch.bfloat16) for _ in range(2)]
+
+
+def _shape(T, nq, nk, D):
+    return f"T = {T}, {nq} + {nk} × {D}"
+
+
+def run_forward(roofline: float, log=print, shapes=BULK) -> list[dict]:
+    rows = []
+    for T, nq, nk, D in shapes:
+        nbytes = 2 * 2 * T * (nq + nk) * D
+        n_sets = sets_for_cold_l2(nbytes)
+        gen = torch.Generator(device="cuda").manual_seed(T + D)
+        wq, wk = _weights(D, gen)
+        cache = _cache(D, gen)
+        for name, step in _live(impls(nq, nk, D), log)[0].items():
+            base = dict(section="rope", impl=name, N=T, H=_shape(T, nq, nk, D), x_dtype="bf16", residual_dtype="-")
+            try:
+                sets = [_inputs(T, nq, nk, D, gen) for _ in range(n_sets)]
+                angles = [tuple(a.to(torch.bfloat16) for a in _angles(p, cache)) for _, p in sets]
+                note = _note(name, step, sets[0][0], wq, wk, sets[0][1], cache, *angles[0], nq, nk, D)
+                calls = [lambda s=s, a=a: step(s[0], wq, wk, s[1], cache, a[0], a[1]) for s, a in zip(sets, angles)]
+                _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
+            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+                _fail(rows, base, e)
+            finally:
+                sets = angles = None
+            torch.cuda.empty_cache()
+        log(f"rope {_shape(T, nq, nk, D)}: " + "; ".join(
+            f"{r['impl']} {r['us_median']:.1f} us ({r['pct_roofline']:.0f}%)" if r.get("gbs") else
+            f"{r['impl']} {r.get('note')}" for r in rows if r["H"] == _shape(T, nq, nk, D)))
+    return rows
+
+
+def run_decode(log=print, shapes=DECODE) -> list[dict]:
+    rows = []
+    for T, nq, nk, D in shapes:
+        gen = torch.Generator(device="cuda").manual_seed(T + D)
+        wq, wk = _weights(D, gen)
+        cache = _cache(D, gen)
+        makers = {**impls(nq, nk, D), **impls(nq, nk, D, pdl=True)}
+        for name, step in _live(makers, log)[0].items():
+            base = dict(section="rope_latency", impl=name, N=T, H=_shape(T, nq, nk, D), x_dtype="bf16",
+                        residual_dtype="-")
+            try:
+                qkv, p = _inputs(T, nq, nk, D, gen)
+                c, s = (a.to(torch.bfloat16) for a in _angles(p, cache))
+
+                def chain(_):
+                    for _ in range(CHAIN):
+                        step(qkv, wq, wk, p, cache, c, s)
+                t = time_graph(chain, 1)
+                rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN,
+                                 us_max=t.max_us / CHAIN))
+            except Exception as e:  # noqa: BLE001
+                _fail(rows, base, e)
+        log(f"rope chain {_shape(T, nq, nk, D)}: " + "; ".join(
+            f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
+            for r in rows if r["H"] == _shape(T, nq, nk, D)))
+    return rows
+
+
+def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
+    from addrmsnorm import autograd
+
+    rows = []
+    for T, nq, nk, D in shapes:
+        nbytes = 3 * 2 * T * (nq + nk) * D
+        n_sets = sets_for_cold_l2(nbytes)
+        gen = torch.Generator(device="cuda").manual_seed(T + D + 1)
+        wq, wk = _weights(D, gen)
+        cache = _cache(D, gen)
+
+        def backward(q, k, dq, dk, p):
+            c, s = autograd.rope_angles(p, cache, None, None, D, 0)
+            return (autograd.qk_rope_backward(q, wq, dq, EPS, 0.0, c, s, D, 0),
+                    autograd.qk_rope_backward(k, wk, dk, EPS, 0.0, c, s, D, 0))
+
+        variants = {OURS + " (functional form's backward, torch ops)": backward,
+                    "torch.compile (the same backward)": torch.compile(backward, dynamic=False, fullgraph=True)}
+        for name, fn in variants.items():
+            base = dict(section="rope_backward", impl=name, N=T, H=_shape(T, nq, nk, D), x_dtype="bf16",
+                        residual_dtype="-")
+            try:
+                sets = []
+                for _ in range(n_sets):
+                    qkv, p = _inputs(T, nq, nk, D, gen)
+                    q, k = (t.contiguous() for t in _views(qkv, nq, nk, D))
+                    sets.append((q, k, torch.randn_like(q), torch.randn_like(k), p))
+                _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(*s) for s in sets], n_sets)
+            except Exception as e:  # noqa: BLE001
+                _fail(rows, base, e)
+            finally:
+                sets = None
+            torch.cuda.empty_cache()
+        log(f"rope backward {_shape(T, nq, nk, D)}: " + "; ".join(
+            f"{r['impl']} {r['us_median']:.1f} us ({r['pct_roofline']:.0f}%)" if r.get("gbs") else
+            f"{r['impl']} {r.get('note')}" for r in rows
+            if r["section"] == "rope_backward" and r["H"] == _shape(T, nq, nk, D)))
+    return rows
+
+
+def run(roofline: float, log=print) -> list[dict]:
+    return run_forward(roofline, log) + run_decode(log) + run_backward(roofline, log)
+
+
+# ----- tables ------------------------------------------------------------------------------------------
+
+def _best(by: dict, names) -> float | None:
+    vals = [by[n]["us_median"] for n in names if n in by and by[n].get("us_median") and not by[n].get("note")]
+    return min(vals) if vals else None
+
+
+def _table(sel, value_fmt, targets) -> str:
+    names = []
+    for r in sel:
+        if r["impl"] not in names:
+            names.append(r["impl"])
+    keys = list(dict.fromkeys(r["H"] for r in sel))
+    by = {(r["H"], r["impl"]): r for r in sel}
+    head = [t[0] for t in targets]
+    out = ["| shape | " + " | ".join(names + head) + " |", "|---|" + "---|" * (len(names) + len(head))]
+    for k in keys:
+        row = {n: by[(k, n)] for n in names if (k, n) in by}
+        cells = ["n/a" if n not in row else (value_fmt(row[n]) if row[n].get("us_median") else row[n].get("note"))
+                 for n in names]
+        for _, num, den in targets:
+            a, b = _best(row, num), _best(row, den)
+            cells.append(f"{b / a:.2f}×" if a and b else "")
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _gbs(r) -> str:
+    note = f" ✗ {r['note']}" if r.get("note") else ""
+    return f"{r['gbs']:.0f} · {r['pct_roofline']:.0f}% · {r['us_median']:.1f} µs{note}"
+
+
+def table(rows: list[dict]) -> str:
+    ours = [OURS_CACHE, OURS_COS_SIN, OURS_CACHE + " (PDL)", OURS_COS_SIN + " (PDL)"]
+    parts = []
+    sel = [r for r in rows if r["section"] == "rope"]
+    if sel:
+        parts += ["QK norm with the rotation, in place on a fused QKV buffer, bf16 (GB/s · % of roofline · µs; "
+                  "speed-ups are time ratios, the best of ours against each):", "",
+                  _table(sel, _gbs, [("vs two-step", ours, [TWO_STEP]), ("vs torch.compile", ours, [COMPILED]),
+                                     ("QK norm alone / ours", ours, [QK_ALONE])]), ""]
+    sel = [r for r in rows if r["section"] == "rope_latency"]
+    if sel:
+        parts += [f"QK norm with the rotation, decode chain of {CHAIN} dependent calls (µs per call; ratios: the best "
+                  "of ours over the other's best, with or without PDL):", "",
+                  _table(sel, lambda r: f"{r['us_median']:.2f}",
+                         [("ours / two-step", [TWO_STEP, TWO_STEP + " (PDL)"], ours),
+                          ("ours / QK norm alone", [QK_ALONE, QK_ALONE + " (PDL)"], ours)]), ""]
+    sel = [r for r in rows if r["section"] == "rope_backward"]
+    if sel:
+        parts += ["QK norm with the rotation, backward (GB/s by the backward's byte model · % of roofline · µs):", "",
+                  _table(sel, _gbs, []), ""]
+    return "\n".join(parts)
