@@ -8,7 +8,10 @@ Qwen3-Next-80B-A3B's layer (hidden 2048; three gated-delta-net layers, whose gat
 of 128, then one attention layer of 16 heads of 256 with per-head q/k norms), with 16 experts of 512 (top 4)
 and a shared expert in place of its 512; no Liger variant (Liger has no Qwen3-Next patch). --arch deepseek_v3:
 DeepSeek-V3's layer at hidden 4096 (MLA: q latent 1536, kv latent 512, 32 heads of 128 + 64 rotary; a dense first
-layer, then 16 routed experts of 1024, top 4, and a shared one).
+layer, then 16 routed experts of 1024, top 4, and a shared one). --arch gemma3: Gemma 3 27B's layer (hidden 5376,
+32 heads of 128, 16 KV heads, intermediate 21504; its sandwich norms and per-head q/k norms; five sliding-window
+layers to one global). --arch granite: Granite 3's layer (hidden 4096, intermediate 12800, residual_multiplier
+0.22: the scaled residual).
 
 Variants: "unpatched"; "addrmsnorm" (hf.patch: every norm through addrmsnorm); "addrmsnorm-pdl";
 "addrmsnorm-adds-only" (hf.patch with its plain norms given back to HF: the first layer's input norm
@@ -67,6 +70,20 @@ def build(layers: int, arch: str = "llama"):
             moe_intermediate_size=512, shared_expert_intermediate_size=512, max_position_embeddings=4096,
             layer_types=[("full_attention" if (i + 1) % 4 == 0 else "linear_attention") for i in range(layers)])
         model_cls = transformers.Qwen3NextForCausalLM
+    elif arch == "gemma3":
+        cfg = transformers.Gemma3TextConfig(
+            vocab_size=32000, hidden_size=5376, intermediate_size=21504, num_hidden_layers=layers,
+            num_attention_heads=32, num_key_value_heads=16, head_dim=128, max_position_embeddings=4096,
+            sliding_window=1024, layer_types=["sliding_attention" if (i + 1) % 6 else "full_attention"
+                                              for i in range(layers)])
+        model_cls = transformers.Gemma3ForCausalLM
+    elif arch == "granite":
+        cfg = transformers.GraniteConfig(vocab_size=32000, hidden_size=4096, intermediate_size=12800,
+                                         num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
+                                         max_position_embeddings=4096, rms_norm_eps=1e-5, residual_multiplier=0.22,
+                                         embedding_multiplier=12.0, attention_multiplier=0.0078125,
+                                         logits_scaling=16.0)
+        model_cls = transformers.GraniteForCausalLM
     elif arch == "qwen3":
         cfg = transformers.Qwen3Config(vocab_size=32000, hidden_size=4096, intermediate_size=12288, head_dim=128,
                                        num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
@@ -204,7 +221,8 @@ def main(argv=None):
     p.add_argument("--modes", default="eager,compiled")
     p.add_argument("--what", default="prefill,decode,train")
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--arch", default="llama", choices=["llama", "qwen3", "qwen3_next", "deepseek_v3"])
+    p.add_argument("--arch", default="llama",
+                   choices=["llama", "qwen3", "qwen3_next", "deepseek_v3", "gemma3", "granite"])
     p.add_argument("--decode-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5, help="samples per variant, taken in turn")
     args = p.parse_args(argv)
