@@ -251,12 +251,14 @@ def qk_rope_backward(x, weight, dy, eps: float, weight_offset: float, cos, sin, 
     return dx.to(x.dtype), dw
 
 
-def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
+def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None,
+                   sin=None, rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
     with _C._AutoDispatchBelowAutograd():
         grads = torch.ops.addrmsnorm.norm_backward.default.redispatch(
-            keyset & _C._after_autograd_keyset, dy, dresidual_out, h, rstd, weight, weight_offset, weight_grad)
+            keyset & _C._after_autograd_keyset, dy, dresidual_out, h, rstd, weight, weight_offset, weight_grad, cos,
+            sin, rope_groups, rotary_dim, rope_style, eps)
     if not (_C.is_grad_enabled() and any(t is not None and t.requires_grad
-                                         for t in (dy, dresidual_out, h, rstd, weight))):
+                                         for t in (dy, dresidual_out, h, rstd, weight, cos, sin))):
         return grads
     # As torch.autograd.function.once_differentiable: the outputs hang off a node that raises when
     # reached, so only an actual second-order backward fails.

@@ -72,7 +72,8 @@ class NormBackwardArgs(ctypes.Structure):
                 ("stride_dresidual", ctypes.c_int64), ("dx", ctypes.c_void_p), ("stride_dx", ctypes.c_int64),
                 ("dweight", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
                 ("x_dtype", ctypes.c_int), ("residual_dtype", ctypes.c_int), ("weight_dtype", ctypes.c_int),
-                ("flags", ctypes.c_uint32), ("weight_offset", ctypes.c_double)]
+                ("flags", ctypes.c_uint32), ("weight_offset", ctypes.c_double), ("rope", ctypes.c_void_p),
+                ("rope_groups", ctypes.c_int64), ("eps", ctypes.c_double)]
 
 
 def load(path: Path | str) -> ctypes.CDLL:
@@ -150,7 +151,10 @@ def norm_args(x, weight, out, *, residual=None, residual_out=None, rstd=None, ep
 
 
 def backward_args(dy, h, rstd, weight, *, dresidual_out=None, dresidual=None, dx=None, dweight=None, workspace=None,
-                  workspace_bytes=0, weight_offset=0.0, flags=0, residual_dtype=None) -> NormBackwardArgs:
+                  workspace_bytes=0, weight_offset=0.0, flags=0, residual_dtype=None, rope=None, rope_groups=0,
+                  eps=0.0) -> NormBackwardArgs:
+    """The backward's struct for 2-D tensors. rope: a Rope (kept alive by the caller), the rotation's backward
+    over rows of rope_groups heads a token."""
     a = NormBackwardArgs()
     a.struct_size = ctypes.sizeof(NormBackwardArgs)
     a.rows, a.hidden = dy.shape
@@ -163,8 +167,10 @@ def backward_args(dy, h, rstd, weight, *, dresidual_out=None, dresidual=None, dx
     a.dweight, a.workspace, a.workspace_bytes = _ptr(dweight), _ptr(workspace), workspace_bytes
     a.x_dtype = DTYPE_ENUM.get(dy.dtype, 99)
     a.residual_dtype = DTYPE_ENUM.get(residual_dtype or h.dtype, 99)
-    a.weight_dtype = DTYPE_ENUM.get(weight.dtype, 99)
+    a.weight_dtype = DTYPE_ENUM.get(weight.dtype, 99) if weight is not None else a.x_dtype
     a.flags, a.weight_offset = flags, weight_offset
+    a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p) if rope is not None else None
+    a.rope_groups, a.eps = rope_groups, eps
     return a
 
 

@@ -494,6 +494,29 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> K
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
+# The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds dy's partner, cos and sin beside dy and h:
+# a table of its own, for 16-bit heads up to QK_MAX_HEAD_DIM, single passes of a quarter of the backward's
+# 16-bit rows per program (half of them held 168 registers at 512 wide on sm_90, where 4 programs per SM need
+# at most 128). Not tuned on a GPU. tools/aot_build.py generates the C++ rule from it.
+ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
+    (64, _bwd(64, 8, 4, 2, 4)),
+    (128, _bwd(128, 4, 4, 2, 4)),
+    (256, _bwd(256, 2, 4, 2, 4)),
+    (512, _bwd(512, 1, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
+))
+
+
+def select_rope_backward_config(H: int) -> KernelConfig:
+    """The rotation's backward config for 16-bit heads of H <= QK_MAX_HEAD_DIM columns."""
+    return _select(ROPE_BACKWARD_TABLE, H, 2, 2)
+
+
+def rope_backward_configs() -> list:
+    """The rotation's backward kernels' configs, in the table's order (its last row is QK_MAX_HEAD_DIM wide)."""
+    assert ROPE_BACKWARD_TABLE[-1].h_max == QK_MAX_HEAD_DIM
+    return list(dict.fromkeys(r.config for r in ROPE_BACKWARD_TABLE))
+
+
 def backward_programs(n_rows: int, cfg: KernelConfig, n_sms: int) -> int:
     """Programs of the persistent backward grid (also the number of dweight partials)."""
     blocks = -(-n_rows // cfg.rows_per_program)

@@ -880,10 +880,25 @@ class _QkRope(torch.autograd.Function):
         q, k, q_weight, k_weight, positions, cache, cos, sin = ctx.saved_tensors
         eps, weight_offset, rd, rs = ctx.args
         c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)
-        dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)
-        dkx, dwk = autograd.qk_rope_backward(k, k_weight, dk, eps, weight_offset, c, s, rd, rs)
+        if torch.is_grad_enabled():  # create_graph: the gradient in torch operations, differentiable again
+            dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)
+            dkx, dwk = autograd.qk_rope_backward(k, k_weight, dk, eps, weight_offset, c, s, rd, rs)
+        else:  # one pass a part: the rotation by the negative angle, then the norm's backward (rmsnorm_bwd's ROPE)
+            c, s = c.contiguous(), s.contiguous()
+            (dqx, dwq), (dkx, dwk) = (_rope_part_backward(x, w, dy, c, s, eps, weight_offset, rd, rs, need)
+                                      for x, w, dy, need in ((q, q_weight, dq, ctx.needs_input_grad[2]),
+                                                             (k, k_weight, dk, ctx.needs_input_grad[3])))
         return (dqx, dkx, dwq if ctx.needs_input_grad[2] else None, dwk if ctx.needs_input_grad[3] else None,
                 *([None] * 10))
+
+
+def _rope_part_backward(x, weight, dy, cos, sin, eps, weight_offset, rotary_dim, style, weight_grad):
+    """One part's (q's or k's heads, x (tokens, heads, head_dim)) gradients (dx, dweight) by the backward
+    operator with the rotation: rows of the heads, a token's heads consecutive."""
+    heads, D = x.shape[1], x.shape[2]
+    dres, _, dw = ops.norm_backward(dy.reshape(-1, D), None, x.reshape(-1, D), None, weight, weight_offset,
+                                    weight is not None and bool(weight_grad), cos, sin, heads, rotary_dim, style, eps)
+    return dres.view(x.shape), (dw if weight is not None and weight_grad else None)
 
 
 def qk_rmsnorm_rope(

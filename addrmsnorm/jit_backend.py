@@ -16,7 +16,7 @@ import torch
 
 from . import configs
 from . import validation as v
-from .launcher import INTERPRETED, launch_backward, launch_forward, launch_quant_forward, sm_count
+from .launcher import INTERPRETED, backward_config, launch_backward, launch_forward, launch_quant_forward, sm_count
 
 
 def _check_runnable(device: torch.device) -> None:
@@ -91,13 +91,18 @@ def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, we
     _launch(call, rstd, eps, weight_offset, hf, pdl)
 
 
-def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
+def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None,
+                               sin=None, rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
     """addrmsnorm::fused_add_rmsnorm_backward: (dresidual, dx, dweight).
 
     dx has 0 elements when dy's dtype is h's (dresidual is then the gradient of x too); dweight has
-    0 elements unless weight_grad (and a weight: weight None is the weightless norm's backward).
+    0 elements unless weight_grad (and a weight: weight None is the weightless norm's backward). cos and sin
+    (fp32, (tokens, rotary_dim), by column): the backward of the plain norm of heads (rope_groups a token)
+    that were then rotated; rstd is then None (computed from h and eps).
     """
-    device, rows, weight_offset = v.check_backward(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
+    device, rows, weight_offset, rope = v.check_backward(
+        dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset, cos=cos, sin=sin, rope_groups=rope_groups,
+        rotary_dim=rotary_dim, rope_style=rope_style, eps=eps)
     _check_runnable(device)
     shape, H = dy.shape, dy.shape[-1]
     dres = torch.empty(shape, dtype=h.dtype, device=device)
@@ -112,7 +117,7 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
             dweight.zero_()
         return dres, dx, dweight
     n_sms = sm_count(device)
-    cfg = configs.select_backward_config(H, dy.element_size(), h.element_size())
+    cfg = backward_config(H, dy.element_size(), h.element_size(), rope is not None)
     workspace = torch.empty(configs.backward_workspace_floats(n_rows, H, cfg, n_sms), dtype=torch.float32,
                             device=device)
     dres_rows = v.as_rows("dresidual", dres, shape)
@@ -123,7 +128,7 @@ def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset
         dres_rows.tensor, dx_rows.tensor if separate else None, dweight if weight_grad else None, workspace,
         n_rows=n_rows, H=H, stride_dy=rows["dy"].row_stride, stride_dres_out=dro.row_stride if dro else H,
         stride_h=rows["h"].row_stride, stride_dres=dres_rows.row_stride,
-        stride_dx=dx_rows.row_stride if separate else H, weight_offset=weight_offset, n_sms=n_sms,
+        stride_dx=dx_rows.row_stride if separate else H, weight_offset=weight_offset, n_sms=n_sms, rope=rope,
     )
     return dres, dx, dweight
 

@@ -1052,6 +1052,11 @@ def _bwd_single_pass(
     stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
     weight_offset, has_dres_out, weight_dtype,
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, SEPARATE_DX: tl.constexpr, STAGES: tl.constexpr,
+    # ROPE (the plain norm's rows, a token's heads group_rows consecutive rows): dy is first rotated back, by
+    # the transpose of the forward's rotation, and rstd is computed from h with eps (the rotation's forward
+    # stores none).
+    ROPE: tl.constexpr = False, cos_ptr=None, sin_ptr=None, stride_cos=0, stride_sin=0, rope_half=0,
+    rope_style=0, group_rows=1, eps=0.0,
 ):
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -1070,7 +1075,19 @@ def _bwd_single_pass(
         rows_2d = rows[:, None]
         dy = tl.load(dy_ptr + rows_2d * stride_dy_row + cols_2d, mask=mask, other=0.0).to(tl.float32)
         h = tl.load(h_ptr + rows_2d * stride_h_row + cols_2d, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        if ROPE:
+            # out[c] = y[c] cos[c] -+ y[p(c)] sin[c] (- for the pair's first column), so the gradient of y is
+            # dy[c] cos[c] +- dy[p(c)] sin[p(c)] (+ for the first): the partner's dy from L1, its sine by column.
+            tok = (rows.to(tl.int32) // group_rows).to(tl.int64)[:, None]
+            partner, freq, pair_first, rotated = _rope_columns(cols, rope_half, rope_style)
+            a_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+            cos = tl.load(cos_ptr + tok * stride_cos + cols_2d, mask=a_mask, other=1.0).to(tl.float32)
+            sin_p = tl.load(sin_ptr + tok * stride_sin + partner[None, :], mask=a_mask, other=0.0).to(tl.float32)
+            dyp = tl.load(dy_ptr + rows_2d * stride_dy_row + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+            dy = dy * cos + tl.where(pair_first[None, :], dyp, -dyp) * sin_p
+            rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, 0)
+        else:
+            rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
         n = h * rstd[:, None]
         g = dy * w[None, :]
         c = tl.sum(g * n, axis=1) / H
@@ -1133,7 +1150,8 @@ def _bwd_looped(
 
 
 _BWD_RUNTIME_ARGS = ("n_rows", "H", "stride_dy_row", "stride_dres_out_row", "stride_h_row", "stride_dres_row",
-                     "stride_dx_row", "has_dres_out", "weight_dtype")
+                     "stride_dx_row", "has_dres_out", "weight_dtype", "stride_cos", "stride_sin", "rope_half",
+                     "rope_style", "group_rows")
 
 
 @triton.jit(do_not_specialize=_BWD_RUNTIME_ARGS)
@@ -1152,10 +1170,19 @@ def rmsnorm_bwd(
     weight_offset: tl.float32,  # fp32
     has_dres_out: tl.int32,  # i32: nonzero if residual_out has a gradient (a predicated load)
     weight_dtype: tl.int32,  # i32: the weight's addrmsnorm_dtype (0 fp16, 1 bf16, 2 fp32), 3: none (w = 1)
+    cos_ptr,                 # ROPE: [tokens, *] fp32, the angle's cosine of each column of a token's heads
+    sin_ptr,                 # ROPE: its sine, likewise
+    stride_cos: tl.int64,    # ROPE: elements between consecutive rows of cos (0: one row for every token)
+    stride_sin: tl.int64,    # ROPE: the same for sin
+    rope_half: tl.int32,     # ROPE: rotary_dim / 2 (a head's columns from rotary_dim on are not rotated)
+    rope_style: tl.int32,    # ROPE: 0 NeoX (rotate_half), 1 GPT-J (interleaved pairs)
+    group_rows: tl.int32,    # ROPE: a token's heads, consecutive rows (row r is token r // group_rows)
+    eps: tl.float32,         # ROPE: the forward's eps (rstd is computed from h; rstd_ptr is not read)
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, LOOPED: tl.constexpr,
     SEPARATE_DX: tl.constexpr,  # x's dtype differs from residual's (an fp32 residual stream)
     ALIGN: tl.constexpr,        # H and every row stride are multiples of ALIGN elements
     STAGES: tl.constexpr = 1,   # software-pipelining depth of the row (looped: chunk) loops (1: none)
+    ROPE: tl.constexpr = False,  # single pass, the plain norm: the backward of the QK norm with the rotation
 ):
     H = _aligned(H, ALIGN)
     stride_dy_row = _aligned(stride_dy_row, ALIGN)
@@ -1171,7 +1198,9 @@ def rmsnorm_bwd(
         _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
-                         SEPARATE_DX, STAGES)
+                         SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
+                         stride_sin=stride_sin, rope_half=rope_half, rope_style=rope_style, group_rows=group_rows,
+                         eps=eps)
 
 
 # ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to
@@ -1190,7 +1219,7 @@ rmsnorm_fwd_unaligned = triton.jit(
 rmsnorm_bwd_unaligned = triton.jit(
     rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",
-                                    "dx_ptr", "partial_ptr", "mean_ptr"))
+                                    "dx_ptr", "partial_ptr", "mean_ptr", "cos_ptr", "sin_ptr"))
 
 
 @triton.jit(do_not_specialize=["n_partials", "H"])

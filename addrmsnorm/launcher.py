@@ -378,23 +378,32 @@ def sm_count(device: torch.device) -> int:
     return n
 
 
+def backward_config(H: int, x_itemsize: int, residual_itemsize: int, roped: bool) -> KernelConfig:
+    """The backward's config: the rotation's own (configs.select_rope_backward_config), else the table's."""
+    if roped:
+        return configs.select_rope_backward_config(H)
+    return configs.select_backward_config(H, x_itemsize, residual_itemsize)
+
+
 def launch_backward(
     dy: torch.Tensor, dres_out: torch.Tensor | None, h: torch.Tensor, rstd: torch.Tensor,
     weight: torch.Tensor | None, dres: torch.Tensor, dx: torch.Tensor | None, dweight: torch.Tensor | None,
     workspace: torch.Tensor,
     *, n_rows: int, H: int, stride_dy: int, stride_dres_out: int, stride_h: int, stride_dres: int,
-    stride_dx: int, weight_offset: float, n_sms: int,
+    stride_dx: int, weight_offset: float, n_sms: int, rope: tuple | None = None,
 ) -> None:
     """Launch the backward over ``n_rows`` > 0 rows, then (if ``dweight``) the dweight reduction.
 
     ``workspace`` holds at least ``configs.backward_workspace_floats`` fp32 elements. dx is None
     when x's dtype is residual's: dres is then the gradient of both. ``weight`` None: the weightless
-    norm's backward (dweight must be None).
+    norm's backward (dweight must be None). ``rope`` (cos, sin, stride_cos, stride_sin, rotary_dim, style,
+    groups, eps): the backward of the plain norm of heads with the rotation (groups heads a token, cos and
+    sin fp32 by column); rstd is then not read (the kernel computes it from h and eps).
     """
     weightless = weight is None
     weight = h.as_strided((1,), (1,)) if weightless else weight  # h stands in, never read
     xs, rs = dy.element_size(), h.element_size()
-    cfg = configs.select_backward_config(H, xs, rs)
+    cfg = backward_config(H, xs, rs, rope is not None)
     arch = _arch(dy.device)
     programs = backward_programs(n_rows, cfg, n_sms, dy.device)
     separate_dx = dx is not None
@@ -416,12 +425,20 @@ def launch_backward(
     means = workspace[programs * H:] if cfg.looped else workspace
     cap = _planned_cap("backward", cfg, arch)
     extra = {"maxnreg": cap} if cap else {}  # the AOT build compiles with the same cap
+    roped = rope is not None
+    # Without the rotation: fp32 stand-ins for cos and sin, never read (the AOT kernels' pointer type).
+    cos, sin, stride_cos, stride_sin, rotary_dim, style, groups, eps = rope if roped else (
+        partial, partial, 0, 0, 0, 0, 1, 0.0)
+    if roped:
+        extra["ROPE"] = True
+        rstd = partial  # not read
     with _device_guard(dy.device):
         kernel = rmsnorm_bwd if align > 1 else rmsnorm_bwd_unaligned  # as the forward
         compiled = kernel[(programs,)](
             dy, dres_out_t, h, rstd, _contiguous_1d(weight).view(torch.uint8), dres, dx_t, partial, means,
             n_rows, H, *strides, weight_offset, int(has_dres_out),
             configs.WEIGHTLESS_DTYPE if weightless else _DTYPE_CODES[weight.dtype],
+            cos, sin, stride_cos, stride_sin, rotary_dim // 2, style, groups, eps,
             BLOCK_H=cfg.block_h, ROWS_PER_PROGRAM=cfg.rows_per_program, LOOPED=cfg.looped,
             SEPARATE_DX=separate_dx, ALIGN=align, STAGES=cfg.stages,
             num_warps=cfg.num_warps, enable_fp_fusion=configs.FP_FUSION, **extra,

@@ -11,9 +11,11 @@ One operator per form; each takes an optional residual, and without one is the p
         in place, vLLM/FlashInfer convention: residual <- x + residual, x <- y
     norm_into(x, residual?, weight, out!, residual_out!?, rstd!?, eps, ...) -> ()
         into caller-given outputs, which may alias x or residual exactly
-    norm_backward(dy, dresidual_out?, h, rstd, weight, weight_offset=0., weight_grad=True)
+    norm_backward(dy, dresidual_out?, h, rstd?, weight, weight_offset=0., weight_grad=True, cos?=None, sin?=None,
+                  rope_groups=0, rotary_dim=0, rope_style=0, eps=0.)
         -> (dresidual, dx, dweight)    dx has 0 elements when x's dtype is residual's; the plain
-                                       norm's is this with h = x (its dx is dresidual)
+                                       norm's is this with h = x (its dx is dresidual); with cos and
+                                       sin, the plain norm's backward of rotated heads (rstd None)
     norm_quant(x, residual?, weight, eps, quant_dtype, scale?, group_size=0, scale_ub?, ...)
         -> (q, residual_out, scales?, y?)   scales None when static, y None unless return_y
     norm_quant_into(x, residual?, weight, out!, residual_out!?, scales_out!?, y!?, eps, ...) -> ()
@@ -73,6 +75,10 @@ _PAIR_INTO = "Tensor? b=None, Tensor? b_weight=None, Tensor(e!)? b_out=None"
 # rotary_dim 0 is head_dim; rope_style 0 NeoX (rotate_half), 1 GPT-J (interleaved).
 _ROPE = ("Tensor? positions=None, Tensor? cos_sin_cache=None, Tensor? cos=None, Tensor? sin=None, int rotary_dim=0, "
          "int rope_style=0")
+# The rotation's backward: the plain norm's of heads (rope_groups a token, rows (tokens * rope_groups, head_dim))
+# that the forward rotated, cos and sin fp32 (tokens, rotary_dim) by column; rstd is then None (computed from h
+# and eps).
+_ROPE_BACKWARD = "Tensor? cos=None, Tensor? sin=None, int rope_groups=0, int rotary_dim=0, int rope_style=0, float eps=0."
 SCHEMAS = {
     "norm": "(Tensor x, Tensor? residual, Tensor? weight, float eps, float weight_offset=0., "
             "bool return_rstd=False, int numerics=0, bool pdl=False, float x_scale=1., " + _SANDWICH
@@ -82,8 +88,8 @@ SCHEMAS = {
     "norm_into": "(Tensor x, Tensor? residual, Tensor? weight, Tensor(a!) out, Tensor(b!)? residual_out, "
                  "Tensor(c!)? rstd, float eps, float weight_offset=0., int numerics=0, bool pdl=False, "
                  "float x_scale=1., " + _SANDWICH + ", " + _PAIR_INTO + ") -> ()",
-    "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor rstd, Tensor? weight, "
-                     "float weight_offset=0., bool weight_grad=True) -> (Tensor, Tensor, Tensor)",
+    "norm_backward": "(Tensor dy, Tensor? dresidual_out, Tensor h, Tensor? rstd, Tensor? weight, "
+                     "float weight_offset=0., bool weight_grad=True, " + _ROPE_BACKWARD + ") -> (Tensor, Tensor, Tensor)",
     "norm_quant": "(Tensor x, Tensor? residual, Tensor? weight, float eps, ScalarType quant_dtype, "
                   "Tensor? scale=None, int group_size=0, Tensor? scale_ub=None, bool column_major_scales=False, "
                   "bool ue8m0_scales=False, float weight_offset=0., bool return_y=False, bool pdl=False, "
@@ -196,8 +202,10 @@ def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, gr
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_backward")
-def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True):
-    v.check_backward_meta(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset)
+def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None, sin=None, rope_groups=0,
+      rotary_dim=0, rope_style=0, eps=0.0):
+    v.check_backward_meta(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset, cos=cos, sin=sin,
+                          rope_groups=rope_groups, rotary_dim=rotary_dim, rope_style=rope_style, eps=eps)
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
     if weight is None:  # the weightless norm: no weight gradient

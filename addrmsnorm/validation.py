@@ -946,7 +946,7 @@ def _map_backward(dy, dresidual_out, h, rstd, weight):
     H = dy.shape[-1]
     if dresidual_out is not None and dresidual_out.dtype != h.dtype:
         raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
-    tensors = {"dy": dy, "h": h, "rstd": rstd}
+    tensors = {"dy": dy, "h": h} if rstd is None else {"dy": dy, "h": h, "rstd": rstd}
     if weight is not None:
         _check_weight(weight, H)
         tensors["weight"] = weight
@@ -966,27 +966,82 @@ def _backward_rules(dy, h, H, weight_offset, weight):
     return weight_offset
 
 
-def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
+def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None,
+                        rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
     """The checks of a backward call that need no memory: dy has x's dtype, h (the saved residual_out)
     and dresidual_out the residual's; rstd is the forward's. Returns the device."""
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
     _check_rstd_layout(rstd, dy.shape)
+    n_rows = math.prod(dy.shape[:-1])
+    strides = _map_backward_rope(n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
     _backward_rules(dy, h, H, weight_offset, weight)
+    _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
+                         rope_style, eps, strides, meta=True)
     return device
 
 
-def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None):
+def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None, rope_groups=0,
+                   rotary_dim=0, rope_style=0, eps=0.0):
     """Every check of a backward call, in the two layers' order: returns (device, row views of dy, h
-    and dresidual_out, weight_offset)."""
+    and dresidual_out, weight_offset, the rotation: launcher.launch_backward's rope tuple or None)."""
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     shape = dy.shape
     rows = {"dy": as_rows("dy", dy, shape), "h": as_rows("h", h, shape)}
     if dresidual_out is not None:
         rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
     _check_rstd_layout(rstd, shape)
+    n_rows = rows["dy"].n_rows
+    strides = _map_backward_rope(n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
     weight_offset = _backward_rules(dy, h, H, weight_offset, weight)
-    return device, rows, weight_offset
+    rope = _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
+                                rope_style, eps, strides)
+    return device, rows, weight_offset, rope
+
+
+def _map_backward_rope(n_rows, H, device, cos, sin, groups, rotary_dim, style):
+    """The rotation's mapping in the backward (cos or sin given; torch_ext/ops.cpp's backward_rope_of): the
+    types, cos and sin (tokens, rotary_dim) rows of one dtype, the tokens rows / rope_groups where that divides.
+    Returns their row strides, or None (no rotation)."""
+    for name, n in (("rope_groups", groups),):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if cos is None and sin is None:
+        return map_rope(0, H, device, None, None, None, None, rotary_dim, style)  # None, or the refusal of a style
+    if groups > 0 and n_rows % groups == 0:
+        tokens = n_rows // groups
+    else:  # rope_groups is refused among the values (the C runtime's rule): the angles' rows are not checked
+        angles = cos if isinstance(cos, torch.Tensor) else sin
+        tokens = angles.shape[0] if isinstance(angles, torch.Tensor) and angles.dim() == 2 else 0
+    return map_rope(tokens, H, device, None, None, cos, sin, rotary_dim, style)
+
+
+def _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, groups, rotary_dim, style, eps,
+                         strides, meta=False):
+    """The C runtime's rules of the rotation's backward (src/validate.cpp's check_backward_rope, in its order);
+    without a rotation, rstd is required. Returns launcher.launch_backward's rope tuple, or None."""
+    if strides is None:
+        if rstd is None:
+            raise ValueError("rstd is None: the backward needs the forward's rstd (None only with the rotation)")
+        return None
+    if dresidual_out is not None or h.dtype != dy.dtype:
+        raise ValueError("the rotation's backward is the plain norm's of rotated heads: no dresidual_out, and h "
+                         "(the heads' x) of dy's dtype")
+    angles = cos if cos is not None else sin
+    if angles.dtype != torch.float32:
+        raise TypeError(f"cos has dtype {angles.dtype}; the backward's angles are float32")
+    if groups < 1 or n_rows % groups:
+        raise ValueError(f"rope_groups (a token's heads) must be > 0 and divide the rows ({n_rows}), got {groups}")
+    eps = check_scalar("eps", eps, positive=True)
+    if rstd is not None:
+        raise ValueError("rstd must be None with the rotation: each row's is computed from h and eps")
+    call = check_rope(dy.dtype, n_rows // groups, H, device, None, None, cos, sin, rotary_dim, style, False,
+                      strides=strides, meta=meta)
+    if call is None:
+        return None
+    tokens = n_rows // groups
+    sc, ss = (call.stride_cos, call.stride_sin) if tokens > 1 else (0, 0)
+    return (cos, sin, sc, ss, call.rotary_dim, call.style, groups, eps)
 
 
 # ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------

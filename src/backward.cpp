@@ -34,7 +34,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_s
     int sms = 0;
     st = current_sm_count(*d, &sms);
     if (st != ADDRMSNORM_SUCCESS) return st;
-    const int config = select_backward_config(a.hidden, xs, rs);
+    // rope is read by struct_size: a caller built before it has none.
+    const int config = a.rope != nullptr ? select_rope_backward_config(a.hidden) : select_backward_config(a.hidden, xs, rs);
     *bytes = a.rows == 0 ? 0 : backward_workspace_bytes(a.rows, a.hidden, config, sms);
     return ADDRMSNORM_SUCCESS;
 }
@@ -62,6 +63,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
             stride_dresidual = c.stride_dresidual, stride_dx = c.stride_dx;
     const addrmsnorm_dtype x_dtype = c.x_dtype, residual_dtype = c.residual_dtype, weight_dtype = c.weight_dtype;
     const float weight_offset = c.weight_offset;
+    const addrmsnorm_rope* rope = c.rope;  // the rotation's backward: rstd NULL, computed from h and eps
     if (rows == 0 && dweight == nullptr) return ADDRMSNORM_SUCCESS;
 
     const Driver* d = driver(&st);
@@ -70,7 +72,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
     st = current_sm_count(*d, &sms);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
-    const int config = select_backward_config(hidden, xs, rs);
+    const int config = rope != nullptr ? select_rope_backward_config(hidden) : select_backward_config(hidden, xs, rs);
     int32_t programs = 0;
     if (rows > 0) {
         const uint64_t need = backward_workspace_bytes(rows, hidden, config, sms);
@@ -95,7 +97,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
             backward_align_class(pointers_aligned,
                                  hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
                                  xs, rs) == 1;
-        const int variant = backward_variant_index(config, x_dtype, residual_dtype, aligned);
+        const int variant = rope != nullptr ? rope_backward_variant_index(config, x_dtype, aligned)
+                                            : backward_variant_index(config, x_dtype, residual_dtype, aligned);
         LoadedKernel k;
         st = get_built_kernel(*d, variant, "backward kernel", &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
@@ -103,7 +106,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         p.dy_ptr = devptr(dy);
         p.dres_out_ptr = devptr(dro);
         p.h_ptr = devptr(h);
-        p.rstd_ptr = devptr(rstd);
+        p.rstd_ptr = devptr(rope != nullptr ? workspace : rstd);  // with rope: not read
         p.weight_ptr = devptr(weight);
         p.dres_ptr = devptr(dresidual);
         p.dx_ptr = devptr(dxp);
@@ -121,6 +124,15 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         p.weight_offset = weight_offset;
         p.has_dres_out = has_dro ? 1 : 0;
         p.weight_dtype = weightless ? kWeightlessDtype : static_cast<int32_t>(weight_dtype);
+        // The rotation: fp32 cos and sin by column (without it, the workspace stands in, never read).
+        p.cos_ptr = devptr(rope != nullptr ? rope->cos : workspace);
+        p.sin_ptr = devptr(rope != nullptr ? rope->sin : workspace);
+        p.stride_cos = rope != nullptr && rows > c.rope_groups ? rope->stride_cos : 0;
+        p.stride_sin = rope != nullptr && rows > c.rope_groups ? rope->stride_sin : 0;
+        p.rope_half = static_cast<int32_t>(c.rotary_dim / 2);
+        p.rope_style = rope != nullptr ? rope->style : 0;
+        p.group_rows = static_cast<int32_t>(rope != nullptr ? c.rope_groups : 1);
+        p.eps = c.eps;
         st = launch_with(*d, k, static_cast<unsigned>(programs), p, stream, false);
         if (st != ADDRMSNORM_SUCCESS) return st;
     }

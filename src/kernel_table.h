@@ -59,6 +59,14 @@ inline int backward_variant_index(int config, int x, int residual, bool aligned)
     const int n = kNumDtypes;
     return kBackwardIndex[((config * n + x) * n + residual) * 2 + (aligned ? 1 : 0)];
 }
+// The rotation's backward (rmsnorm_bwd with ROPE): [config][x][aligned] -> variant | -1, and its config
+// (configs.select_rope_backward_config: configs.ROPE_BACKWARD_TABLE's generated rule, 16-bit heads).
+extern const short kRopeBackwardIndex[];
+int select_rope_backward_table_config(long long H, int x_itemsize, int residual_itemsize);
+inline int select_rope_backward_config(long long H) { return select_rope_backward_table_config(H, 2, 2); }
+inline int rope_backward_variant_index(int config, int x, bool aligned) {
+    return kRopeBackwardIndex[(config * kNumDtypes + x) * 2 + (aligned ? 1 : 0)];
+}
 
 // The rules that pick a call's kernel, generated from configs.py as tables of its answers
 // (tools/aot_build.py, _call_rules): nothing here restates them.

@@ -323,7 +323,8 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "stride_%s is too large: %lld", v.name, (long long)stride);
         r[n++] = Rows{v.name, reinterpret_cast<uintptr_t>(v.p), stride * v.elem, c.hidden * v.elem, c.rows, v.elem, stride};
     }
-    if (c.rstd == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is NULL");
+    const bool has_rstd = c.rope == nullptr;  // the rotation's backward computes rstd (NULL, checked)
+    if (has_rstd && c.rstd == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is NULL");
     if (reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
     const bool weightless = c.weight == nullptr;
@@ -332,7 +333,7 @@ addrmsnorm_status validate_backward(const BackwardCall& c) {
     if (c.workspace == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is NULL");
     if (reinterpret_cast<uintptr_t>(c.workspace) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "workspace is not aligned to 4 bytes");
-    r[n++] = Rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4 * c.rows, 4 * c.rows, 1, 4, c.rows};
+    if (has_rstd) r[n++] = Rows{"rstd", reinterpret_cast<uintptr_t>(c.rstd), 4 * c.rows, 4 * c.rows, 1, 4, c.rows};
     r[n++] = Rows{"weight", reinterpret_cast<uintptr_t>(c.weight), c.hidden * ws, c.hidden * ws, weightless ? 0 : 1, ws,
                   c.hidden};
     const int64_t ws_len = static_cast<int64_t>(c.workspace_bytes);
@@ -1214,11 +1215,43 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
 }
 
 addrmsnorm_status read_norm_backward(const addrmsnorm_norm_backward_args* args, addrmsnorm_norm_backward_args* out) {
-    if (addrmsnorm_status st = read_struct(args, out, "addrmsnorm_norm_backward_args"); st != ADDRMSNORM_SUCCESS)
+    // A caller built before the rotation's fields ends its struct at rope: those are then zero (no rotation).
+    if (addrmsnorm_status st = read_struct(args, out, "addrmsnorm_norm_backward_args",
+                                           offsetof(addrmsnorm_norm_backward_args, rope));
+        st != ADDRMSNORM_SUCCESS)
         return st;
     ADDRMSNORM_REFUSE_IF(out->flags != 0, "flags must be 0 (no backward flags are defined), got %u", out->flags);
     return check_scalar("weight_offset", out->weight_offset, false);
 }
+
+namespace {
+
+// The rotation's backward (rope given): the plain norm's backward of a part's heads, its angles by column.
+addrmsnorm_status check_backward_rope(const addrmsnorm_norm_backward_args& a, int64_t* rotary_dim) {
+    const addrmsnorm_rope& r = *a.rope;
+    ADDRMSNORM_REFUSE_IF(a.dresidual_out != nullptr || a.dresidual != nullptr || a.dx == nullptr ||
+                             a.residual_dtype != a.x_dtype,
+                         "rope is the backward of the plain norm of rotated heads: dresidual_out and dresidual must be "
+                         "NULL, dx given, and residual_dtype x_dtype (h is the heads' x)");
+    ADDRMSNORM_REFUSE_IF(r.positions != nullptr || r.cos_sin_cache != nullptr,
+                         "the backward rotates by cos and sin by column, not positions into a cos_sin_cache (gather "
+                         "the cache's rows first)");
+    if (r.angle_dtype != ADDRMSNORM_FLOAT32)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "cos has dtype %s; the backward's angles are float32",
+                    dtype_size(r.angle_dtype) ? dtype_name(r.angle_dtype) : "invalid");
+    ADDRMSNORM_REFUSE_IF(a.rope_groups < 1 || a.rows % a.rope_groups != 0,
+                         "rope_groups (a token's heads) must be > 0 and divide rows (%lld), got %lld", (long long)a.rows,
+                         (long long)a.rope_groups);
+    if (addrmsnorm_status st = check_scalar("eps", a.eps, true); st != ADDRMSNORM_SUCCESS) return st;
+    ADDRMSNORM_REFUSE_IF(a.rstd != nullptr, "rstd must be NULL with rope: each row's is computed from h and eps");
+    const uintptr_t d0 = reinterpret_cast<uintptr_t>(a.dx);
+    const int64_t stride = a.rows > 1 ? a.stride_dx : 0;
+    const uintptr_t d1 = a.rows ? d0 + static_cast<uintptr_t>(((a.rows - 1) * stride + a.hidden) * dtype_size(a.x_dtype))
+                                : d0;
+    return validate_rope(r, a.x_dtype, a.rows / a.rope_groups, a.hidden, false, d0, d1, rotary_dim);
+}
+
+}  // namespace
 
 addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* args, BackwardCall* c) {
     addrmsnorm_norm_backward_args a;
@@ -1231,6 +1264,9 @@ addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* ar
                              shortest(a.weight_offset).c_str());
         a.weight_dtype = a.residual_dtype;  // read in the weight's place by no load
     }
+    int64_t rotary_dim = 0;
+    if (a.rope != nullptr)
+        if (addrmsnorm_status st = check_backward_rope(a, &rotary_dim); st != ADDRMSNORM_SUCCESS) return st;
     // The plain norm's: no dresidual, the gradient of x in dx (h is x).
     const bool plain = a.dresidual == nullptr && a.dx != nullptr && a.x_dtype == a.residual_dtype;
     ADDRMSNORM_REFUSE_IF(plain && a.dresidual_out != nullptr,
@@ -1240,7 +1276,8 @@ addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* ar
                       plain ? nullptr : a.dx, a.dweight, a.workspace, a.workspace_bytes, a.rows, a.hidden,
                       a.stride_dy, a.stride_dresidual_out, a.stride_h, plain ? a.stride_dx : a.stride_dresidual,
                       plain ? 0 : a.stride_dx, a.x_dtype, a.residual_dtype, a.weight_dtype,
-                      static_cast<float>(a.weight_offset), 0u, plain};
+                      static_cast<float>(a.weight_offset), 0u, plain, a.rope, a.rope_groups,
+                      static_cast<float>(a.eps), rotary_dim};
     return validate_backward(*c);
 }
 

@@ -51,6 +51,10 @@ struct BackwardCall {
     float weight_offset;
     uint32_t flags;
     bool plain = false;         // addrmsnorm_rmsnorm_backward: h is x, dresidual is dx (their names)
+    const addrmsnorm_rope* rope = nullptr;  // the rotation's backward (rstd NULL: computed from h and eps)
+    int64_t rope_groups = 1;
+    float eps = 0.0f;
+    int64_t rotary_dim = 0;     // with rope: the rotated columns (validate_rope's answer)
 };
 
 struct QuantCall {

@@ -434,3 +434,79 @@ def test_one_batch_row_of_cos_and_sin_is_broadcast():
         addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=c.expand(3, S, D), sin=s.expand(3, S, D))
     with pytest.raises(TypeError, match="cos must be a torch.Tensor or None, got list"):
         addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, cos=[1.0], sin=s[None])
+
+
+# ----- the backward operator with the rotation (rmsnorm_bwd's ROPE) ------------------------------------------
+
+@pytest.mark.parametrize("D,style,rd,weighted,offset", [(64, "neox", 64, True, 0.0), (128, "gptj", 64, True, 1.0),
+                                                        (256, "neox", 128, False, 0.0), (512, "gptj", 512, True, 0.0)])
+def test_backward_operator_with_the_rotation_matches_the_torch_gradient(D, style, rd, weighted, offset):
+    """norm_backward with cos and sin (the functional form's backward, one pass a part) against the same gradient
+    in torch operations (autograd.qk_rope_backward, itself checked against float64 above): both styles, partial
+    rotation, weightless and Gemma's 1 + w, head_dim 64 to 512, tokens that do not fill a program."""
+    from addrmsnorm import autograd
+    from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close
+    T, heads = 7, 3
+    g = torch.Generator().manual_seed(D)
+    x = torch.randn(T, heads, D, generator=g).to(torch.bfloat16).to(DEVICE)
+    dy = torch.randn(T, heads, D, generator=g).to(torch.bfloat16).to(DEVICE)
+    w = (0.2 * torch.randn(D, generator=g)).to(torch.bfloat16).to(DEVICE) if weighted else None
+    c, s = _cos_sin(_positions(T, 64), _cache(64, rd), rd, style, torch.float32)
+    rs = 0 if style == "neox" else 1
+    dx, _, dw = OPS.norm_backward(dy.reshape(-1, D), None, x.reshape(-1, D), None, w, offset, weighted, c, s, heads,
+                                  rd, rs, 1e-6)
+    want_dx, want_dw = autograd.qk_rope_backward(x, w, dy, 1e-6, offset, c, s, rd, rs)
+    tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
+    assert_grad_close(dx.view(T, heads, D), want_dx, tol, "dx")
+    if weighted:
+        assert_grad_close(dw, want_dw, tol, "dweight")
+    else:
+        assert dw.numel() == 0
+
+
+def test_functional_form_backward_runs_the_operator_and_double_backward_the_torch_ops(monkeypatch):
+    """A first-order backward of qk_rmsnorm_rope is the backward operator with the rotation (one call a part); with
+    create_graph it is the torch operations, which autograd differentiates again (the test above)."""
+    calls = []
+    real = OPS.norm_backward.default
+    from addrmsnorm import functional
+    monkeypatch.setattr(functional.ops, "norm_backward", lambda *a: (calls.append(a[7] is not None), real(*a))[1])
+    T, nq, nk, D = 4, 2, 1, 64
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(T, nq, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    k = torch.randn(T, nk, D, generator=g).to(torch.bfloat16).to(DEVICE).requires_grad_()
+    wq, wk = (w.clone().requires_grad_() for w in _weights(D, torch.bfloat16))
+    oq, ok = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, positions=_positions(T, 16), cos_sin_cache=_cache(16, D))
+    ((oq.float() ** 2).sum() + ok.float().sum()).backward()
+    assert calls == [True, True]
+    assert q.grad is not None and wk.grad is not None and wk.grad.abs().max() > 0
+
+
+@pytest.mark.parametrize("case", ["rstd", "dtype", "groups", "residual", "eps", "head_dim"])
+def test_backward_operator_with_the_rotation_refuses_bad_input(case):
+    T, heads, D = 4, 2, 64
+    x = torch.randn(T * heads, D).to(torch.bfloat16).to(DEVICE)
+    dy = torch.randn(T * heads, D).to(torch.bfloat16).to(DEVICE)
+    w = torch.ones(D, dtype=torch.bfloat16, device=DEVICE)
+    c, s = _cos_sin(_positions(T, 16), _cache(16, D), D, "neox", torch.float32)
+    args = dict(dy=dy, dresidual_out=None, h=x, rstd=None, weight=w, cos=c, sin=s, rope_groups=heads, eps=1e-6)
+    exc, match = ValueError, None
+    if case == "rstd":
+        args["rstd"], match = torch.ones(T * heads, device=DEVICE), "rstd must be (None|NULL)"
+    elif case == "dtype":
+        args["cos"], args["sin"], exc, match = c.to(torch.bfloat16), s.to(torch.bfloat16), TypeError, "float32"
+    elif case == "groups":
+        args["rope_groups"], match = 3, "rope_groups"
+    elif case == "residual":
+        args["dresidual_out"], match = torch.zeros_like(x), "plain norm"
+    elif case == "eps":
+        args["eps"], match = 0.0, "eps"
+    else:
+        big = torch.randn(T * heads, 1024).to(torch.bfloat16).to(DEVICE)
+        cb, sb = _cos_sin(_positions(T, 16), _cache(16, 1024), 1024, "neox", torch.float32)
+        args.update(dy=big, h=big.clone(), weight=torch.ones(1024, dtype=torch.bfloat16, device=DEVICE), cos=cb,
+                    sin=sb)
+        match = "head_dim must be at most 512"
+    with pytest.raises(exc, match=match):
+        OPS.norm_backward(args["dy"], args["dresidual_out"], args["h"], args["rstd"], args["weight"], 0.0, True,
+                          args["cos"], args["sin"], args["rope_groups"], 0, 0, args["eps"])

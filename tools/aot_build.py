@@ -80,8 +80,9 @@ class Spec:
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
                       # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
                       # "sandwich_forward" (rmsnorm_fwd with SANDWICH), "gated_forward" (the plain forward
-                      # GATED), "pair_forward" (the plain forward PAIR, rows of one stride) and "rope_forward"
-                      # (the QK norm's kernel with ROPE: the rotation of each normalized head)
+                      # GATED), "pair_forward" (the plain forward PAIR, rows of one stride), "rope_forward"
+                      # (the QK norm's kernel with ROPE: the rotation of each normalized head) and
+                      # "rope_backward" (rmsnorm_bwd with ROPE: the plain norm's backward of rotated heads)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -100,13 +101,13 @@ class Spec:
                 "rope_forward": "forward",
                 "gated_forward": "forward", "pair_forward": "forward", "sandwich_quant_forward": "quant_forward",
                 "gated_quant_forward": "quant_forward",
-                "plain_quant_forward": "quant_forward"}.get(self.kind, self.kind)
+                "plain_quant_forward": "quant_forward", "rope_backward": "backward"}.get(self.kind, self.kind)
 
     @property
     def align_class(self) -> int:
         """Index of ALIGN among the built classes: log2(ALIGN) for the forward; 0/1 for the backward;
         0 for the quantized forward (built for the vector alone)."""
-        if self.kind == "backward":
+        if self.base == "backward":
             return int(self.align > 1)
         if self.base == "quant_forward":
             return 0
@@ -174,6 +175,7 @@ def all_specs(cfgs, bcfgs):
                 v = configs.vector_elems(ITEMSIZE[x], ITEMSIZE[res])
                 for align in (1, v):
                     specs.append(Spec("backward", ci, x, res, "any", align))
+    specs += _rope_backward_specs(bcfgs)
     for w in configs.WEIGHT_DTYPES:
         specs.append(Spec("dweight", 0, "fp32", "fp32", w, 1))
     for ci, cfg in enumerate(cfgs):
@@ -234,6 +236,16 @@ def all_specs(cfgs, bcfgs):
                 for q in configs.quant_dtypes_of(mode):
                     specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q) for k in kinds]
     return specs
+
+
+def _rope_backward_specs(bcfgs) -> list:
+    """The rotation's backward (configs.select_rope_backward_config): the backward's configs for heads up to
+    QK_MAX_HEAD_DIM, 16-bit heads, ALIGN 1 and the vector."""
+    out = []
+    for cfg in configs.rope_backward_configs():
+        for x in configs.ROPE_DTYPES:
+            out += [Spec("rope_backward", bcfgs.index(cfg), x, x, "any", align) for align in (1, configs.vector_elems(2, 2))]
+    return out
 
 
 def _rope_specs(cfgs) -> list:
@@ -311,6 +323,12 @@ def forward_configs() -> list:
                           + configs.PAIR_TABLE + configs.ROPE_MISALIGNED_TABLE)
 
 
+def backward_configs() -> list:
+    """The backward kernels' configs, deduplicated, in the order of kBackwardConfigs: the backward's table,
+    then the rotation's."""
+    return unique_configs(configs.BACKWARD_TABLE + configs.ROPE_BACKWARD_TABLE)
+
+
 BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
 
 
@@ -318,6 +336,7 @@ def kernel_of(kind: str):
     """The @triton.jit kernel of a Spec kind."""
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
+            "rope_backward": k.rmsnorm_bwd,
             "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
             "rope_forward": k.rmsnorm_fwd,
             "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
@@ -327,10 +346,11 @@ def kernel_of(kind: str):
 
 def _pointer_types(spec: Spec) -> dict:
     ptr = lambda d: "*" + TRITON_TYPES[d]  # noqa: E731
-    if spec.kind == "backward":
+    if spec.base == "backward":
         return {"dy_ptr": ptr(spec.x), "dres_out_ptr": ptr(spec.residual), "h_ptr": ptr(spec.residual),
                 "rstd_ptr": "*fp32", "weight_ptr": ptr(spec.weight), "dres_ptr": ptr(spec.residual),
-                "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32"}
+                "dx_ptr": ptr(spec.x), "partial_ptr": "*fp32", "mean_ptr": "*fp32", "cos_ptr": "*fp32",
+                "sin_ptr": "*fp32"}
     if spec.kind == "dweight":
         return {"partial_ptr": "*fp32", "dweight_ptr": ptr(spec.weight)}
     if spec.base == "quant_forward":
@@ -412,9 +432,10 @@ def compile_one(job):
         if spec.align > 1:  # the same promise the JIT launcher makes with configs.align_elems
             attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", configs.ALIGNMENT_BYTES]]
                      for a in aligned_args}
-        if spec.kind == "backward":
+        if spec.base == "backward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
+                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages,
+                          "ROPE": spec.kind == "rope_backward"}
         elif spec.base == "quant_forward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
@@ -445,7 +466,7 @@ def compile_one(job):
         problem = register_plan.cap_problem(regs, stack, options["maxnreg"])
         if problem:
             problems.append(f"{problem}; configs.MAX_REGISTERS must not cap this config")
-    if spec.kind == "backward" and spec.align > 1 and arch in register_plan.SM_LIMITS:
+    if spec.base == "backward" and spec.align > 1 and arch in register_plan.SM_LIMITS:
         problem = _check_backward_fit(spec, cfg, arch, compiled)
         if problem:
             problems.append(f"{problem}; configs.BACKWARD_TABLE must plan what fits, with no spill outside "
@@ -557,7 +578,7 @@ KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "qu
          "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
          "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward",
          "sandwich_quant_forward": "SandwichQuantForward", "gated_quant_forward": "GatedQuantForward",
-         "rope_forward": "RopeForward"}
+         "rope_forward": "RopeForward", "rope_backward": "RopeBackward"}
 
 
 
@@ -831,7 +852,7 @@ addrmsnorm_cubin_blob:
     # What each variant is, for the host tests alone (the runtime reads only the dispatch indices).
     variants = _variants_header()
     for s in specs:
-        weight = (weight_slot(s) if s.base in ("forward", "quant_forward") else -1 if s.kind == "backward"
+        weight = (weight_slot(s) if s.base in ("forward", "quant_forward") else -1 if s.base == "backward"
                   else DTYPE_INDEX[s.weight])
         q = configs.QUANT_DTYPES.index(s.q) if s.q else -1
         variants.append(f"    {{KernelKind::{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
@@ -896,6 +917,11 @@ addrmsnorm_cubin_blob:
         lines.append(f"    {{{c.block_h}, {c.rows_per_program}, {c.num_warps}, {str(c.looped).lower()}}},")
     lines.append("};")
     lines += _short_array("kBackwardIndex", "[config][x][residual][aligned]", bdense)
+    rbdense = [-1] * (len(bcfgs) * n_d * 2)
+    for si, s in enumerate(specs):
+        if s.kind == "rope_backward":
+            rbdense[(s.config * n_d + DTYPE_INDEX[s.x]) * 2 + s.align_class] = si
+    lines += _short_array("kRopeBackwardIndex", "the rotation's backward: [config][x][aligned]", rbdense)
     lines.append(f"const short kDweightIndex[] = {{{', '.join(str(v) for v in dw_index)}}};  // [weight dtype]")
     # Quantized forward: [config][x][quant dtype][QUANT - 1] -> variant.
     n_q = len(configs.QUANT_DTYPES)
@@ -921,10 +947,11 @@ addrmsnorm_cubin_blob:
                              ("select_gated_table_config", configs.GATED_TABLE, cfgs),
                              ("select_pair_table_config", configs.PAIR_TABLE, cfgs),
                              ("select_rope_misaligned_table_config", configs.ROPE_MISALIGNED_TABLE, cfgs),
-                             ("select_backward_config", configs.BACKWARD_TABLE, bcfgs)):
+                             ("select_backward_config", configs.BACKWARD_TABLE, bcfgs),
+                             ("select_rope_backward_table_config", configs.ROPE_BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
-        quant_arg = ", int quant, bool vector_typed" if table is not configs.BACKWARD_TABLE else ""
+        quant_arg = "" if table in (configs.BACKWARD_TABLE, configs.ROPE_BACKWARD_TABLE) else ", int quant, bool vector_typed"
         if table is configs.FORWARD_TABLE:  # the plain norm's quantized calls, which alone take plain_quant_only rows
             quant_arg += ", bool plain"
         lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
@@ -1049,7 +1076,7 @@ def main():
     kernels = _load("kernels")
 
     cfgs = forward_configs()
-    bcfgs = unique_configs(configs.BACKWARD_TABLE)
+    bcfgs = backward_configs()
     specs = all_specs(cfgs, bcfgs)
     kernel_key = "/".join(k.cache_key for k in (kernels.rmsnorm_fwd, kernels.rmsnorm_bwd,
                                                  kernels.rmsnorm_dweight,
@@ -1062,7 +1089,7 @@ def main():
             print(f"sm_{arch}: {len(built)} kernels ({kinds['forward']} forward, {kinds['backward']} backward, "
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
-                  f"{kinds['qk_forward']} QK norm, {kinds['rope_forward']} QK norm + RoPE, "
+                  f"{kinds['qk_forward']} QK norm, {kinds['rope_forward']} QK norm + RoPE, {kinds['rope_backward']} its backward, "
                   f"{kinds['plain_quant_forward']} plain quantized, "
                   f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
                   f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized, "
@@ -1074,11 +1101,11 @@ def main():
             of_kind = [s for s in specs if s.kind == kind]
             picked += [of_kind[0], of_kind[-1]] if len(of_kind) > 1 else of_kind
         if args.jit_check:  # the kernels a register plan covers
-            picked += [s for s in specs if (s.kind == "backward" and s.align > 1) or any(
-                spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a) for a in archs)]
+            picked += [s for s in specs if (s.base == "backward" and s.align > 1) or any(
+                spec_cap(s, (bcfgs if s.base == "backward" else cfgs)[s.config], a) for a in archs)]
         specs = list(dict.fromkeys(picked))
     if args.capped:
-        specs = [s for s in specs if any(spec_cap(s, (bcfgs if s.kind == "backward" else cfgs)[s.config], a)
+        specs = [s for s in specs if any(spec_cap(s, (bcfgs if s.base == "backward" else cfgs)[s.config], a)
                                          for a in archs)]
     out: Path = args.out.resolve()
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that

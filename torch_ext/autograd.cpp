@@ -45,8 +45,9 @@ using OptTensor = std::optional<Tensor>;
 using NormFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const OptTensor&, double, double,
                                                   bool, int64_t, bool, double, const OptTensor&, double,
                                                   const OptTensor&, int64_t, bool);
-using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const Tensor&,
-                                                      const OptTensor&, double, bool);
+using BackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const OptTensor&, const Tensor&, const OptTensor&,
+                                                      const OptTensor&, double, bool, const OptTensor&,
+                                                      const OptTensor&, int64_t, int64_t, int64_t, double);
 using InPlaceFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, double, int64_t, bool, double,
                        const OptTensor&, double, const OptTensor&, int64_t, bool, const OptTensor&, const OptTensor&);
 using IntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, const Tensor&, const OptTensor&,
@@ -81,6 +82,7 @@ const c10::TypedOperatorHandle<Fn>& op() {
 
 const c10::TypedOperatorHandle<NormFn>& norm_op() { return op<NormFn, kNorm>(); }
 const c10::TypedOperatorHandle<BackwardFn>& backward_op() { return op<BackwardFn, kBackward>(); }
+const OptTensor kNoRope;  // the backward without the rotation: no cos, no sin
 
 // addrmsnorm/autograd.py no_backward_message, word for word (plain: called without a residual).
 std::string no_backward_message(const char* name, const char* arg, bool plain = false) {
@@ -176,7 +178,8 @@ struct NormBackward final : public ag::Node {
             const int64_t H = h_.size(-1);
             auto [dres, dx, dweight] = backward_op().call(dy.reshape({-1, H}).contiguous(), std::nullopt,
                                                           h_.reshape({-1, H}), rstd_.reshape({-1}), weight_,
-                                                          weight_offset, need_w && has_weight);
+                                                          weight_offset, need_w && has_weight, kNoRope, kNoRope, 0,
+                                                          0, 0, 0.0);
             return {need_x ? dres.view(h_.sizes()) : Tensor(), Tensor(), need_w ? dweight : Tensor(), Tensor()};
         }
         if (!dy.defined())
@@ -187,14 +190,16 @@ struct NormBackward final : public ag::Node {
         if (grads[1].defined()) dresidual_out = grads[1].is_contiguous() ? grads[1] : grads[1].contiguous();
         if (sandwich) {
             auto [dres, unused, dweight] =
-                backward_op().call(dy, dresidual_out, h_, rstd_[0], weight_, weight_offset, need_w && has_weight);
+                backward_op().call(dy, dresidual_out, h_, rstd_[0], weight_, weight_offset, need_w && has_weight, kNoRope,
+                                   kNoRope, 0, 0, 0, 0.0);
             Tensor dx, dpost;
             if (need_x || need_pw) {
                 const Tensor x_ = x.unpack();
                 const int64_t H = x_.size(-1);
                 auto [dxr, unused2, dpw] = backward_op().call(dres.reshape({-1, H}), std::nullopt, x_.reshape({-1, H}),
                                                               rstd_[1].reshape({-1}), OptTensor(post_weight.unpack()),
-                                                              post_weight_offset, need_pw);
+                                                              post_weight_offset, need_pw, kNoRope, kNoRope, 0, 0, 0,
+                                                              0.0);
                 dx = dxr.view(x_.sizes());
                 dpost = dpw;
             }
@@ -202,7 +207,8 @@ struct NormBackward final : public ag::Node {
                     need_pw ? dpost : Tensor()};
         }
         auto [dres, dx, dweight] =
-            backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w && has_weight);
+            backward_op().call(dy, dresidual_out, h_, rstd_, weight_, weight_offset, need_w && has_weight, kNoRope,
+                               kNoRope, 0, 0, 0, 0.0);
         if (x_scale != 1.0)  // the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
             dx = need_x ? at::mul(dres, x_scale).to(x_dtype) : Tensor();
         else if (x_dtype == h_.scalar_type())
@@ -268,16 +274,19 @@ struct GatedBackward final : public ag::Node {
 // they get an Error node, as torch.autograd.function.once_differentiable does.
 std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
     c10::DispatchKeySet ks, const Tensor& dy, const OptTensor& dresidual_out, const Tensor& h,
-    const Tensor& rstd, const OptTensor& weight, double weight_offset, bool weight_grad) {
+    const OptTensor& rstd, const OptTensor& weight, double weight_offset, bool weight_grad, const OptTensor& cos,
+    const OptTensor& sin, int64_t rope_groups, int64_t rotary_dim, int64_t rope_style, double eps) {
     Tensor dres, dx, dweight;
     {
         at::AutoDispatchBelowADInplaceOrView below;
         std::tie(dres, dx, dweight) = backward_op().redispatch(ks & c10::after_autograd_keyset, dy, dresidual_out,
-                                                               h, rstd, weight, weight_offset, weight_grad);
+                                                               h, rstd, weight, weight_offset, weight_grad, cos, sin,
+                                                               rope_groups, rotary_dim, rope_style, eps);
     }
     const bool graph = c10::GradMode::is_enabled() &&
                        (dy.requires_grad() || (dresidual_out.has_value() && dresidual_out->requires_grad()) ||
-                        h.requires_grad() || rstd.requires_grad() || or_none(weight).requires_grad());
+                        h.requires_grad() || or_none(rstd).requires_grad() || or_none(weight).requires_grad() ||
+                        or_none(cos).requires_grad() || or_none(sin).requires_grad());
     if (graph) {
         const NodePtr fn(make_node<ag::Error>(std::string(kNoDoubleBackward)));
         for (Tensor* t : {&dres, &dx, &dweight})

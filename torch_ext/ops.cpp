@@ -397,11 +397,18 @@ void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& 
 
 // ----- the backward ----------------------------------------------------------------------------------
 
+bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptTensor& positions,
+             const OptTensor& cache, const OptTensor& cos, const OptTensor& sin, int64_t rotary_dim, int64_t style,
+             addrmsnorm_rope* r);
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& dy, const OptTensor& dresidual_out,
-                                                             const at::Tensor& h, const at::Tensor& rstd,
+                                                             const at::Tensor& h, const OptTensor& rstd_opt,
                                                              const OptTensor& weight, double weight_offset,
-                                                             bool weight_grad) {
+                                                             bool weight_grad, const OptTensor& cos,
+                                                             const OptTensor& sin, int64_t rope_groups,
+                                                             int64_t rotary_dim, int64_t rope_style, double eps) {
     addrmsnorm_norm_backward_args a = addrmsnorm_norm_backward_args_init();
+    const at::Tensor* rstd = rstd_opt ? &*rstd_opt : nullptr;
     const at::Tensor* dro = dresidual_out ? &*dresidual_out : nullptr;
     a.x_dtype = dtype_of("dy", dy);
     a.residual_dtype = dtype_of("h", h);
@@ -412,18 +419,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     if (dro != nullptr) dtype_is("dresidual_out", *dro, "h", h);
     if (weight) weight_of("weight", *weight, H);
     same_device("h", &h, dy, "dy");
-    same_device("rstd", &rstd, dy, "dy");
+    same_device("rstd", rstd, dy, "dy");
     if (weight) same_device("weight", &*weight, dy, "dy");
     same_device("dresidual_out", dro, dy, "dy");
     cuda_device("dy", dy);
     const RowView vdy = as_rows("dy", dy, dy.sizes());
     a.stride_h = as_rows("h", h, dy.sizes()).stride;
     if (dro != nullptr) a.stride_dresidual_out = as_rows("dresidual_out", *dro, dy.sizes()).stride;
-    a.rstd = rstd_of(&rstd, dy.sizes().slice(0, dy.dim() - 1));
+    a.rstd = rstd_of(rstd, dy.sizes().slice(0, dy.dim() - 1));
     a.rows = vdy.rows;
     a.hidden = H;
     a.stride_dy = vdy.stride;
     a.weight_offset = weight_offset;
+    // The rotation's backward: cos and sin by column, (tokens, rotary_dim); tokens = rows / rope_groups where
+    // that divides (the C runtime refuses rope_groups otherwise, and the angles' rows are not checked here).
+    addrmsnorm_rope rope;
+    const int64_t angle_rows = cos && cos->dim() == 2 ? cos->size(0) : sin && sin->dim() == 2 ? sin->size(0) : 0;
+    const int64_t tokens = rope_groups > 0 && a.rows % rope_groups == 0 ? a.rows / rope_groups : angle_rows;
+    const bool roped = rope_of(dy, tokens, H, c10::nullopt, c10::nullopt, cos, sin, rotary_dim, rope_style, &rope);
+    a.rope = roped ? &rope : nullptr;
+    a.rope_groups = rope_groups;
+    a.eps = eps;
     uint64_t bytes = 0;
     on_device(dy.device(), [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
     const bool separate = a.x_dtype != a.residual_dtype;
@@ -437,9 +453,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     a.dresidual_out = data(dro);
     a.h = data(h);
     a.weight = weight ? data(*weight) : nullptr;
-    a.dresidual = data(dres);
+    a.dresidual = roped ? nullptr : data(dres);  // the rotation's: the plain norm's backward, dx alone
     a.stride_dresidual = H;
-    a.dx = separate ? data(dx) : nullptr;
+    a.dx = roped ? data(dres) : separate ? data(dx) : nullptr;
     a.stride_dx = H;
     a.dweight = weight_grad ? data(dweight) : nullptr;
     a.workspace = data(workspace);

@@ -450,6 +450,16 @@ ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_arg
  *   workspace      fp32 scratch of addrmsnorm_norm_backward_workspace_size() bytes (it depends on the
  *                  device's SM count), 4-byte aligned, owned by the caller
  *   flags          must be 0.
+ *   rope           NULL, or the rotation the forward applied to each normalized head (the QK norm with the
+ *                  rotation, each of its parts on its own): the plain norm's backward (dresidual_out and
+ *                  dresidual NULL, dx given) over rows = tokens * rope_groups heads of hidden <= 512, fp16 or
+ *                  bf16, a token's heads consecutive rows (row r is token r / rope_groups). dy is rotated back
+ *                  first (the transpose of the forward's rotation: the rotation by the negative angle), then
+ *                  the norm's backward runs. The angles are cos and sin by column (positions NULL),
+ *                  angle_dtype fp32, rows of [tokens, rotary_dim]. rstd is NULL: the forward stored none,
+ *                  and each row's is computed from h and eps, as the forward computed it.
+ *   rope_groups    with rope: the heads of a token (> 0, dividing rows)
+ *   eps            with rope: the forward's eps
  *
  * Outputs (dresidual, dx, dweight, workspace) must not overlap each other or any input. Two kernels
  * are launched on `stream`; no allocation, no synchronization.
@@ -475,6 +485,9 @@ typedef struct addrmsnorm_norm_backward_args {
     addrmsnorm_dtype x_dtype, residual_dtype, weight_dtype;
     uint32_t flags;
     double weight_offset;
+    const addrmsnorm_rope *rope; /* NULL, or the rotation of each head (above) */
+    int64_t rope_groups;
+    double eps;
 } addrmsnorm_norm_backward_args;
 
 static inline addrmsnorm_norm_backward_args addrmsnorm_norm_backward_args_init(void) {

@@ -338,6 +338,23 @@ TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
                     EXPECT_EQ(kImages[v * kNumArchs + a].num_warps, kBackwardConfigs[cfg].num_warps);
                 }
             }
+    // The rotation's backward: 16-bit heads up to kQkMaxHeadDim, its own table's rule.
+    for (long long H : {2LL, 64LL, 66LL, 128LL, 200LL, 256LL, 512LL})
+        for (int x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
+            for (bool aligned : {false, true}) {
+                const int cfg = select_rope_backward_config(H);
+                ASSERT_GE(cfg, 0) << "H=" << H;
+                const int v = rope_backward_variant_index(cfg, x, aligned);
+                ASSERT_GE(v, 0) << "H=" << H;
+                EXPECT_EQ(kVariants[v].kind, KernelKind::RopeBackward);
+                EXPECT_EQ(kVariants[v].config, cfg);
+                EXPECT_EQ(kVariants[v].x_dtype, x);
+                EXPECT_EQ(kVariants[v].align_class, aligned ? 1 : 0);
+                EXPECT_FALSE(kBackwardConfigs[cfg].looped);
+                EXPECT_GE(kBackwardConfigs[cfg].block_h, H);
+                for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+            }
+    EXPECT_LT(select_rope_backward_config(kQkMaxHeadDim + 1), 0);
     for (int w = 0; w < 3; ++w) {
         ASSERT_GE(kDweightIndex[w], 0);
         EXPECT_EQ(kVariants[kDweightIndex[w]].kind, KernelKind::Dweight);
@@ -1196,4 +1213,68 @@ TEST(NormArgs, FieldsThatDoNotFitTheKindAreRefused) {
     a.stride_x_group = a.stride_out_group = 16;
     a.weight2_from_group = 4;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_kv_heads must be >= 1");
+}
+
+// The rotation's backward (addrmsnorm_norm_backward_args.rope): the plain norm's backward of a part's heads,
+// rstd NULL, cos and sin fp32 by column; refused otherwise, by name. Validation touches no memory.
+TEST(BackwardValidation, TheRotationsBackwardAndItsRefusals) {
+    const int64_t tokens = 4, heads = 2, D = 64;
+    auto args = [&](addrmsnorm_rope* r) {
+        addrmsnorm_norm_backward_args b = addrmsnorm_norm_backward_args_init();
+        b.rows = tokens * heads;
+        b.hidden = D;
+        b.dy = reinterpret_cast<const void*>(base(0));
+        b.h = reinterpret_cast<const void*>(base(1));
+        b.dx = reinterpret_cast<void*>(base(4));
+        b.weight = reinterpret_cast<const void*>(base(3));
+        b.dweight = reinterpret_cast<void*>(base(5));
+        b.workspace = reinterpret_cast<void*>(base(6));
+        b.workspace_bytes = 1 << 20;
+        b.stride_dy = b.stride_h = b.stride_dx = D;
+        b.x_dtype = b.residual_dtype = b.weight_dtype = ADDRMSNORM_BFLOAT16;
+        *r = addrmsnorm_rope{};
+        r->angle_dtype = ADDRMSNORM_FLOAT32;
+        r->cos = reinterpret_cast<const void*>(base(7));
+        r->sin = reinterpret_cast<const void*>(base(7) + 4096);
+        r->stride_cos = r->stride_sin = D;
+        b.rope = r;
+        b.rope_groups = heads;
+        b.eps = 1e-6;
+        return b;
+    };
+    auto refused = [](const addrmsnorm_norm_backward_args& b, addrmsnorm_status want, const char* words) {
+        EXPECT_EQ(addrmsnorm_norm_backward_check(&b), want) << words;
+        EXPECT_NE(std::string(addrmsnorm_last_error()).find(words), std::string::npos) << addrmsnorm_last_error();
+    };
+    addrmsnorm_rope r;
+    addrmsnorm_norm_backward_args b = args(&r);
+    EXPECT_EQ(addrmsnorm_norm_backward_check(&b), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
+    b = args(&r);
+    b.rstd = reinterpret_cast<const float*>(base(2));
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd must be NULL with rope");
+    b = args(&r);
+    r.angle_dtype = ADDRMSNORM_BFLOAT16;
+    refused(b, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "the backward's angles are float32");
+    b = args(&r);
+    b.rope_groups = 3;
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rope_groups");
+    b = args(&r);
+    b.dresidual = b.dx;
+    b.dx = nullptr;
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "plain norm of rotated heads");
+    b = args(&r);
+    b.eps = 0.0;
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps");
+    b = args(&r);
+    r.positions = reinterpret_cast<const void*>(base(8));
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "not positions into a cos_sin_cache");
+    b = args(&r);
+    r.cos = reinterpret_cast<const void*>(base(4));  // dx's rows
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "cos overlaps");
+    // A caller built before the rotation's fields: its struct ends at rope, and the call is the plain backward.
+    b = args(&r);
+    b.struct_size = offsetof(addrmsnorm_norm_backward_args, rope);
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is NULL");
+    b.rstd = reinterpret_cast<const float*>(base(2));
+    EXPECT_EQ(addrmsnorm_norm_backward_check(&b), ADDRMSNORM_SUCCESS) << addrmsnorm_last_error();
 }
