@@ -448,7 +448,7 @@ def _rope_rows():
     rows += [dict(section="rope_latency", impl=n, N=1, H=dshape, us_median=u, note="")
              for n, u in ((rope.OURS_CACHE + " (PDL)", 1.5), (rope.QK_ALONE + " (PDL)", 1.4),
                           (rope.TWO_STEP + " (PDL)", 3.5), (rope.TWO_STEP, 4.0))]
-    rows.append(dict(section="rope_backward", impl=rope.OURS + " (functional form's backward, torch ops)", N=8192,
+    rows.append(dict(section="rope_backward", impl=rope.OURS + " (backward operator, one pass a part)", N=8192,
                      H=shape, gbs=1000.0, pct_roofline=24.0, us_median=100.0, note=""))
     return rows
 

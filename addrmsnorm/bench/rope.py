@@ -13,8 +13,9 @@ Shapes: bf16, NeoX rotation over the whole head, angles by positions (shuffled, 
 an fp32 cos_sin_cache of 8192 positions, or as HF's cos and sin (bf16, a row a token). Bulk: T = 8192 and
 32768 tokens of 32 q + 8 kv heads of 128 (Qwen3-8B, Llama-3-8B) and of 16 + 8 heads of 256 (Gemma 3-like);
 decode: T = 1 and 64 at 32 + 8 × 128, a chain of CHAIN dependent in-place calls in one CUDA graph (µs per
-call; PDL where the implementation has it). Backward: the functional form's backward
-(autograd.qk_rope_backward on q and on k), eager and compiled by torch.compile, at T = 8192.
+call; PDL where the implementation has it). Backward at T = 8192: the functional form's first-order backward
+(the backward operator with the rotation, one pass for q's heads and one for k's, the cache's rows gathered
+first), beside the same gradient in torch operations (its create_graph form), eager and compiled.
 
 Every implementation is first checked against the one reference (reference.qk_rmsnorm_rope_ref) and marked
 where it differs; v must come back untouched.
@@ -205,7 +206,7 @@ def run_decode(log=print, shapes=DECODE) -> list[dict]:
 
 
 def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
-    from addrmsnorm import autograd
+    from addrmsnorm import autograd, functional
 
     rows = []
     for T, nq, nk, D in shapes:
@@ -215,13 +216,19 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
         wq, wk = _weights(D, gen)
         cache = _cache(D, gen)
 
-        def backward(q, k, dq, dk, p):
+        def torch_ops(q, k, dq, dk, p):
             c, s = autograd.rope_angles(p, cache, None, None, D, 0)
             return (autograd.qk_rope_backward(q, wq, dq, EPS, 0.0, c, s, D, 0),
                     autograd.qk_rope_backward(k, wk, dk, EPS, 0.0, c, s, D, 0))
 
-        variants = {OURS + " (functional form's backward, torch ops)": backward,
-                    "torch.compile (the same backward)": torch.compile(backward, dynamic=False, fullgraph=True)}
+        def ours(q, k, dq, dk, p):  # the functional form's first-order backward
+            c, s = autograd.rope_angles(p, cache, None, None, D, 0)
+            return tuple(functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
+                         for x, w, dy in ((q, wq, dq), (k, wk, dk)))
+
+        variants = {OURS + " (backward operator, one pass a part)": ours,
+                    "torch operations (the create_graph backward)": torch_ops,
+                    "torch.compile (the torch operations)": torch.compile(torch_ops, dynamic=False, fullgraph=True)}
         for name, fn in variants.items():
             base = dict(section="rope_backward", impl=name, N=T, H=_shape(T, nq, nk, D), x_dtype="bf16",
                         residual_dtype="-")
