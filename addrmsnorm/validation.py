@@ -1000,12 +1000,11 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, co
 
 
 def _map_backward_rope(n_rows, H, device, cos, sin, groups, rotary_dim, style):
-    """The rotation's mapping in the backward (cos or sin given; torch_ext/ops.cpp's backward_rope_of): the
-    types, cos and sin (tokens, rotary_dim) rows of one dtype, the tokens rows / rope_groups where that divides.
-    Returns their row strides, or None (no rotation)."""
-    for name, n in (("rope_groups", groups),):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    """The rotation's mapping in the backward (cos or sin given; torch_ext/ops.cpp's norm_backward, through
+    rope_of): the types, cos and sin (tokens, rotary_dim) rows of one dtype, the tokens rows / rope_groups where
+    that divides. Returns their row strides, or None (no rotation)."""
+    if isinstance(groups, bool) or not isinstance(groups, int):
+        raise TypeError(f"rope_groups must be an int, got {type(groups).__name__}")
     if cos is None and sin is None:
         return map_rope(0, H, device, None, None, None, None, rotary_dim, style)  # None, or the refusal of a style
     if groups > 0 and n_rows % groups == 0:
