@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 import addrmsnorm
+from addrmsnorm import autograd
 from addrmsnorm.reference import TOLERANCES, qk_rmsnorm_rope_ref
 
 from .plain import CHAIN, OURS, _bandwidth, _fail, _live
@@ -57,8 +58,17 @@ def _rotate(v, c, s):
 
 
 def _angles(positions, cache):
-    c, s = cache[positions.long()].float().chunk(2, dim=-1)
-    return torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1)
+    """A token's NeoX angles by column, fp32 (the functional form's own gather of the cache's rows)."""
+    return autograd.rope_angles(positions, cache, None, None, cache.shape[1], 0)
+
+
+def _summary(title: str, rows: list[dict]) -> str:
+    """One log line: each implementation's time (and share of the roofline), or why it has none."""
+    def one(r):
+        if r.get("gbs"):
+            return f"{r['impl']} {r['us_median']:.1f} us ({r['pct_roofline']:.0f}%)"
+        return f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
+    return f"{title}: " + "; ".join(one(r) for r in rows)
 
 
 def impls(nq, nk, D, pdl: bool = False) -> dict:
@@ -171,9 +181,7 @@ def run_forward(roofline: float, log=print, shapes=BULK) -> list[dict]:
             finally:
                 sets = angles = None
             torch.cuda.empty_cache()
-        log(f"rope {_shape(T, nq, nk, D)}: " + "; ".join(
-            f"{r['impl']} {r['us_median']:.1f} us ({r['pct_roofline']:.0f}%)" if r.get("gbs") else
-            f"{r['impl']} {r.get('note')}" for r in rows if r["H"] == _shape(T, nq, nk, D)))
+        log(_summary(f"rope {_shape(T, nq, nk, D)}", [r for r in rows if r["H"] == _shape(T, nq, nk, D)]))
     return rows
 
 
@@ -199,14 +207,12 @@ def run_decode(log=print, shapes=DECODE) -> list[dict]:
                                  us_max=t.max_us / CHAIN))
             except Exception as e:  # noqa: BLE001
                 _fail(rows, base, e)
-        log(f"rope chain {_shape(T, nq, nk, D)}: " + "; ".join(
-            f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
-            for r in rows if r["H"] == _shape(T, nq, nk, D)))
+        log(_summary(f"rope chain {_shape(T, nq, nk, D)}", [r for r in rows if r["H"] == _shape(T, nq, nk, D)]))
     return rows
 
 
 def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
-    from addrmsnorm import autograd, functional
+    from addrmsnorm import functional
 
     rows = []
     for T, nq, nk, D in shapes:
@@ -244,10 +250,7 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
             finally:
                 sets = None
             torch.cuda.empty_cache()
-        log(f"rope backward {_shape(T, nq, nk, D)}: " + "; ".join(
-            f"{r['impl']} {r['us_median']:.1f} us ({r['pct_roofline']:.0f}%)" if r.get("gbs") else
-            f"{r['impl']} {r.get('note')}" for r in rows
-            if r["section"] == "rope_backward" and r["H"] == _shape(T, nq, nk, D)))
+        log(_summary(f"rope backward {_shape(T, nq, nk, D)}", [r for r in rows if r["H"] == _shape(T, nq, nk, D)]))
     return rows
 
 
