@@ -580,6 +580,10 @@ ROPE_STYLES = ("neox", "gptj")
 ROPE_DTYPES = ("fp16", "bf16")
 POSITION_DTYPES = ("int32", "int64")
 ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None,) + POSITION_DTYPES)
+# Weights of the heads' dtype with every variant; float32 weights (training under autocast, with HF's cos and sin)
+# with cos and sin alone: with positions into a cos_sin_cache (vLLM's serving call) no float32-weight kernel is
+# built, and both validators refuse the call (validation.check_rope; validate.cpp's validate_rope).
+ROPE_FP32_WEIGHTS_WITH_POSITIONS = False
 # Heads off the 16-byte vector (ALIGN 1: qkv's start, its row stride or head_dim not a multiple of 8 elements,
 # which no model's projection gives) take one config for every head_dim: a head a program on one warp. At
 # ALIGN 1 every access of the tile is a scalar instruction, and the rotation adds three gathers (the partner

@@ -1517,11 +1517,13 @@ def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, 
 
 
 def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-               style, hf: bool, written: tuple | None = None, strides=False, meta=False) -> RopeCall | None:
+               style, hf: bool, written: tuple | None = None, strides=False, meta=False,
+               weight_dtype=None) -> RopeCall | None:
     """Every rule of a rotation (none given: None): map_rope's (unless its ``strides`` are passed, from a call
     that mapped every tensor first), then validate_rope's on the values, in its order. ``written`` is the
     (start, end) byte span the call writes (qkv's heads): no angle or position may meet it. ``meta``: the
-    rules that need no memory alone (returns None)."""
+    rules that need no memory alone (returns None). ``weight_dtype``: the QK norm's weights' (None: weightless,
+    or the backward's, which takes any)."""
     if strides is False:
         strides = map_rope(tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, style)
     if strides is None:
@@ -1552,6 +1554,9 @@ def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_c
     if hf and (cached or adt != x_dtype):
         raise ValueError("numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
                          f"dtype ({x_dtype}), not a cos_sin_cache or float32 angles")
+    if cached and weight_dtype is not None and weight_dtype != x_dtype and not configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS:
+        raise TypeError(f"q_weight has dtype {weight_dtype}; with positions and a cos_sin_cache the weights are the "
+                        f"heads' dtype ({x_dtype}) (float32 weights take cos and sin)")
     if meta:  # the fake implementation's: no memory
         return None
     call = RopeCall()
@@ -1655,7 +1660,8 @@ def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, he
     check_weightless(q_weight, weight_offset, "q_weight")
     _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf)
     check_rope(qkv.dtype, qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-               rope_style, hf or nhf, strides=strides, meta=True)
+               rope_style, hf or nhf, strides=strides, meta=True,
+               weight_dtype=q_weight.dtype if q_weight is not None else None)
     return device
 
 
@@ -1689,7 +1695,7 @@ def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_di
     if call.tokens:
         span = (qkv.data_ptr(), qkv.data_ptr() + ((call.tokens - 1) * call.stride + width) * qkv.element_size())
     call.rope = check_rope(qkv.dtype, call.tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-                           rope_style, hf, span, strides)
+                           rope_style, hf, span, strides, weight_dtype=q_weight.dtype if q_weight is not None else None)
     return call
 
 

@@ -18,6 +18,30 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
+// The backward's config and kernel (validated, rows > 0), as the launch passes its tensors: absent ones are
+// stand-ins the kernel does not touch, one row has no stride.
+struct BackwardKernel {
+    int config, variant;
+};
+BackwardKernel backward_kernel(const BackwardCall& c) {
+    const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype);
+    const int config = c.rope != nullptr ? select_rope_backward_config(c.hidden)
+                                         : select_backward_config(c.hidden, xs, rs);
+    const bool one = c.rows == 1, has_dro = c.dresidual_out != nullptr, separate = c.x_dtype != c.residual_dtype;
+    const void* weight = c.weight == nullptr ? c.h : c.weight;
+    const void* dro = has_dro ? c.dresidual_out : c.h;
+    const void* dxp = separate ? c.dx : c.dresidual;
+    const int64_t strides = one ? 0
+                                : c.stride_dy | (has_dro ? c.stride_dresidual_out : c.stride_h) | c.stride_h |
+                                      c.stride_dresidual | (separate ? c.stride_dx : c.stride_dresidual);
+    // configs.backward_align, generated (as on the JIT path).
+    const bool pointers_aligned = aligned16(c.dy) && aligned16(dro) && aligned16(c.h) && aligned16(weight) &&
+                                  aligned16(c.dresidual) && aligned16(dxp);
+    const bool aligned = backward_align_class(pointers_aligned, c.hidden | strides, xs, rs) == 1;
+    return {config, c.rope != nullptr ? rope_backward_variant_index(config, c.x_dtype, aligned)
+                                      : backward_variant_index(config, c.x_dtype, c.residual_dtype, aligned)};
+}
+
 }  // namespace
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_size(
@@ -42,7 +66,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_s
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_check(const addrmsnorm_norm_backward_args* args) {
     BackwardCall c;
-    return validate_norm_backward(args, &c);
+    const addrmsnorm_status st = validate_norm_backward(args, &c);
+    if (st != ADDRMSNORM_SUCCESS || c.rows == 0) return st;
+    return built_kernel(backward_kernel(c).variant, "backward kernel");
 }
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrmsnorm_norm_backward_args* args,
@@ -65,14 +91,15 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
     const float weight_offset = c.weight_offset;
     const addrmsnorm_rope* rope = c.rope;  // the rotation's backward: rstd NULL, computed from h and eps
     if (rows == 0 && dweight == nullptr) return ADDRMSNORM_SUCCESS;
+    const BackwardKernel kernel = rows > 0 ? backward_kernel(c) : BackwardKernel{0, 0};
+    if (rows > 0 && (st = built_kernel(kernel.variant, "backward kernel")) != ADDRMSNORM_SUCCESS) return st;
 
     const Driver* d = driver(&st);
     if (d == nullptr) return st;
     int sms = 0;
     st = current_sm_count(*d, &sms);
     if (st != ADDRMSNORM_SUCCESS) return st;
-    const int xs = dtype_size(x_dtype), rs = dtype_size(residual_dtype);
-    const int config = rope != nullptr ? select_rope_backward_config(hidden) : select_backward_config(hidden, xs, rs);
+    const int config = kernel.config;
     int32_t programs = 0;
     if (rows > 0) {
         const uint64_t need = backward_workspace_bytes(rows, hidden, config, sms);
@@ -90,17 +117,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         void* dxp = separate ? dx : dresidual;
         if (!has_dro) stride_dresidual_out = stride_h;
         if (!separate) stride_dx = stride_dresidual;
-        // configs.backward_align, generated (as on the JIT path).
-        const bool pointers_aligned = aligned16(dy) && aligned16(dro) && aligned16(h) && aligned16(weight) &&
-                                      aligned16(dresidual) && aligned16(dxp);
-        const bool aligned =
-            backward_align_class(pointers_aligned,
-                                 hidden | stride_dy | stride_dresidual_out | stride_h | stride_dresidual | stride_dx,
-                                 xs, rs) == 1;
-        const int variant = rope != nullptr ? rope_backward_variant_index(config, x_dtype, aligned)
-                                            : backward_variant_index(config, x_dtype, residual_dtype, aligned);
         LoadedKernel k;
-        st = get_built_kernel(*d, variant, "backward kernel", &k);
+        st = get_built_kernel(*d, kernel.variant, "backward kernel", &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
         BackwardParams p;
         p.dy_ptr = devptr(dy);

@@ -36,8 +36,12 @@ void set_rope(ForwardParams& p, const addrmsnorm_rope* rope, const void* x, int6
     p.max_position = cached ? rope->max_position : 0;
 }
 
+// What the launches do after choosing their kernel: launch it, or (kCheck: addrmsnorm_norm_check) only say whether
+// it was built, touching no driver.
+enum class Launch { kRun, kCheck };
+
 // The fused forward's launch (validated).
-addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
+addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream, Launch how) {
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
     const bool sandwich = c.post_weight != nullptr;
     // The weightless norm: x in the weight's place, typed as x and never read (has_weight 0); the weightless
@@ -52,10 +56,6 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     const addrmsnorm_dtype x_dtype = c.x_dtype, residual_dtype = c.residual_dtype, weight_dtype = c.weight_dtype;
     const float eps = c.eps, weight_offset = c.weight_offset;
     const uint32_t flags = c.flags;
-    addrmsnorm_status st;
-    const Driver* d = driver(&st);
-    if (d == nullptr) return st;
-
     if (rows == 1) {  // a single row has no stride; 0 keeps the alignment promise trivially true
         stride_x = stride_residual = stride_out = stride_residual_out = 0;
     }
@@ -75,8 +75,13 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream) {
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     const int variant = sandwich ? sandwich_variant_index(config, x_dtype, weight_dtype, align_class, numerics)
                                  : variant_index(config, x_dtype, residual_dtype, weight_dtype, align_class, numerics);
+    const char* what = sandwich ? "sandwich-norm kernel" : "kernel";
+    if (how == Launch::kCheck) return built_kernel(variant, what);
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
     LoadedKernel k;
-    st = get_built_kernel(*d, variant, sandwich ? "sandwich-norm kernel" : "kernel", &k);
+    st = get_built_kernel(*d, variant, what, &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const KernelConfig& cfg = kConfigs[config];
@@ -155,13 +160,10 @@ extern "C" ADDRMSNORM_API const char* addrmsnorm_built_archs(void) { return kArc
 namespace {
 
 // The quantized forward's launch, fused or plain (residual and residual_out then unused: x stands in).
-addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
+addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream, Launch how) {
     int64_t stride_x = c.stride_x, stride_residual = c.plain ? 0 : c.stride_residual, stride_q = c.stride_q,
             stride_residual_out = c.plain ? 0 : c.stride_residual_out, stride_y = c.stride_y;
     const float eps = c.eps, weight_offset = c.weight_offset;
-    addrmsnorm_status st;
-    const Driver* d = driver(&st);
-    if (d == nullptr) return st;
     if (c.rows == 1) stride_x = stride_residual = stride_q = stride_residual_out = stride_y = 0;
     const int xs = dtype_size(c.x_dtype);
     const addrmsnorm_quant& qd = *c.quant;
@@ -179,11 +181,14 @@ addrmsnorm_status launch_quant(const QuantCall& c, addrmsnorm_stream stream) {
                                 : select_forward_config(c.hidden, xs, xs, mode, false, c.plain);
     const int variant =
         config < 0 ? -1 : quant_variant_index(config, c.x_dtype, qd.dtype, mode, c.plain, sandwich, gated);
+    const char* what = sandwich ? "sandwich-norm quantized kernel" : gated ? "gated-norm quantized kernel"
+                                                                         : "quantized kernel";
+    if (how == Launch::kCheck) return built_kernel(variant, what);
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
     LoadedKernel k;
-    st = get_built_kernel(*d, variant,
-                          sandwich ? "sandwich-norm quantized kernel" : gated ? "gated-norm quantized kernel"
-                                                                              : "quantized kernel",
-                          &k);
+    st = get_built_kernel(*d, variant, what, &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
 
     const KernelConfig& cfg = kConfigs[config];
@@ -268,11 +273,8 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                float* rstd, int64_t rows, int64_t heads, int64_t hidden, int64_t stride_x,
                                int64_t stride_x_head, int64_t stride_out, int64_t stride_out_head,
                                addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype, float eps, float weight_offset,
-                               uint32_t flags, addrmsnorm_stream stream, const Gate* gate = nullptr,
+                               uint32_t flags, addrmsnorm_stream stream, Launch how, const Gate* gate = nullptr,
                                const PairPart* pair = nullptr, const addrmsnorm_rope* rope = nullptr) {
-    addrmsnorm_status st;
-    const Driver* d = driver(&st);
-    if (d == nullptr) return st;
     if (heads == 1) stride_x_head = stride_out_head = 0;  // one stride: the head strides are unused
     int64_t stride_z = gate != nullptr ? gate->stride_z : 0;
     int64_t stride_b = pair != nullptr ? pair->stride_b : 0, stride_b_out = pair != nullptr ? pair->stride_b_out : 0;
@@ -302,14 +304,17 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                              (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config,
                                              rope_variant);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
+    const char* what = pair != nullptr   ? "pair kernel"
+                       : gate != nullptr ? "gated-norm kernel"
+                       : rope != nullptr ? "QK-norm + RoPE kernel"
+                       : qk              ? "QK-norm kernel"
+                                         : "plain-norm kernel";
+    if (how == Launch::kCheck) return built_kernel(variant, what);
+    addrmsnorm_status st;
+    const Driver* d = driver(&st);
+    if (d == nullptr) return st;
     LoadedKernel k;
-    st = get_built_kernel(*d, variant,
-                          pair != nullptr   ? "pair kernel"
-                          : gate != nullptr ? "gated-norm kernel"
-                          : rope != nullptr ? "QK-norm + RoPE kernel"
-                          : qk              ? "QK-norm kernel"
-                                            : "plain-norm kernel",
-                          &k);
+    st = get_built_kernel(*d, variant, what, &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const KernelConfig& cfg = kConfigs[config];
     // rmsnorm_fwd with RESIDUAL off: x stands in for residual, and out for residual_out.
@@ -361,26 +366,24 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
 
 // ----- the one call -------------------------------------------------------------------------------
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_args* args) {
-    NormCallArgs n;
-    return validate_norm(args, &n);
-}
+namespace {
 
-extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_norm_args* args,
-                                                           addrmsnorm_stream stream) {
+// The one call, validated: its kernel launched, or (Launch::kCheck) only found among the built ones. A call of
+// no rows launches nothing and needs no kernel.
+addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream stream, Launch how) {
     NormCallArgs n;
     const addrmsnorm_status st = validate_norm(args, &n);
     if (st != ADDRMSNORM_SUCCESS || n.a.rows == 0) return st;
     switch (n.kind) {
-        case NormCallArgs::kFused: return launch_fused(n.fused, stream);
-        case NormCallArgs::kQuant: return launch_quant(n.quant, stream);
+        case NormCallArgs::kFused: return launch_fused(n.fused, stream, how);
+        case NormCallArgs::kQuant: return launch_quant(n.quant, stream, how);
         case NormCallArgs::kPlain: {
             const NormCall& c = n.plain;
             if (c.b != nullptr) {
                 const PairPart pair{c.b, c.b_weight, c.b_out, c.b_hidden, c.stride_b, c.stride_b_out};
                 return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), nullptr, c.rows, 1, c.hidden,
                                     c.stride_x, 0, c.stride_out, 0, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset,
-                                    c.flags, stream, nullptr, &pair);
+                                    c.flags, stream, how, nullptr, &pair);
             }
             if (c.z != nullptr) {
                 // The gated norm: each row's groups of group_size columns as a group of rows (validated: one
@@ -389,11 +392,12 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_nor
                 const Gate gate{c.z, c.stride_z, c.gate_first};
                 return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), nullptr, c.rows, c.hidden / g,
                                     g, c.stride_x, g, c.stride_out, g, c.x_dtype, c.weight_dtype, c.eps,
-                                    c.weight_offset, c.flags, stream, &gate);
+                                    c.weight_offset, c.flags, stream, how, &gate);
             }
             return launch_plain(c.x, c.weight, nullptr, 0, const_cast<void*>(c.out), const_cast<float*>(c.rstd),
                                 c.rows, c.heads, c.hidden, c.stride_x, c.stride_x_head, c.stride_out,
-                                c.stride_out_head, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset, c.flags, stream);
+                                c.stride_out_head, c.x_dtype, c.weight_dtype, c.eps, c.weight_offset, c.flags, stream,
+                                how);
         }
         case NormCallArgs::kQk: {
             // A token's q heads, then its k heads: one group of rows, k's weight from the q heads' count on.
@@ -401,8 +405,19 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_nor
             return launch_plain(c.qkv, c.q_weight, c.k_weight, static_cast<int32_t>(c.num_q_heads),
                                 const_cast<void*>(c.qkv), nullptr, c.tokens, c.num_q_heads + c.num_kv_heads,
                                 c.head_dim, c.stride_qkv, c.head_dim, c.stride_qkv, c.head_dim, c.dtype,
-                                c.weight_dtype, c.eps, c.weight_offset, c.flags, stream, nullptr, nullptr, c.rope);
+                                c.weight_dtype, c.eps, c.weight_offset, c.flags, stream, how, nullptr, nullptr, c.rope);
         }
     }
     return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "unknown call kind");
+}
+
+}  // namespace
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_check(const addrmsnorm_norm_args* args) {
+    return norm_call(args, nullptr, Launch::kCheck);
+}
+
+extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm(const addrmsnorm_norm_args* args,
+                                                           addrmsnorm_stream stream) {
+    return norm_call(args, stream, Launch::kRun);
 }

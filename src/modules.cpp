@@ -138,8 +138,13 @@ addrmsnorm_status load(const Driver& d, ContextState& s, int variant, CUfunction
 
 }  // namespace
 
-addrmsnorm_status get_built_kernel(const Driver& d, int variant, const char* what, LoadedKernel* out) {
+addrmsnorm_status built_kernel(int variant, const char* what) {
     if (variant < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no %s was built for these dtypes", what);
+    return ADDRMSNORM_SUCCESS;
+}
+
+addrmsnorm_status get_built_kernel(const Driver& d, int variant, const char* what, LoadedKernel* out) {
+    if (addrmsnorm_status st = built_kernel(variant, what); st != ADDRMSNORM_SUCCESS) return st;
     return get_kernel(d, variant, out);
 }
 

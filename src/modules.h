@@ -20,8 +20,12 @@ struct LoadedKernel {
 // The kernel `variant` in the calling thread's current context, loading it if needed.
 addrmsnorm_status get_kernel(const Driver& d, int variant, LoadedKernel* out);
 
-// get_kernel for a variant index from the dispatch tables, where -1 says that nothing was built for
-// the call: that is ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no <what> was built for these dtypes".
+// Whether the dispatch tables' variant index names a built kernel: -1 says that nothing was built for the
+// call, ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no <what> was built for these dtypes". Needs no driver: the
+// check entry points (addrmsnorm_norm_check, addrmsnorm_norm_backward_check) ask it too.
+addrmsnorm_status built_kernel(int variant, const char* what);
+
+// get_kernel for a variant index from the dispatch tables, after built_kernel's check.
 addrmsnorm_status get_built_kernel(const Driver& d, int variant, const char* what, LoadedKernel* out);
 
 // The streaming multiprocessors of the current context's device (sizes the backward's grid).

@@ -668,7 +668,7 @@ addrmsnorm_status check_gate_rules(const NormCall& c) {
     ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
                          "groups are group_size)");
     if (c.weight_dtype != c.x_dtype)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; the gated norm's weight is x_dtype (%s)",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight has dtype %s; the gated norm's weight is x's dtype (%s)",
                     dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
     const int64_t g = c.group_size == 0 ? c.hidden : c.group_size;
     ADDRMSNORM_REFUSE_IF(g < 0 || c.hidden % g != 0, "group_size is %lld; it must divide hidden (H) = %lld",
@@ -715,7 +715,7 @@ addrmsnorm_status check_pair_rules(const NormCall& c) {
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the pair (b) takes float16 or bfloat16",
                     dtype_name(c.x_dtype));
     if (c.weight_dtype != c.x_dtype)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight_dtype is %s; the pair's weights are x_dtype (%s)",
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight has dtype %s; the pair's weights are x's dtype (%s)",
                     dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
     ADDRMSNORM_REFUSE_IF(c.b_out == nullptr, "b_out is NULL but b is given: the pair writes b's norm there");
     ADDRMSNORM_REFUSE_IF(c.b_hidden <= 0, "b_hidden is %lld; the pair's parts are > 0 wide", (long long)c.b_hidden);
@@ -882,6 +882,11 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
 }
 
 // The checks of validation.check_qk_rmsnorm: qkv's q and k heads are written in place.
+namespace {
+// The QK norm's weights' dtype as validate_rope takes it: the heads' dtype when weightless (nothing is read).
+addrmsnorm_dtype rope_weight_dtype(const QkCall& c) { return (c.flags & kFlagNoWeight) ? c.dtype : c.weight_dtype; }
+}  // namespace
+
 addrmsnorm_status validate_qk(const QkCall& c) {
     if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
@@ -907,7 +912,8 @@ addrmsnorm_status validate_qk(const QkCall& c) {
                     "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
     if (c.rope != nullptr && c.tokens == 0) {
         int64_t rd = 0;
-        return validate_rope(*c.rope, c.dtype, 0, c.head_dim, (c.flags & kFlagHf) != 0, 0, 0, &rd);
+        return validate_rope(*c.rope, c.dtype, rope_weight_dtype(c), 0, c.head_dim, (c.flags & kFlagHf) != 0, 0, 0,
+                             &rd);
     }
     if (c.tokens == 0) return ADDRMSNORM_SUCCESS;
     const int xs = dtype_size(c.dtype), ws = dtype_size(c.weight_dtype);
@@ -935,13 +941,15 @@ addrmsnorm_status validate_qk(const QkCall& c) {
     }
     if (c.rope != nullptr) {
         int64_t rd = 0;
-        return validate_rope(*c.rope, c.dtype, c.tokens, c.head_dim, (c.flags & kFlagHf) != 0, q0, q1, &rd);
+        return validate_rope(*c.rope, c.dtype, rope_weight_dtype(c), c.tokens, c.head_dim, (c.flags & kFlagHf) != 0,
+                             q0, q1, &rd);
     }
     return ADDRMSNORM_SUCCESS;
 }
 
-addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dtype, int64_t tokens, int64_t hidden,
-                                bool hf, uintptr_t w0, uintptr_t w1, int64_t* rotary_dim) {
+addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
+                                int64_t tokens, int64_t hidden, bool hf, uintptr_t w0, uintptr_t w1,
+                                int64_t* rotary_dim) {
     const bool cached = r.positions != nullptr || r.cos_sin_cache != nullptr;
     const bool given = r.cos != nullptr || r.sin != nullptr;
     ADDRMSNORM_REFUSE_IF(!cached && !given,
@@ -971,6 +979,10 @@ addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dty
     ADDRMSNORM_REFUSE_IF(hf && (cached || r.angle_dtype != x_dtype),
                          "numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
                          "dtype (%s), not a cos_sin_cache or float32 angles", dtype_name(x_dtype));
+    if (cached && weight_dtype != x_dtype)  // configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS (False)
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
+                    "q_weight has dtype %s; with positions and a cos_sin_cache the weights are the heads' dtype (%s) "
+                    "(float32 weights take cos and sin)", dtype_name(weight_dtype), dtype_name(x_dtype));
     *rotary_dim = rd;
     if (tokens == 0) return ADDRMSNORM_SUCCESS;
     const int as = dtype_size(r.angle_dtype);
@@ -1248,7 +1260,7 @@ addrmsnorm_status check_backward_rope(const addrmsnorm_norm_backward_args& a, in
     const int64_t stride = a.rows > 1 ? a.stride_dx : 0;
     const uintptr_t d1 = a.rows ? d0 + static_cast<uintptr_t>(((a.rows - 1) * stride + a.hidden) * dtype_size(a.x_dtype))
                                 : d0;
-    return validate_rope(r, a.x_dtype, a.rows / a.rope_groups, a.hidden, false, d0, d1, rotary_dim);
+    return validate_rope(r, a.x_dtype, a.x_dtype, a.rows / a.rope_groups, a.hidden, false, d0, d1, rotary_dim);
 }
 
 }  // namespace

@@ -25,3 +25,23 @@ GPU_ONLY_REASON = ("GPU only: large shapes, and bit-exact bf16 (the interpreter 
 
 needs_kernels = pytest.mark.skipif(DEVICE is None, reason=NO_KERNEL_REASON)
 gpu_only = pytest.mark.skipif(not ON_GPU, reason=GPU_ONLY_REASON)
+
+
+# The GPU suite's large cases: tests marked `large`, and every case parametrized with N and H of at least
+# LARGE_ELEMENTS elements (its fp64 reference alone is then a quarter of a GiB or more, and several GiB at the
+# largest). scripts/gpu_suite.sh runs them after the rest, on as many workers as the card has memory for at
+# 16 GiB a case, so that pytest-xdist's workers never together hold more than the card.
+LARGE_ELEMENTS = 1 << 25
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "large: a case of several GiB on the GPU (scripts/gpu_suite.sh "
+                                       "serializes them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        n, h = params.get("N"), params.get("H")
+        if isinstance(n, int) and isinstance(h, int) and n * h >= LARGE_ELEMENTS:
+            item.add_marker(pytest.mark.large)

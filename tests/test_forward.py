@@ -298,6 +298,7 @@ def test_64_layer_drift(dtype, stream):
 
 
 @gpu_only
+@pytest.mark.large
 def test_more_than_2_31_elements():
     """Row offsets past 2**31 elements: the last rows of a (16385, 131072) bf16 tensor."""
     N, H = 16385, 131072

@@ -180,7 +180,12 @@ def test_training_matches_unpatched(family, compile_model):
         pytest.skip("compiled: one model of each layer form")
     base = build(family)
     ids = prompt(seed=5)
-    ref_losses, ref_grads = _train(copy.deepcopy(base), 3, ids, compile_model)
+    try:
+        ref_losses, ref_grads = _train(copy.deepcopy(base), 3, ids, compile_model)
+    except Exception as e:  # noqa: BLE001 -- the unpatched model, HF's code and the kernels it calls: not ours
+        # Qwen3-Next's linear attention calls fla-core's gated delta rule where fla is installed, and fla
+        # refuses Triton < 3.7.1 on Hopper: there is then no unpatched model to compare with.
+        pytest.skip(f"the unpatched {family} model does not train here: {type(e).__name__}: {str(e)[:300]}")
     losses, grads = _train(hf.patch(copy.deepcopy(base)), 3, ids, compile_model)
     for a, b in zip(losses, ref_losses):
         assert abs(a - b) <= TOL.loss * abs(b), (losses, ref_losses)
@@ -318,6 +323,7 @@ def test_reachable_from_the_package():
 
 
 @gpu_only
+@pytest.mark.large
 def test_batch_one_is_bit_identical_at_a_real_hidden_size(capsys):
     """A Llama-3-8B-shaped model (hidden 4096, 14336 intermediate, 32 heads, 8 KV heads; 4 layers, random
     weights, bf16): patched with numerics="hf", batch 1 gives the unpatched logits bit for bit. At batch 2

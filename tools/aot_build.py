@@ -264,7 +264,8 @@ def _rope_specs(cfgs) -> list:
                 if ci not in served[align]:
                     continue
                 for vi, (angles, pos) in enumerate(configs.ROPE_VARIANTS):
-                    weights = (x, "fp32") if pos is None else (x,)  # fp32 weights: training, HF's cos and sin
+                    # fp32 weights: training, HF's cos and sin (configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS)
+                    weights = (x, "fp32") if pos is None or configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS else (x,)
                     specs += [Spec("rope_forward", ci, x, x, w, align, rope=vi + 1) for w in weights]
                     if angles == "x" and pos is None:
                         specs += [Spec("rope_forward", ci, x, x, x, align, numerics=m, rope=vi + 1)

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <c10/util/accumulate.h>
+#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -48,8 +49,19 @@ constexpr auto kContiguous = c10::MemoryFormat::Contiguous;
 
 // ----- calling the C ABI -----------------------------------------------------------------------------
 
+// The C runtime's message in a Python user's words: an argument not given is None there, not NULL.
+std::string python_words(std::string msg) {
+    static const std::string kNull = "NULL";
+    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t at = msg.find(kNull); at != std::string::npos; at = msg.find(kNull, at + 1)) {
+        const size_t end = at + kNull.size();
+        if ((at == 0 || !word(msg[at - 1])) && (end == msg.size() || !word(msg[end]))) msg.replace(at, 4, "None");
+    }
+    return msg;
+}
+
 [[noreturn]] void raise(addrmsnorm_status st) {
-    const std::string msg = addrmsnorm_last_error();
+    const std::string msg = python_words(addrmsnorm_last_error());
     if (st == ADDRMSNORM_ERROR_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
     if (st == ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE) TORCH_CHECK_TYPE(false, msg);
     TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
@@ -318,7 +330,10 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
         const RowView vx = as_rows("x", x, x.sizes());
         a.rows = vx.rows;
         a.stride_x = vx.stride;
-        if (residual != nullptr) a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
+        // With a gate or a pair the C ABI refuses any residual first ("takes no residual"): its rows are not
+        // mapped, so that a residual of another shape gets that message, as from validation.py.
+        if (residual != nullptr && !z && b == nullptr)
+            a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
         a.stride_out = as_rows("out", *out, x.sizes()).stride;
         if (residual_out != nullptr) a.stride_residual_out = as_rows("residual_out", *residual_out, x.sizes()).stride;
     } else {

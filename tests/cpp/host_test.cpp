@@ -873,7 +873,7 @@ TEST(Validate, GatedNormRulesNameTheirField) {
     const Case cases[] = {
         {[](addrmsnorm_norm_args& c) { c.group_size = 48; }, "group_size is 48; it must divide"},
         {[](addrmsnorm_norm_args& c) { c.group_size = 4; c.hidden = 128; }, "group_size is 4"},
-        {[](addrmsnorm_norm_args& c) { c.weight_dtype = ADDRMSNORM_FLOAT32; }, "weight_dtype is float32",
+        {[](addrmsnorm_norm_args& c) { c.weight_dtype = ADDRMSNORM_FLOAT32; }, "weight has dtype float32",
          ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE},
         {[](addrmsnorm_norm_args& c) { c.stride_z = 132; }, "stride_z is 132"},
         {[](addrmsnorm_norm_args& c) { c.z = static_cast<const unsigned char*>(c.z) + 2; }, "z does not start"},
