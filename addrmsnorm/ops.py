@@ -116,8 +116,6 @@ for _name, _schema in SCHEMAS.items():
     _lib.define(_name + _schema)
 
 _JIT_IMPLS = {name: getattr(jit_backend, name) for name in SCHEMAS}
-for _name, _fn in _JIT_IMPLS.items():
-    _lib.impl(_name, _fn, "CPU")  # the interpreter; jit_backend refuses CPU tensors otherwise
 
 
 # ----- fake implementations: shapes and dtypes for torch.compile and meta tensors -------------------
@@ -307,6 +305,18 @@ def extension_status() -> str:
 
 
 _BACKEND, _REASON = _select_backend()
+# CPU tensors: the interpreter (jit_backend refuses CPU tensors otherwise). With C_CHECKS_ENV=1 and the cpp
+# backend, the C++ extension's operators instead, in its check-only mode for CPU tensors (torch_ext/ops.cpp): the
+# C path's refusals, words included, seen on a machine without a GPU (scripts/test.sh runs the refusal tests so).
+C_CHECKS_ENV = "ADDRMSNORM_C_CHECKS_ON_CPU"
+if _BACKEND == "cpp" and os.environ.get(C_CHECKS_ENV) == "1":
+    _CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    for _name in SCHEMAS:
+        _lib.impl(_name, lambda *a, _op=getattr(getattr(torch.ops, NAMESPACE), _name).default, **k:
+                  _op.redispatch(_CUDA_KEYS, *a, **k), "CPU")
+else:
+    for _name, _fn in _JIT_IMPLS.items():
+        _lib.impl(_name, _fn, "CPU")
 if _BACKEND == "triton":
     for _name, _fn in _JIT_IMPLS.items():
         _lib.impl(_name, _fn, "CUDA")

@@ -64,6 +64,7 @@ class ModelTolerance:
     """A patched transformers model (addrmsnorm.hf) against the same model unpatched, each as
     max |patched - unpatched| / max |unpatched| over the tensor (tests/test_hf.py)."""
     logits: float           # numerics="hf": logits and every hidden state
+    head_logits: float      # numerics="hf" with per-head q/k norms (Qwen3, Gemma 3): many short rows, more flips
     rounding_logits: float  # a model that rounds elsewhere: numerics="contract", or torch.compile's kernels
     loss: float             # training: each step's loss, relative
     grad: float             # training: each parameter's gradient after the last of 3 AdamW steps
@@ -72,16 +73,19 @@ class ModelTolerance:
 
 HF_MODEL_TOLERANCES: dict[str, ModelTolerance] = {
     "fp32": ModelTolerance(
-        logits=1e-5, rounding_logits=1e-5, loss=1e-6, grad=1e-4,
+        logits=1e-5, head_logits=1e-5, rounding_logits=1e-5, loss=1e-6, grad=1e-4,
         reason="the fused kernel sums each row's squares in another order than torch (a few fp32 "
                "ulps of rstd); fp32 models round nothing else differently. Gradients: ours are "
                "computed from the saved h and rstd in fp32, HF's by autograd through its ops",
     ),
     "bf16": ModelTolerance(
-        logits=2.0**-8, rounding_logits=2.0**-5, loss=2.0**-10, grad=2.0**-3,
+        logits=2.0**-8, head_logits=2.0**-7, rounding_logits=2.0**-5, loss=2.0**-10, grad=2.0**-3,
         reason="hf: the kernel rounds where HF does, so y differs only by an ulp where the last bit of "
                "rstd (another summation order) decides a rounding, and such flips propagate; measured "
-               "on the H200: 0 (bit-identical logits) for all seven families. Elsewhere rounded: "
+               "on the H200: 0 (bit-identical logits) for all seven families. Per-head q/k norms (Qwen3, "
+               "Gemma 3) normalize many rows of 128 and flip more often (25 of 10,485,760 elements at 2048 "
+               "tokens, 32 + 8 heads, issue 65's H100 run): Qwen3's logits at batch 2 measured 4.5e-3 (H100, "
+               "2026-12-06). Elsewhere rounded: "
                "numerics='contract' rounds the fp32 sum once where HF rounds twice, and inductor's "
                "fused kernels keep intermediates of the attention and MLP in fp32; either moves "
                "logits by bf16 noise amplified over the layers (measured <= 1.1e-2 and 1.4e-2). Training: our backward is the contract's gradient in "

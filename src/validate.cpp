@@ -680,7 +680,7 @@ addrmsnorm_status check_gate_rules(const NormCall& c) {
                          (long long)g, access_elems());
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with z: the gated norm writes no rstd");
     ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
-                         "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is not the gated norm's: its numerics are CONTRACT or HF");
+                         "numerics 2 (hf_round_once) is not the gated norm's: its numerics are 0 (contract) or 1 (hf)");
     ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
                          "ADDRMSNORM_NUMERICS_HF with z needs weight_offset 0: HF's gated norms (Qwen3-Next, Mamba2) "
                          "keep the weight as it is");
@@ -734,7 +734,7 @@ addrmsnorm_status check_pair_rules(const NormCall& c) {
     }
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with b: the pair writes no rstd");
     ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
-                         "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is not the pair's: its numerics are CONTRACT or HF");
+                         "numerics 2 (hf_round_once) is not the pair's: its numerics are 0 (contract) or 1 (hf)");
     ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
                          "ADDRMSNORM_NUMERICS_HF with b needs weight_offset 0: the latent norms (DeepSeek-V3's) are "
                          "LlamaRMSNorm's form");

@@ -5,6 +5,8 @@ triton decorates the kernels), so one process runs either the CPU interpreter su
 suite. ``scripts/test.sh`` runs both.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -29,9 +31,11 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason=GPU_ONLY_REASON)
 
 # The GPU suite's large cases: tests marked `large`, and every case parametrized with N and H of at least
 # LARGE_ELEMENTS elements (its fp64 reference alone is then a quarter of a GiB or more, and several GiB at the
-# largest). scripts/gpu_suite.sh runs them after the rest, on as many workers as the card has memory for at
-# 16 GiB a case, so that pytest-xdist's workers never together hold more than the card.
+# largest). With LARGE_GROUPS_ENV=n, scripts/gpu_suite.sh's pytest-xdist run (--dist loadgroup) puts them in n
+# groups, each run one case at a time on one worker, n being what the card has memory for at 16 GiB a case:
+# pytest-xdist's workers then never together hold more than the card, and the other workers run the rest.
 LARGE_ELEMENTS = 1 << 25
+LARGE_GROUPS_ENV = "ADDRMSNORM_LARGE_GROUPS"
 
 
 def pytest_configure(config):
@@ -40,8 +44,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    groups = int(os.environ.get(LARGE_GROUPS_ENV, "0") or 0)
+    large = 0
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         n, h = params.get("N"), params.get("H")
         if isinstance(n, int) and isinstance(h, int) and n * h >= LARGE_ELEMENTS:
             item.add_marker(pytest.mark.large)
+        if groups > 0 and item.get_closest_marker("large") is not None:
+            item.add_marker(pytest.mark.xdist_group(f"large-{large % groups}"))
+            large += 1

@@ -82,6 +82,27 @@ def max_rel(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
 
 
+def greedy(model, ids, n):
+    """n greedy tokens (KV cache on) and the logits each was chosen from."""
+    out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, output_logits=True,
+                         return_dict_in_generate=True)
+    return out.sequences, out.logits
+
+
+def assert_same_greedy(got, want, tol, what="greedy generation"):
+    """The same greedy tokens, or tokens that part only where the two models' logits at that step were within tol
+    of each other (a near-tie of the unpatched model's two best tokens, decided by a last-bit rounding: after that
+    step the two sequences condition on different tokens and are not compared)."""
+    (seq, logits), (ref_seq, ref_logits) = got, want
+    assert seq.shape == ref_seq.shape, what
+    start = seq.shape[1] - len(ref_logits)
+    for step, (a, b) in enumerate(zip(logits, ref_logits)):
+        if not torch.equal(seq[:, start + step], ref_seq[:, start + step]):
+            assert max_rel(a, b) <= tol, f"{what} parts at step {step}, where the logits differ by {max_rel(a, b)}"
+            return
+    assert torch.equal(seq, ref_seq), what
+
+
 def test_supported_architectures():
     assert hf.supported_architectures() == tuple(f[3] for f in FAMILIES.values())
 
@@ -96,7 +117,7 @@ def test_patched_model_matches_unpatched(family):
     state = {n: t.data_ptr() for n, t in model.state_dict().items()}
     with torch.no_grad():
         ref = model(ids, output_hidden_states=True)
-        ref_gen = model.generate(ids[:1], max_new_tokens=32, do_sample=False, min_new_tokens=32)
+        ref_gen = greedy(model, ids[:1], 32)
 
     assert hf.patch(model) is model and hf.is_patched(model)
     stack = model.model
@@ -104,12 +125,12 @@ def test_patched_model_matches_unpatched(family):
     assert type(patched).__name__ == "AddRMSNorm" + type(patched).__mro__[1].__name__
     with torch.no_grad():
         out = model(ids, output_hidden_states=True)
-        gen = model.generate(ids[:1], max_new_tokens=32, do_sample=False, min_new_tokens=32)
+        gen = greedy(model, ids[:1], 32)
     assert max_rel(out.logits, ref.logits) <= TOL.logits, TOL.reason
     assert len(out.hidden_states) == len(ref.hidden_states) == _COMMON["num_hidden_layers"] + 1
     for i, (a, b) in enumerate(zip(out.hidden_states, ref.hidden_states)):
         assert a.shape == b.shape and max_rel(a, b) <= TOL.logits, f"hidden state {i}"
-    assert torch.equal(gen, ref_gen), "greedy generation differs"
+    assert_same_greedy(gen, ref_gen, TOL.logits)
 
     # Same parameter objects and storage; same state dict.
     assert {n: p for n, p in model.named_parameters()} == params
@@ -382,8 +403,9 @@ def test_no_rmsnorm_module_runs_its_own_forward(family, monkeypatch):
 @pytest.mark.parametrize("family", ["qwen3", "gemma3"])
 def test_qk_norms_and_rope_run_as_one_call(family, monkeypatch):
     """Qwen3's and Gemma 3's attention (bf16): after the patch HF's apply_rotary_pos_emb never runs and each
-    attention makes one qk_rmsnorm_rope call, in prefill and decode; logits and greedy tokens as unpatched (the
-    interpreter truncates its bf16 stores: there, logits within its rounding and no token check). A batch of two:
+    attention makes one qk_rmsnorm_rope call, in prefill and decode; logits within TOL.head_logits of the unpatched
+    model's and the same greedy tokens but at a near-tie (the interpreter truncates its bf16 stores: there, logits
+    within its rounding and no token check). A batch of two:
     HF's rotary embedding gives cos and sin of one batch row, (1, seq, head_dim), which the call broadcasts."""
     import sys
 
@@ -392,7 +414,7 @@ def test_qk_norms_and_rope_run_as_one_call(family, monkeypatch):
     ids = prompt(batch=2, length=6)
     with torch.no_grad():
         ref = model(ids).logits
-        ref_gen = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
+        ref_gen = greedy(model, ids, 4)
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
     hf_rope, ours = [], []
     monkeypatch.setattr(module, "apply_rotary_pos_emb",
@@ -406,10 +428,10 @@ def test_qk_norms_and_rope_run_as_one_call(family, monkeypatch):
     hf.patch(model)
     with torch.no_grad():
         out = model(ids).logits
-        gen = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
+        gen = greedy(model, ids, 4)
     layers = _COMMON["num_hidden_layers"]
     assert hf_rope == [] and len(ours) == layers * 5, (len(hf_rope), len(ours))  # a prefill, then 4 decode steps
-    tol = TOL.logits if ON_GPU else HF_MODEL_TOLERANCES["bf16"].rounding_logits
+    tol = TOL.head_logits if ON_GPU else HF_MODEL_TOLERANCES["bf16"].rounding_logits
     assert max_rel(out, ref) <= tol
     if ON_GPU:
-        assert torch.equal(gen, ref_gen)
+        assert_same_greedy(gen, ref_gen, tol)

@@ -33,11 +33,14 @@
 #include <algorithm>
 #include <c10/util/accumulate.h>
 #include <cctype>
+#include <cstring>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "addrmsnorm/addrmsnorm.h"
@@ -49,8 +52,14 @@ constexpr auto kContiguous = c10::MemoryFormat::Contiguous;
 
 // ----- calling the C ABI -----------------------------------------------------------------------------
 
-// The C runtime's message in a Python user's words: an argument not given is None there, not NULL.
+// The C runtime's message in a Python user's words: an argument not given is None there, not NULL, and the
+// struct's fields that the operators take under other names are named as the operators name them.
 std::string python_words(std::string msg) {
+    static const std::pair<const char*, const char*> kFields[] = {
+        {"gate_first is 1 ", "norm_before_gate is False "},
+    };
+    for (const auto& [c_words, python] : kFields)
+        if (const size_t at = msg.find(c_words); at != std::string::npos) msg.replace(at, std::strlen(c_words), python);
     static const std::string kNull = "NULL";
     const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     for (size_t at = msg.find(kNull); at != std::string::npos; at = msg.find(kNull, at + 1)) {
@@ -88,7 +97,29 @@ addrmsnorm_stream current_stream(const c10::Device& device) {
         c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle());
 }
 
+// The C path's checks on CPU tensors, for its refusal tests on machines without a GPU (scripts/test.sh; CI):
+// with ADDRMSNORM_C_CHECKS_ON_CPU=1 (and ADDRMSNORM_BACKEND=cpp, which routes CPU tensors here: ops.py), the
+// operators map CPU tensors as they map CUDA ones and ask the C runtime's check entry points, which touch no
+// driver. Nothing runs on the CPU: a call the checks accept raises NotImplementedError.
+bool c_checks_on_cpu(const c10::Device& device) {
+    static const bool on = [] {
+        const char* v = std::getenv("ADDRMSNORM_C_CHECKS_ON_CPU");
+        return v != nullptr && std::string(v) == "1";
+    }();
+    return on && device.is_cpu();
+}
+
+[[noreturn]] void accepted_on_cpu() {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "ADDRMSNORM_C_CHECKS_ON_CPU: the C runtime's checks accept this call; "
+                                       "nothing runs on CPU tensors");
+}
+
 void launch(const c10::Device& device, const addrmsnorm_norm_args& a) {
+    if (c_checks_on_cpu(device)) {
+        const addrmsnorm_status st = addrmsnorm_norm_check(&a);
+        if (st != ADDRMSNORM_SUCCESS) raise(st);
+        accepted_on_cpu();
+    }
     on_device(device, [&] { return addrmsnorm_norm(&a, current_stream(device)); });
 }
 
@@ -174,7 +205,8 @@ void same_device(const char* name, const at::Tensor* t, const at::Tensor& x, con
 }
 
 void cuda_device(const char* name, const at::Tensor& x) {
-    TORCH_CHECK_VALUE(x.is_cuda(), name, " is on ", x.device(), "; this is the CUDA backend");
+    TORCH_CHECK_VALUE(x.is_cuda() || c_checks_on_cpu(x.device()), name, " is on ", x.device(),
+                      "; this is the CUDA backend");
 }
 
 // Whether dims [0, end) of t flatten to one stride: (ok, rows, stride; -1 if no dim has size > 1).
@@ -320,6 +352,9 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
             a.stride_b_out = as_rows("b_out", *b_out, b->sizes()).stride;
         }
         a.b_hidden = Hb;
+    } else {  // b's tensors without b: passed on, for the C ABI to refuse by name (nothing of them is read)
+        if (b_weight) a.b_weight = data(*b_weight);
+        if (b_out != nullptr) a.b_out = data(*b_out);
     }
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
@@ -330,12 +365,13 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
         const RowView vx = as_rows("x", x, x.sizes());
         a.rows = vx.rows;
         a.stride_x = vx.stride;
-        // With a gate or a pair the C ABI refuses any residual first ("takes no residual"): its rows are not
-        // mapped, so that a residual of another shape gets that message, as from validation.py.
-        if (residual != nullptr && !z && b == nullptr)
-            a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
+        // With a gate or a pair the C ABI refuses any residual first ("takes no residual"): the rows of residual
+        // and residual_out are not mapped, so that those of another shape get that message, as from validation.py.
+        const bool residual_rows = !z && b == nullptr;
+        if (residual != nullptr && residual_rows) a.stride_residual = as_rows("residual", *residual, x.sizes()).stride;
         a.stride_out = as_rows("out", *out, x.sizes()).stride;
-        if (residual_out != nullptr) a.stride_residual_out = as_rows("residual_out", *residual_out, x.sizes()).stride;
+        if (residual_out != nullptr && residual_rows)
+            a.stride_residual_out = as_rows("residual_out", *residual_out, x.sizes()).stride;
     } else {
         Grouped gx = as_grouped("x", x, x.sizes());
         Grouped go = out->is_same(x) ? gx : as_grouped("out", *out, x.sizes());
@@ -455,8 +491,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     a.rope = roped ? &rope : nullptr;
     a.rope_groups = rope_groups;
     a.eps = eps;
-    uint64_t bytes = 0;
-    on_device(dy.device(), [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
+    uint64_t bytes = 256;  // ADDRMSNORM_C_CHECKS_ON_CPU: no device to size it for, and nothing runs
+    if (!c_checks_on_cpu(dy.device()))
+        on_device(dy.device(), [&] { return addrmsnorm_norm_backward_workspace_size(&a, &bytes); });
     const bool separate = a.x_dtype != a.residual_dtype;
     at::Tensor dres = at::empty(dy.sizes(), h.options().memory_format(kContiguous));
     at::Tensor dx = at::empty(separate ? dy.sizes() : c10::IntArrayRef{0}, dy.options().memory_format(kContiguous));
@@ -475,6 +512,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     a.dweight = weight_grad ? data(dweight) : nullptr;
     a.workspace = data(workspace);
     a.workspace_bytes = bytes;
+    if (c_checks_on_cpu(dy.device())) {
+        const addrmsnorm_status st = addrmsnorm_norm_backward_check(&a);
+        if (st != ADDRMSNORM_SUCCESS) raise(st);
+        accepted_on_cpu();
+    }
     on_device(dy.device(), [&] { return addrmsnorm_norm_backward(&a, current_stream(dy.device())); });
     return {dres, dx, dweight};
 }
