@@ -33,22 +33,40 @@ from torch import _C
 IN_PLACE_OPS = ("norm_", "norm_into")
 
 
-def no_backward_message(op: str, arg: str, plain: bool = False) -> str:
-    """The refusal of an operator with no backward (``plain``: called without a residual);
-    torch_ext/autograd.cpp words it the same. The quantized ones are for inference alone; the other
-    mutating ones have a functional form with autograd."""
+# The functional form with autograd of each mutating call's variant, as a refusal names it (training_form picks
+# the variant from the call's arguments); torch_ext/autograd.cpp has the same table.
+TRAINING_FORMS = {
+    "fused": "call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or residual_out=",
+    "plain": "call addrmsnorm.rmsnorm(x, weight) without out=",
+    "sandwich": "call addrmsnorm.sandwich_rmsnorm(x, residual, post_weight, weight) without out= or residual_out=",
+    "gated": "call addrmsnorm.gated_rmsnorm(x, z, weight) without out=",
+    "pair": "call addrmsnorm.rmsnorm_pair(a, a_weight, b, b_weight) without out=",
+    "qk": "normalize the q and k views with addrmsnorm.rmsnorm(x, weight)",
+    "rope": "call addrmsnorm.qk_rmsnorm_rope(q, k, q_weight, k_weight, ...)",
+}
+
+
+def training_form(residual=None, post_weight=None, z=None, b=None, qk_rotated: bool | None = None) -> str:
+    """The key of TRAINING_FORMS for a norm call, or for a QK-norm call (qk_rotated: whether it rotates)."""
+    if qk_rotated is not None:
+        return "rope" if qk_rotated else "qk"
+    if z is not None:
+        return "gated"
+    if b is not None:
+        return "pair"
+    if post_weight is not None:
+        return "sandwich"
+    return "plain" if residual is None else "fused"
+
+
+def no_backward_message(op: str, arg: str, form: str = "fused") -> str:
+    """The refusal of an operator with no backward, naming the functional form of the call's variant
+    (TRAINING_FORMS); torch_ext/autograd.cpp words it the same. The quantized ones are for inference alone."""
     if "quant" in op:
         return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; quantized outputs are for "
                 f"inference: call it under torch.no_grad() or torch.inference_mode()")
-    if op.startswith("qk_"):
-        return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
-                f"or for training normalize the q and k views with addrmsnorm.rmsnorm(x, weight)")
-    if plain:
-        return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
-                f"or for training call addrmsnorm.rmsnorm(x, weight) without out=")
     return (f"addrmsnorm::{op} has no backward, but {arg} requires grad; call it under torch.no_grad(), "
-            f"or for training call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or "
-            f"residual_out=")
+            f"or for training {TRAINING_FORMS[form]}")
 
 
 def no_double_backward_message() -> str:
@@ -60,12 +78,12 @@ def no_double_backward_message() -> str:
             "addrmsnorm.rmsnorm_ref, which autograd differentiates to any order")
 
 
-def _refuse_grad(op: str, names, tensors, plain: bool = False) -> None:
+def _refuse_grad(op: str, names, tensors, form: str = "fused") -> None:
     if not _C.is_grad_enabled():
         return
     for name, t in zip(names, tensors):
         if t is not None and t.requires_grad:
-            raise RuntimeError(no_backward_message(op, name, plain))
+            raise RuntimeError(no_backward_message(op, name, form))
 
 
 class NormFunction(torch.autograd.Function):
@@ -215,7 +233,11 @@ def rope_angles(positions, cos_sin_cache, cos, sin, rotary_dim: int, style: int)
     if cos is not None:
         return cos.float(), sin.float()
     half = rotary_dim // 2
-    rows = cos_sin_cache[positions.long()].float()
+    # A position outside the cache (a call with check_positions=False) has NaN angles, never another row's.
+    p = positions.long()
+    outside = (p < 0) | (p >= cos_sin_cache.shape[0])
+    rows = cos_sin_cache[p.clamp(0, max(cos_sin_cache.shape[0] - 1, 0))].float()
+    rows = rows.masked_fill(outside[:, None], float("nan"))
     c, s = rows[:, :half], rows[:, half:rotary_dim]
     if style == 0:
         return torch.cat([c, c], -1), torch.cat([s, s], -1)
@@ -260,10 +282,12 @@ def _norm_backward(keyset, dy, dresidual_out, h, rstd, weight, weight_offset=0.0
     if not (_C.is_grad_enabled() and any(t is not None and t.requires_grad
                                          for t in (dy, dresidual_out, h, rstd, weight, cos, sin))):
         return grads
-    # As torch.autograd.function.once_differentiable: the outputs hang off a node that raises when
-    # reached, so only an actual second-order backward fails.
-    err = torch._C._functions.DelayedError(no_double_backward_message().encode(), len(grads))
-    return err(*(g.detach().requires_grad_() for g in grads))
+    # As torch.autograd.function.once_differentiable, the outputs hang off a node that raises when reached, so
+    # only an actual second-order backward fails; unlike it, the node's edges lead to the inputs, so that every
+    # way of asking (.backward(), torch.autograd.grad with or without allow_unused) reaches it.
+    sources = [t for t in (dy, dresidual_out, h, rstd, weight, cos, sin) if t is not None and t.requires_grad]
+    err = torch._C._functions.DelayedError(no_double_backward_message().encode(), len(grads) + len(sources))
+    return tuple(err(*grads, *sources)[:len(grads)])
 
 
 def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False,
@@ -283,7 +307,7 @@ def _norm(keyset, x, residual, weight, eps, weight_offset=0.0, return_rstd=False
 def _norm_(keyset, x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
            post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
     _refuse_grad("norm_", ("x", "residual", "weight", "post_weight", "z", "b", "b_weight"),
-                 (x, residual, weight, post_weight, z, b, b_weight), residual is None)
+                 (x, residual, weight, post_weight, z, b, b_weight), training_form(residual, post_weight, z, b))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, eps, weight_offset, numerics, pdl,
@@ -300,7 +324,8 @@ def _norm_into(keyset, x, residual, weight, out, residual_out, rstd, eps, weight
                b=None, b_weight=None, b_out=None):
     _refuse_grad("norm_into", ("x", "residual", "weight", "out", "residual_out", "rstd", "post_weight", "z", "b",
                                "b_weight", "b_out"),
-                 (x, residual, weight, out, residual_out, rstd, post_weight, z, b, b_weight, b_out), residual is None)
+                 (x, residual, weight, out, residual_out, rstd, post_weight, z, b, b_weight, b_out),
+                 training_form(residual, post_weight, z, b))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.norm_into.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out, rstd, eps,
@@ -339,7 +364,8 @@ def _norm_quant_into(keyset, x, residual, weight, out, residual_out, scales_out,
 
 def _qk_rmsnorm_(keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0,
                  numerics=0, pdl=False, *rope):
-    _refuse_grad("qk_rmsnorm_", ("qkv", "q_weight", "k_weight"), (qkv, q_weight, k_weight))
+    _refuse_grad("qk_rmsnorm_", ("qkv", "q_weight", "k_weight"), (qkv, q_weight, k_weight),
+                 training_form(qk_rotated=any(t is not None for t in rope[:4])))
     with _C._AutoDispatchBelowADInplaceOrView():
         torch.ops.addrmsnorm.qk_rmsnorm_.default.redispatch(
             keyset & _C._after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads,

@@ -19,7 +19,9 @@ These functions check only the Python types of their arguments; every other rule
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 
 import torch
 
@@ -268,6 +270,8 @@ def _check_gate_types(z, group_size, norm_before_gate) -> None:
         raise TypeError(f"z must be a torch.Tensor, got {type(z).__name__}")
     if group_size is not None and type(group_size) is not int:
         raise TypeError(f"group_size must be an int or None, got {type(group_size).__name__}")
+    if group_size is not None and group_size <= 0:  # 0 is the operators' "the whole row": None here
+        raise ValueError(f"group_size must be None (the whole row) or a positive divisor of the row, got {group_size}")
 
 
 def gated_rmsnorm(
@@ -393,7 +397,8 @@ def rmsnorm_pair_(
     ``rmsnorm_pair``. Returns (a, b)."""
     n = plain_numerics_index(numerics)
     _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl)
-    ops.norm_(a, None, a_weight, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True, b, b_weight)
+    with _named_as(_PAIR_IN_PLACE_NAMES):
+        ops.norm_(a, None, a_weight, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True, b, b_weight)
     return a, b
 
 
@@ -426,8 +431,9 @@ def rmsnorm_pair(
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(f"out must be a tuple (a_out, b_out), got {type(out).__name__}")
         a_out, b_out = out
-    ops.norm_into(a, None, a_weight, a_out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True,
-                  b, b_weight, b_out)
+    with _named_as(_PAIR_INTO_NAMES):
+        ops.norm_into(a, None, a_weight, a_out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0,
+                      True, b, b_weight, b_out)
     return a_out, b_out
 
 
@@ -436,6 +442,23 @@ def _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl):
         _check_norm_types(a, a_weight, eps, weight_offset, pdl)
         return
     _type_errors({"b": b, "b_weight": b_weight}, eps, weight_offset, {"pdl": pdl})
+
+
+@contextlib.contextmanager
+def _named_as(names):
+    """The operator's refusal in the words of the function the user called: ``names`` maps the operator's
+    argument names to that function's (the pair's a is the operator's x, and in place its out)."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        msg = str(e)
+        for op_name, user_name in names:
+            msg = re.sub(rf"(?<![\w.\[]){re.escape(op_name)}(?![\w\[])", user_name, msg)
+        raise type(e)(msg) from None
+
+
+_PAIR_IN_PLACE_NAMES = (("x", "a"), ("weight", "a_weight"), ("out", "a"))
+_PAIR_INTO_NAMES = (("x", "a"), ("weight", "a_weight"), ("b_out", "out[1]"), ("out", "out[0]"))
 
 
 def _check_norm_types(x, weight, eps, weight_offset, pdl, return_rstd=False):
@@ -837,7 +860,9 @@ def qk_rmsnorm_rope_(
     head's columns past it are normalized and not rotated (GLM's and Phi's partial rotation). ``style``
     "neox" rotates the halves (HF's ``rotate_half``), "gptj" interleaved pairs. ``numerics`` "contract" rotates
     the fp32 norm and rounds once; "hf" is the family's HF norm and ``apply_rotary_pos_emb`` bit for bit (cos
-    and sin of qkv's dtype). ``check_positions`` reads positions back to the host to refuse one outside the
+    and sin of qkv's dtype), given the kernel's rstd: torch sums a head's squares in another order, and where the
+    last fp32 bit of rstd decides a rounding the two differ by one step (docs/guide.md gives the measured count).
+    ``check_positions`` reads positions back to the host to refuse one outside the
     cache before anything is written (a synchronization; skipped while a CUDA graph is captured and under
     torch.compile); the kernel itself never reads past the cache and writes nothing of such a token. No
     autograd (in place). Returns qkv.
@@ -848,7 +873,7 @@ def qk_rmsnorm_rope_(
     _type_errors({}, eps, weight_offset, {"pdl": pdl, "check_positions": check_positions})
     if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
         v.check_head_counts(num_q_heads, num_kv_heads, head_dim)
-    rd = 0 if rotary_dim is None else rotary_dim
+    rd = _rotary_dim(rotary_dim)
     rs = v.rope_style_index(style)
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         raise ValueError("qk_rmsnorm_rope_ rotates by positions and cos_sin_cache, or by cos and sin: none is given "
@@ -861,16 +886,31 @@ def qk_rmsnorm_rope_(
     return qkv
 
 
+def _rotary_dim(rotary_dim) -> int:
+    """The operators' rotary_dim (0: head_dim) of the functions' (None: head_dim); 0 itself is refused there."""
+    if rotary_dim is None:
+        return 0
+    if type(rotary_dim) is int and rotary_dim <= 0:
+        raise ValueError(f"rotary_dim must be None (head_dim) or even in [2, head_dim], got {rotary_dim}")
+    return rotary_dim
+
+
 class _QkRope(torch.autograd.Function):
     """qk_rmsnorm_rope's autograd: the forward one QK-norm call with the rotation on a fresh (tokens, q and k
     heads, head_dim) buffer; the backward autograd.qk_rope_backward for each part."""
 
     @staticmethod
-    def forward(ctx, q, k, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cache, cos, sin, rd, rs):
+    def forward(ctx, q, k, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cache, cos, sin, rd, rs,
+                checked):
         T, nq, nk, D = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
         buf = torch.cat([q.reshape(T, nq * D), k.reshape(T, nk * D)], dim=1)
         ops.qk_rmsnorm_(buf, q_weight, k_weight, eps, nq, nk, D, weight_offset, n, pdl, positions, cache, cos, sin,
                         rd, rs)
+        if positions is not None and not checked:
+            # Positions not read back (check_positions=False, or under capture or compile): the kernel wrote nothing
+            # of a token outside the cache, whose rows of buf still hold its input. They become NaN: never an
+            # unnormalized head passed off as a result.
+            buf.masked_fill_(((positions < 0) | (positions >= cache.shape[0]))[:, None], float("nan"))
         ctx.save_for_backward(q, k, q_weight, k_weight, positions, cache, cos, sin)
         ctx.args = (eps, weight_offset, rd if rd else D, rs)
         return buf[:, :nq * D].view(T, nq, D), buf[:, nq * D:].view(T, nk, D)
@@ -879,7 +919,15 @@ class _QkRope(torch.autograd.Function):
     def backward(ctx, dq, dk):
         q, k, q_weight, k_weight, positions, cache, cos, sin = ctx.saved_tensors
         eps, weight_offset, rd, rs = ctx.args
-        c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)
+        if positions is not None and _eager():  # a forward with check_positions=False: say what is wrong
+            call = v.RopeCall()
+            call.positions, call.max_position = positions, cache.shape[0]
+            try:
+                v.check_positions_in_cache(call)
+            except ValueError as e:
+                raise ValueError(f"qk_rmsnorm_rope's backward: {e}; the forward ran with check_positions=False and "
+                                 f"gave NaN for those tokens") from None
+        c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)  # elsewhere: NaN angles for them
         if torch.is_grad_enabled():  # create_graph: the gradient in torch operations, differentiable again
             dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)
             dkx, dwk = autograd.qk_rope_backward(k, k_weight, dk, eps, weight_offset, c, s, rd, rs)
@@ -889,7 +937,7 @@ class _QkRope(torch.autograd.Function):
                                       for x, w, dy, need in ((q, q_weight, dq, ctx.needs_input_grad[2]),
                                                              (k, k_weight, dk, ctx.needs_input_grad[3])))
         return (dqx, dkx, dwq if ctx.needs_input_grad[2] else None, dwk if ctx.needs_input_grad[3] else None,
-                *([None] * 10))
+                *([None] * 11))
 
 
 def _rope_part_backward(x, weight, dy, cos, sin, eps, weight_offset, rotary_dim, style, weight_grad):
@@ -924,19 +972,37 @@ def qk_rmsnorm_rope(
     order: batch, then sequence), each normalized with its weight and rotated; returns new ``(q, k)`` of their
     shapes. The angles are ``qk_rmsnorm_rope_``'s, a row a token: ``cos`` and ``sin`` may have HF's shape
     ``(batch, seq, rotary_dim)``, or ``(1, seq, rotary_dim)``, broadcast over the batch. One copy of q and k into
-    one buffer, then the one call on it in place (the outputs are views of that buffer). The backward is the contract's gradient in fp32 torch operations
-    (autograd.qk_rope_backward: the rotation by the negative angle, then the norm's), which autograd can
-    differentiate again; HF's roundings differentiate as the identity."""
+    one buffer, then the one call on it in place (the outputs are views of that buffer). q and k are HF's
+    ``(batch, seq, heads, head_dim)`` layout, the projections' view before HF transposes it; a transposed view
+    ``(batch, heads, seq, head_dim)``, whose strides show it, is refused. With ``check_positions=False`` (or
+    under CUDA-graph capture and torch.compile, where positions are not read back) a token whose position is
+    outside the cache comes back as NaN, and an eager backward then refuses the positions by name.
+
+    The backward is the contract's gradient (HF's roundings differentiate as the identity): the first order one
+    ``norm_backward`` launch a part with the rotation (the rotation by the negative angle, then the norm's
+    backward); under ``create_graph=True`` the same gradient in fp32 torch operations
+    (autograd.qk_rope_backward), which autograd can differentiate again."""
     for name, t in (("q", q), ("k", k)):
         if not isinstance(t, _Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if q.dim() < 2 or k.dim() != q.dim() or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q has shape {tuple(q.shape)} and k {tuple(k.shape)}: they must be (..., heads, head_dim) "
                          f"with the same leading dimensions and head_dim")
+    for name, t in (("q", q), ("k", k)):
+        if t.dtype not in v.ROPE_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; qk_rmsnorm_rope takes float16 or bfloat16 q and k")
+        # HF's q and k after its transpose(1, 2), (batch, heads, seq, head_dim): the strides show it even where
+        # heads == seq, and read as (batch, seq, heads, head_dim) it would mix tokens and heads.
+        if t.dim() >= 3 and t.shape[-3] > 1 and t.shape[-2] > 1 and t.stride(-3) < t.stride(-2):
+            raise ValueError(f"{name} has shape {tuple(t.shape)} and strides {t.stride()}: a transposed view, as HF's "
+                             f"(batch, heads, seq, head_dim) after its transpose(1, 2); qk_rmsnorm_rope takes "
+                             f"(batch, seq, heads, head_dim), the projection's view before the transpose")
+    if k.dtype != q.dtype:
+        raise TypeError(f"k has dtype {k.dtype}; it must be q's dtype ({q.dtype})")
     lead, D = q.shape[:-2], q.shape[-1]
     T = math.prod(lead)
     qf, kf = q.reshape(T, q.shape[-2], D), k.reshape(T, k.shape[-2], D)
-    rd = 0 if rotary_dim is None else rotary_dim
+    rd = _rotary_dim(rotary_dim)
     rs = v.rope_style_index(style)
     v.check_rope_types(positions, cos_sin_cache, cos, sin, rd, rs)  # before the angles are reshaped
     cos, sin = _token_rows(cos, lead), _token_rows(sin, lead)
@@ -947,11 +1013,12 @@ def qk_rmsnorm_rope(
                  {"pdl": pdl, "check_positions": check_positions})
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         raise ValueError("qk_rmsnorm_rope rotates by positions and cos_sin_cache, or by cos and sin: none is given")
-    if check_positions and positions is not None and _eager():
+    checked = check_positions and positions is not None and _eager()
+    if checked:
         v.check_positions_in_cache(v.check_rope(q.dtype, T, D, q.device, positions, cos_sin_cache, cos, sin, rd, rs,
                                                 n != 0))
     oq, ok = _QkRope.apply(qf, kf, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cos_sin_cache, cos, sin,
-                           rd, rs)
+                           rd, rs, checked)
     return oq.view(q.shape), ok.view(k.shape)
 
 

@@ -22,6 +22,7 @@ else
     PY=$PWD/.venv/bin/python
   else
     PY=$(command -v "$BASE_PY")
+    echo "== using $PY ($("$PY" --version 2>&1)) as it is: what the scripts install goes into it"
   fi
   export ADDRMSNORM_PY=$PY
 fi

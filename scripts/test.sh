@@ -6,7 +6,8 @@
 #      ADDRMSNORM_CUDA_ARCHS: by default this machine's GPU arch, or sm_90 alone where there is no
 #      GPU (tests/test_aot.py checks the other default archs' kernel lists and compiles a sample of
 #      each, without compiling them all), so that the Python suites also check the C++ runtime;
-#   3. the Python suite with the kernels on the CPU under the Triton interpreter;
+#   3. the Python suite with the kernels on the CPU under the Triton interpreter, then its refusal tests
+#      through the C++ extension and the C runtime's checks (the C path's messages, without a GPU);
 #   4. ctest: host tests everywhere, GPU cases skip without a GPU (ctest lists them; their reason,
 #      from GoogleTest's log, is printed after it);
 #   5. the Python suite on the GPU, where there is one.
@@ -28,6 +29,13 @@ ADDRMSNORM_BUILD_TESTS=ON ADDRMSNORM_BUILD_BENCH=ON bash scripts/build.sh
 echo "== Python, CPU: kernels under the Triton interpreter (TRITON_INTERPRET=1) =="
 export ADDRMSNORM_EXPECT_INSTALLED=1  # tests/test_packaging.py
 TRITON_INTERPRET=1 "$PY" -m pytest -q -rs tests "$@"
+
+echo "== Python, CPU: the C path's refusals (the cpp backend's operators on CPU tensors, ADDRMSNORM_C_CHECKS_ON_CPU) =="
+# The refusal tests once more, through the torch extension and the C runtime's checks (no driver): their
+# messages are the C path's, as a GPU user of the cpp backend reads them. Tests of valid calls are left out:
+# nothing runs on CPU tensors there.
+TRITON_INTERPRET=1 ADDRMSNORM_BACKEND=cpp ADDRMSNORM_C_CHECKS_ON_CPU=1 "$PY" -m pytest -q -rs tests \
+  -k "(refuse or refusal or refused) and not same_bits and not grad" "$@"
 
 echo "== C++ runtime: ctest =="
 ctest --test-dir build --output-on-failure

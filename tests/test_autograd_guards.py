@@ -130,6 +130,30 @@ def test_python_api_in_place_forms_refuse_grad_with_the_operators_message():
         addrmsnorm.fused_add_rmsnorm(x, r, w, out=torch.empty_like(x))
 
 
+def test_in_place_variants_suggest_their_own_functional_form():
+    """A grad-requiring input to a variant's in-place form (or its out= form) names that variant's functional form,
+    not the fused op's."""
+    x, r, w = make_inputs(4, 64, DTYPE_COMBOS[0], DEVICE, seed=4)
+    g = w.clone().requires_grad_()
+    qkv = torch.randn(3, 4 * 64, device=DEVICE, dtype=x.dtype)
+    pos, cache = torch.zeros(3, dtype=torch.int64, device=DEVICE), torch.ones(8, 64, device=DEVICE)
+    cases = [
+        ("sandwich_rmsnorm(x, residual, post_weight, weight)", lambda: addrmsnorm.sandwich_rmsnorm_(x, r, g, w)),
+        ("gated_rmsnorm(x, z, weight) without out=", lambda: addrmsnorm.gated_rmsnorm(x, x.clone(), g, out=x)),
+        ("rmsnorm_pair(a, a_weight, b, b_weight)", lambda: addrmsnorm.rmsnorm_pair_(x, g, r, w)),
+        ("qk_rmsnorm_rope(q, k, q_weight, k_weight", lambda: addrmsnorm.qk_rmsnorm_rope_(
+            qkv, g, w, num_q_heads=2, num_kv_heads=1, head_dim=64, positions=pos, cos_sin_cache=cache)),
+        ("normalize the q and k views", lambda: addrmsnorm.qk_rmsnorm_(qkv, g, w, num_q_heads=2, num_kv_heads=1,
+                                                                       head_dim=64)),
+        ("fused_add_rmsnorm(x, residual, weight)", lambda: addrmsnorm.fused_add_rmsnorm_(x, r, g)),
+        ("rmsnorm(x, weight) without out=", lambda: addrmsnorm.rmsnorm(x, g, out=x)),
+    ]
+    for words, call in cases:
+        with pytest.raises(RuntimeError, match="has no backward") as e:
+            call()
+        assert words in str(e.value), (words, str(e.value))
+
+
 # ----- the functional operator's autograd -----------------------------------------------------------
 
 def _grads(fn, x, r, w, dy, dro, **kw):
@@ -240,6 +264,11 @@ def test_second_order_gradient_raises_naming_the_limit(case):
     assert "addrmsnorm.fused_add_rmsnorm_ref" in str(e.value)
     for t in inputs:
         assert t.grad is None  # nothing was accumulated before the refusal
+    # Every way of asking meets the refusal: torch.autograd.grad too, allow_unused or not (never a silent None).
+    for allow_unused in (False, True):
+        grads = torch.autograd.grad((fn() ** 2).sum(), inputs, create_graph=True)
+        with pytest.raises(RuntimeError, match="first order only"):
+            torch.autograd.grad(sum((g_ * g_).sum() for g_ in grads), inputs, allow_unused=allow_unused)
 
 
 def test_second_order_message_is_the_same_in_cpp():

@@ -473,3 +473,19 @@ def test_rope_targets_mark_each_goal_from_the_rows():
     assert "(0.65× the time) | **missed** |" in t and "(0.43× the time) | met |" in t
     assert "| backward ≥ 85% of the roofline | T = 8192, 32 + 8 × 128 | 1000 GB/s, 24.0% | | **missed** |" in t
     assert _report_targets().rope_targets([]) == ""
+
+
+@pytest.mark.parametrize("flag, rows", [("--variants-only", "gated norm, groups of 128"),
+                                        ("--rope-only", "gptj, rotary_dim 64, cache, q")])
+def test_no_gpu_path_runs_the_sections_demo(flag, rows):
+    """Without a GPU, --variants-only and --rope-only run the demo of those rows, not the fused op's."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.run([sys.executable, "-m", "addrmsnorm.bench", flag], capture_output=True, text=True,
+                       env=env, cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert rows in p.stdout and "all within tolerance" in p.stdout and "single, " not in p.stdout

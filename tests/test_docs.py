@@ -52,11 +52,31 @@ def test_the_guide_states_the_second_order_limit():
     assert "first order only" in GUIDE and "create_graph=True" in GUIDE
 
 
-def test_the_guide_rope_signatures_name_every_parameter():
+def test_the_guide_full_signatures_name_every_parameter():
     import inspect
 
-    for fn in (addrmsnorm.qk_rmsnorm_rope_, addrmsnorm.qk_rmsnorm_rope):
+    for fn in (addrmsnorm.qk_rmsnorm_rope_, addrmsnorm.qk_rmsnorm_rope, addrmsnorm.fused_add_rmsnorm,
+               addrmsnorm.fused_add_rmsnorm_):
         m = re.search(rf"`{fn.__name__}\(([^`]*)\)`", GUIDE)
         assert m, f"the guide has no signature of {fn.__name__}"
         documented = [part.split("=")[0].strip() for part in m.group(1).replace("\n", " ").split(",")]
         assert [n for n in documented if n != "*"] == list(inspect.signature(fn).parameters), fn.__name__
+
+
+def test_every_cited_results_folder_exists():
+    """A results path the docs cite is in the tree (results/ keeps only those), or, written <commit>:results/...,
+    in the history at that commit."""
+    import subprocess
+
+    docs = [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    cited = {m for d in docs for m in re.findall(r"(?:\b([0-9a-f]{7,40}):)?(results/[\w.\-/]*\w)", d.read_text())}
+    assert cited, "no results cited: the pattern is stale"
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True,
+                             text=True).stdout.strip() != "false"
+    for commit, path in sorted(cited):
+        if commit:
+            if not shallow:
+                r = subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=REPO, capture_output=True)
+                assert r.returncode == 0, f"{commit}:{path} is not in the history"
+        else:
+            assert (REPO / path).exists(), f"{path} is cited but not in the tree"

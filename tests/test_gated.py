@@ -124,6 +124,10 @@ def test_gated_refuses_bad_input_and_writes_nothing():
                                                           None, 0, False)),
         (ValueError, "activation", lambda: addrmsnorm.gated_rmsnorm(x, z, w, activation="gelu")),
         (TypeError, "z must be a torch.Tensor", lambda: addrmsnorm.gated_rmsnorm(x, "z", w)),
+        (ValueError, r"group_size must be None \(the whole row\)", lambda: addrmsnorm.gated_rmsnorm(x, z, w,
+                                                                                                 group_size=0)),
+        (ValueError, r"group_size must be None \(the whole row\)", lambda: addrmsnorm.gated_rmsnorm_quant(
+            x, z, w, quant_dtype=torch.float8_e4m3fn, group_size=0)),
     ]
     for exc, match, call in cases:
         assert_refused((exc, RuntimeError) if ON_GPU else exc, match, call, x, z, r, out, w, xs, xa, big)

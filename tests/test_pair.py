@@ -85,7 +85,7 @@ def test_pair_refuses_bad_input_and_writes_nothing():
                                                                          wb.float())),
         (TypeError, "b has dtype", lambda: addrmsnorm.rmsnorm_pair(a, wa, b.half(), wb)),
         (TypeError, "b_weight has dtype", lambda: addrmsnorm.rmsnorm_pair(a, wa, b, wb.half())),
-        (ValueError, "x's rows", lambda: addrmsnorm.rmsnorm_pair(a, wa, other[:3], wb)),
+        (ValueError, "a's rows", lambda: addrmsnorm.rmsnorm_pair(a, wa, other[:3], wb)),
         (ValueError, "both weighted", lambda: addrmsnorm.rmsnorm_pair(a, wa, b, None)),
         (ValueError, "b_weight has shape", lambda: addrmsnorm.rmsnorm_pair(a, wa, b, wa)),
         (ValueError, "at most 8192", lambda: addrmsnorm.rmsnorm_pair(wide, None, wide[:, :8], None)),
@@ -100,6 +100,11 @@ def test_pair_refuses_bad_input_and_writes_nothing():
                                                             None, 0.0, None, 0, True, b, wb, None)),
         (ValueError, "overlaps", lambda: addrmsnorm.rmsnorm_pair(a, wa, b, wb, out=(buf[:, 64:192], other))),
         (TypeError, "b must be a torch.Tensor", lambda: addrmsnorm.rmsnorm_pair(a, wa, "b", wb)),
+        # The functions' own names, never the operator's x, weight or out:
+        (ValueError, r"^a overlaps b|^b overlaps a", lambda: addrmsnorm.rmsnorm_pair_(buf[:, :128], wa, buf[:, 64:128],
+                                                                                      wb[:64])),
+        (ValueError, r"^a_weight has shape \(100,\)", lambda: addrmsnorm.rmsnorm_pair(a, wa[:100], b, wb)),
+        (ValueError, r"^a_weight has shape \(100,\)", lambda: addrmsnorm.rmsnorm_pair_(a, wa[:100], b, wb)),
     ]
     for exc, match, call in cases:
         assert_refused((exc, RuntimeError) if ON_GPU else exc, match, call, buf, a, b, wa, wb, other)

@@ -541,3 +541,54 @@ def test_backward_operator_with_the_rotation_refuses_bad_input(case):
     with pytest.raises(exc, match=match):
         OPS.norm_backward(args["dy"], args["dresidual_out"], args["h"], args["rstd"], args["weight"], 0.0, True,
                           args["cos"], args["sin"], args["rope_groups"], 0, 0, args["eps"])
+
+
+def test_functional_refusals_name_q_and_k():
+    """The functional form's q and k are named as such, never the buffer it builds: mixed or unsupported dtypes,
+    HF's transposed layout (shown by the strides, also where heads == seq), rotary_dim 0 (None is head_dim)."""
+    B, S, nq, nk, D = 1, 4, 4, 2, 64
+    q = torch.randn(B, S, nq, D, device=DEVICE, dtype=torch.bfloat16)
+    k = torch.randn(B, S, nk, D, device=DEVICE, dtype=torch.bfloat16)
+    wq, wk = _weights(D, torch.bfloat16)
+    pos, cache = _positions(B * S, 16), _cache(16, D)
+    kw = dict(positions=pos, cos_sin_cache=cache)
+    cases = [
+        (TypeError, r"k has dtype torch.float16; it must be q's dtype", lambda: addrmsnorm.qk_rmsnorm_rope(
+            q, k.half(), wq, wk, **kw)),
+        (TypeError, r"q has dtype torch.float32; qk_rmsnorm_rope takes float16 or bfloat16",
+         lambda: addrmsnorm.qk_rmsnorm_rope(q.float(), k.float(), wq, wk, **kw)),
+        (TypeError, r"q has dtype torch.int32", lambda: addrmsnorm.qk_rmsnorm_rope(q.int(), k.int(), wq, wk, **kw)),
+        (ValueError, r"rotary_dim must be None \(head_dim\)", lambda: addrmsnorm.qk_rmsnorm_rope(
+            q, k, wq, wk, rotary_dim=0, **kw)),
+        (ValueError, r"rotary_dim must be None \(head_dim\)", lambda: addrmsnorm.qk_rmsnorm_rope_(
+            torch.zeros(B * S, (nq + 2 * nk) * D, device=DEVICE, dtype=torch.bfloat16), wq, wk, num_q_heads=nq,
+            num_kv_heads=nk, head_dim=D, rotary_dim=0, **kw)),
+    ]
+    for exc, match, call in cases:
+        with pytest.raises(exc, match=match):
+            call()
+    # HF's layout after its transpose, with heads == seq (4 and 4): the shapes cannot tell, the strides can.
+    qt = torch.randn(B, S, S, D, device=DEVICE, dtype=torch.bfloat16).transpose(1, 2)
+    kt = torch.randn(B, S, S, D, device=DEVICE, dtype=torch.bfloat16).transpose(1, 2)
+    with pytest.raises(ValueError, match=r"q has shape \(1, 4, 4, 64\) and strides .*a transposed view"):
+        addrmsnorm.qk_rmsnorm_rope(qt, kt, wq, wk, **kw)
+
+
+def test_functional_positions_outside_the_cache_without_the_check():
+    """check_positions=False and a position past the cache: that token's q and k come back NaN (never its input
+    passed off as normalized), the others as with the check; the backward refuses the positions by name."""
+    T, nq, nk, D = 5, 2, 1, 64
+    q = torch.randn(T, nq, D, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(T, nk, D, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    wq, wk = _weights(D, torch.bfloat16)
+    cache = _cache(16, D)
+    pos = torch.tensor([0, 3, 16, 2, 15], device=DEVICE)  # 16 is past the cache's 16 rows
+    with pytest.raises(ValueError, match=r"positions run from 0 to 16; cos_sin_cache has 16 rows"):
+        addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, positions=pos, cos_sin_cache=cache)
+    oq, ok = addrmsnorm.qk_rmsnorm_rope(q, k, wq, wk, positions=pos, cos_sin_cache=cache, check_positions=False)
+    assert torch.isnan(oq[2].float()).all() and torch.isnan(ok[2].float()).all()
+    good = torch.tensor([0, 1, 3, 4], device=DEVICE)
+    wq_, wk_ = addrmsnorm.qk_rmsnorm_rope(q[good], k[good], wq, wk, positions=pos[good], cos_sin_cache=cache)
+    assert torch.equal(bits(oq[good]), bits(wq_)) and torch.equal(bits(ok[good]), bits(wk_))
+    with pytest.raises(ValueError, match=r"qk_rmsnorm_rope's backward: positions run from 0 to 16"):
+        (oq.float().sum() + ok.float().sum()).backward()

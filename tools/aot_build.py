@@ -952,10 +952,13 @@ addrmsnorm_cubin_blob:
                              ("select_rope_backward_table_config", configs.ROPE_BACKWARD_TABLE, bcfgs)):
         lines.append(f"// A dispatch rule, generated from configs (see {fname} there).")
         # the forward's extra inputs: the quantized forward's rows, and the vector-typed calls' rows
-        quant_arg = "" if table in (configs.BACKWARD_TABLE, configs.ROPE_BACKWARD_TABLE) else ", int quant, bool vector_typed"
+        # (a table of one row for every H, or without quantized or vector-typed rows, leaves H, quant or
+        # vector_typed unread: [[maybe_unused]], so that the build shows no -Wunused-parameter warnings)
+        quant_arg = ("" if table in (configs.BACKWARD_TABLE, configs.ROPE_BACKWARD_TABLE)
+                     else ", [[maybe_unused]] int quant, [[maybe_unused]] bool vector_typed")
         if table is configs.FORWARD_TABLE:  # the plain norm's quantized calls, which alone take plain_quant_only rows
             quant_arg += ", bool plain"
-        lines.append(f"int {fname}(long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
+        lines.append(f"int {fname}([[maybe_unused]] long long H, int x_itemsize, int residual_itemsize{quant_arg}) {{")
         lines.append("    const int act_bytes = x_itemsize > residual_itemsize ? x_itemsize : residual_itemsize;")
         for act in sorted({r.act_bytes for r in table}):
             lines.append(f"    if (act_bytes == {act}) {{")

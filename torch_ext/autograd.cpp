@@ -84,18 +84,35 @@ const c10::TypedOperatorHandle<NormFn>& norm_op() { return op<NormFn, kNorm>(); 
 const c10::TypedOperatorHandle<BackwardFn>& backward_op() { return op<BackwardFn, kBackward>(); }
 const OptTensor kNoRope;  // the backward without the rotation: no cos, no sin
 
-// addrmsnorm/autograd.py no_backward_message, word for word (plain: called without a residual).
-std::string no_backward_message(const char* name, const char* arg, bool plain = false) {
+// addrmsnorm/autograd.py TRAINING_FORMS and training_form: the functional form of each mutating call's variant.
+enum class Form { kFused, kPlain, kSandwich, kGated, kPair, kQk, kRope };
+const char* training_form_words(Form f) {
+    switch (f) {
+        case Form::kFused: return "call addrmsnorm.fused_add_rmsnorm(x, residual, weight) without out= or residual_out=";
+        case Form::kPlain: return "call addrmsnorm.rmsnorm(x, weight) without out=";
+        case Form::kSandwich:
+            return "call addrmsnorm.sandwich_rmsnorm(x, residual, post_weight, weight) without out= or residual_out=";
+        case Form::kGated: return "call addrmsnorm.gated_rmsnorm(x, z, weight) without out=";
+        case Form::kPair: return "call addrmsnorm.rmsnorm_pair(a, a_weight, b, b_weight) without out=";
+        case Form::kQk: return "normalize the q and k views with addrmsnorm.rmsnorm(x, weight)";
+        case Form::kRope: return "call addrmsnorm.qk_rmsnorm_rope(q, k, q_weight, k_weight, ...)";
+    }
+    return "";
+}
+Form training_form(const OptTensor& residual, const OptTensor& post_weight, const OptTensor& z, const OptTensor& b) {
+    if (z.has_value()) return Form::kGated;
+    if (b.has_value()) return Form::kPair;
+    if (post_weight.has_value()) return Form::kSandwich;
+    return residual.has_value() ? Form::kFused : Form::kPlain;
+}
+
+// addrmsnorm/autograd.py no_backward_message, word for word.
+std::string no_backward_message(const char* name, const char* arg, Form form = Form::kFused) {
     const std::string head = std::string("addrmsnorm::") + name + " has no backward, but " + arg + " requires grad; ";
     const std::string_view n(name);
     if (n.find("quant") != std::string_view::npos)
         return head + "quantized outputs are for inference: call it under torch.no_grad() or torch.inference_mode()";
-    if (n.rfind("qk_", 0) == 0)
-        return head + "call it under torch.no_grad(), or for training normalize the q and k views with "
-                      "addrmsnorm.rmsnorm(x, weight)";
-    if (plain) return head + "call it under torch.no_grad(), or for training call addrmsnorm.rmsnorm(x, weight) without out=";
-    return head + "call it under torch.no_grad(), or for training call addrmsnorm.fused_add_rmsnorm(x, residual, "
-                  "weight) without out= or residual_out=";
+    return head + "call it under torch.no_grad(), or for training " + training_form_words(form);
 }
 
 // addrmsnorm/autograd.py no_double_backward_message, word for word.
@@ -107,10 +124,10 @@ constexpr char kNoDoubleBackward[] =
     "autograd differentiates to any order";
 
 void refuse_grad(const char* name, std::initializer_list<std::pair<const char*, const Tensor*>> args,
-                 bool plain = false) {
+                 Form form = Form::kFused) {
     if (!c10::GradMode::is_enabled()) return;
     for (const auto& [arg, t] : args)
-        TORCH_CHECK(!(t->defined() && t->requires_grad()), no_backward_message(name, arg, plain));
+        TORCH_CHECK(!(t->defined() && t->requires_grad()), no_backward_message(name, arg, form));
 }
 
 const Tensor& or_none(const OptTensor& t) {
@@ -288,7 +305,12 @@ std::tuple<Tensor, Tensor, Tensor> norm_backward_autograd(
                         h.requires_grad() || or_none(rstd).requires_grad() || or_none(weight).requires_grad() ||
                         or_none(cos).requires_grad() || or_none(sin).requires_grad());
     if (graph) {
+        // The Error node's edges lead to the inputs, so that every way of differentiating through these gradients
+        // (.backward(), torch.autograd.grad with or without allow_unused) reaches it and raises; a node of no
+        // edges would leave autograd.grad(..., allow_unused=True) a silent None.
         const NodePtr fn(make_node<ag::Error>(std::string(kNoDoubleBackward)));
+        fn->set_next_edges(ag::collect_next_edges(dy, or_none(dresidual_out), h, or_none(rstd), or_none(weight),
+                                                  or_none(cos), or_none(sin)));
         for (Tensor* t : {&dres, &dx, &dweight})
             if (t->defined()) ag::set_history(*t, fn);
     }
@@ -371,7 +393,7 @@ void norm__autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor& re
     const bool plain = !residual.has_value();
     refuse_grad("norm_", {{"x", &x}, {"residual", &or_none(residual)}, {"weight", &or_none(weight)},
                           {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}, {"b", &or_none(b)},
-                          {"b_weight", &or_none(b_weight)}}, plain);
+                          {"b_weight", &or_none(b_weight)}}, training_form(residual, post_weight, z, b));
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<InPlaceFn, kInPlace>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, eps,
@@ -393,7 +415,7 @@ void norm_into_autograd(c10::DispatchKeySet ks, const Tensor& x, const OptTensor
                               {"residual_out", &or_none(residual_out)}, {"rstd", &or_none(rstd)},
                               {"post_weight", &or_none(post_weight)}, {"z", &or_none(z)}, {"b", &or_none(b)},
                               {"b_weight", &or_none(b_weight)}, {"b_out", &or_none(b_out)}},
-                !residual.has_value());
+                training_form(residual, post_weight, z, b));
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<IntoFn, kInto>().redispatch(ks & c10::after_ADInplaceOrView_keyset, x, residual, weight, out, residual_out,
@@ -409,7 +431,9 @@ void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const OptTe
                           int64_t head_dim, double weight_offset, int64_t numerics, bool pdl,
                           const OptTensor& positions, const OptTensor& cos_sin_cache, const OptTensor& cos,
                           const OptTensor& sin, int64_t rotary_dim, int64_t rope_style) {
-    refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &or_none(q_weight)}, {"k_weight", &or_none(k_weight)}});
+    const bool rotated = positions.has_value() || cos_sin_cache.has_value() || cos.has_value() || sin.has_value();
+    refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &or_none(q_weight)}, {"k_weight", &or_none(k_weight)}},
+                rotated ? Form::kRope : Form::kQk);
     {
         at::AutoDispatchBelowADInplaceOrView below;
         op<QkFn, kQk>().redispatch(ks & c10::after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads,

@@ -397,11 +397,15 @@ def render_saved(folders: str, update_docs: bool, out: str | None = None) -> int
                   + (" --update-docs" if update_docs else ""))
 
 
-def no_gpu() -> int:
+def no_gpu(args) -> int:
+    """Without a GPU: the correctness demo of what the report's sections would have timed."""
+    sections = (["--variants"] if args.variants_only else []) + (["--rope"] if args.rope_only else [])
     print("No CUDA GPU here: the benchmark report needs one (it times kernels on the GPU). Running "
-          "the correctness demo on the CPU under the Triton interpreter instead.", flush=True)
+          f"the correctness demo{' of those rows' if sections else ''} on the CPU under the Triton interpreter "
+          "instead.", flush=True)
     # Chosen here, so the demo starts under the interpreter and does not announce it a second time.
-    return subprocess.call([sys.executable, "-m", "addrmsnorm.demo"], env={**os.environ, "TRITON_INTERPRET": "1"})
+    return subprocess.call([sys.executable, "-m", "addrmsnorm.demo", *sections],
+                           env={**os.environ, "TRITON_INTERPRET": "1"})
 
 
 def main(argv=None) -> int:
@@ -425,7 +429,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plain-only", action="store_true", help="only the plain-norm rows")
     ap.add_argument("--block-quant-only", action="store_true",
                     help="only the block-scaled rows (NVFP4, MXFP8, MXFP4; --no-quant skips them)")
-    ap.add_argument("--no-variants", action="store_true", help="skip the norm variants' rows (the sandwich norm)")
+    ap.add_argument("--no-variants", action="store_true", help="skip the norm variants' rows (the sandwich, gated and "
+                                                                  "weightless norms, the scaled residual, the latent pair)")
     ap.add_argument("--variants-only", action="store_true", help="only the norm variants' rows")
     ap.add_argument("--no-rope", action="store_true", help="skip the rows of the QK norm with the rotation (RoPE)")
     ap.add_argument("--rope-only", action="store_true", help="only the rows of the QK norm with the rotation")
@@ -438,7 +443,7 @@ def main(argv=None) -> int:
     if args.render:
         return render_saved(args.render, args.update_docs, args.out)
     if not torch.cuda.is_available():
-        return no_gpu()
+        return no_gpu(args)
     try:
         return run(args)
     except KeyboardInterrupt:
