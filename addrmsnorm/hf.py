@@ -358,6 +358,32 @@ def _check_stack(stack, family: _Family):
     return layers
 
 
+# The oldest transformers whose decoder layers this patch is written for: 5.24 renamed the layers' and the
+# attentions' cache argument (past_key_values, and Qwen3-Next's linear attention's cache_params) to cache, so on an
+# older release a patched Qwen3-Next layer would run its linear attention without its cache. pyproject.toml's
+# "hf" extra asks for the same.
+MIN_TRANSFORMERS = (5, 24)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _check_transformers() -> None:
+    version = _transformers_version()
+    parts = []
+    for p in version.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit()) or "0"
+        parts.append(int(digits))
+    if tuple(parts) < MIN_TRANSFORMERS:
+        need = ".".join(map(str, MIN_TRANSFORMERS))
+        raise RuntimeError(f"addrmsnorm.hf.patch needs transformers >= {need}, found {version}: "
+                           f"the decoder layers it patches take their cache as `cache` from {need} on "
+                           f"(pip install 'transformers>={need}')")
+
+
 def _unpatched_type(m) -> type:
     return getattr(type(m), "_addrmsnorm_unpatched", type(m))
 
@@ -380,8 +406,8 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
     Raises:
         TypeError naming the model's class when it contains no supported decoder stack, or naming
         the module when a layer or norm is not of the class the family has (another patch, such as
-        Liger's norm swap, replaced it); ValueError for a bad ``numerics``. The model is unchanged
-        when it raises.
+        Liger's norm swap, replaced it); ValueError for a bad ``numerics``; RuntimeError where transformers is
+        older than MIN_TRANSFORMERS. The model is unchanged when it raises.
     """
     if numerics not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(map(repr, NUMERICS))}, got {numerics!r}")
@@ -389,6 +415,7 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
         raise TypeError(f"pdl must be a bool, got {type(pdl).__name__}")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"addrmsnorm.hf.patch takes a torch.nn.Module, got {type(model).__name__}")
+    _check_transformers()
     plan = [(stack, family, _check_stack(stack, family)) for stack, family in _stacks(model)]
     for stack, family, layers in plan:  # checked all first: nothing changes unless all of it can
         index = PLAIN_NUMERICS.index(family.hf_numerics if numerics == "hf" else "contract")

@@ -127,7 +127,9 @@ def variants():
         yg = addrmsnorm.gated_rmsnorm(xg, zg, wg, EPS, group_size=group, norm_before_gate=before)
         yg.float().square().sum().backward()
         assert all(t.grad is not None for t in (xg, zg, wg)), ("gated", group)
-    addrmsnorm.gated_rmsnorm_quant(x, z, w, EPS, quant_dtype=torch.float8_e4m3fn, group_size=128)
+    addrmsnorm.gated_rmsnorm_quant(x, z, w, EPS, quant_dtype=torch.float8_e4m3fn)  # per token: the row a group
+    addrmsnorm.gated_rmsnorm_quant(x, z, w, EPS, quant_dtype=torch.float8_e4m3fn, group_size=128,
+                                   scale=torch.tensor([0.02], device="cuda"))  # static, groups of 128
     buf = torch.randn(5, 2112, device="cuda", dtype=torch.bfloat16)  # DeepSeek-V3's latents: 1536 + 512 of 2112
     wa, wb = (1 + 0.1 * torch.randn(1536, device="cuda")).bfloat16(), (1 + 0.1 * torch.randn(512, device="cuda")).bfloat16()
     ya, yb = addrmsnorm.rmsnorm_pair(buf[:, :1536], wa, buf[:, 1536:2048], wb, EPS)

@@ -3,12 +3,13 @@
 #   1. build and install addrmsnorm editable with the C++ tests for this card's arch (scripts/build.sh);
 #   2. ctest (the C++ runtime: host, no-driver and GPU tests);
 #   3. pytest on the "cpp" backend (the C++ extension and the C ABI), then on the "triton" backend (the JIT).
-# Each pytest run spreads the tests over W workers (pytest-xdist), W = min(CPU cores, the card's free GiB /
-# GPU_SUITE_GIB_PER_WORKER, default 5), and keeps the cases marked `large` (tests/conftest.py) to L groups, each
-# of which one worker runs one case at a time (--dist loadgroup), L = the card's free GiB /
-# GPU_SUITE_GIB_PER_LARGE (default 16): on an 80 GB card, four large cases at most at once, beside the small
-# ones, so that the workers never together ask for more than the card holds. Without pytest-xdist each run is
-# one process. Set ADDRMSNORM_NO_SETUP=0 to run scripts/setup.sh first
+# Each backend's pytest run is two steps, so that the workers never together ask for more than the card holds
+# (each test also gives its cached GPU memory back: tests/conftest.py):
+#   - the cases not marked `large` (tests/conftest.py) on W workers (pytest-xdist), W = min(CPU cores, the
+#     card's free GiB / GPU_SUITE_GIB_PER_WORKER, default 5);
+#   - the large cases on as many workers as the card has room for at GPU_SUITE_GIB_PER_LARGE (default 16) GiB
+#     a case: on an 80 GB card, four at a time.
+# Without pytest-xdist each step is one process. Set ADDRMSNORM_NO_SETUP=0 to run scripts/setup.sh first
 # (it needs the network); the default assumes a machine that has torch, triton, scikit-build-core, pytest and
 # GoogleTest (ADDRMSNORM_CMAKE_ARGS=-DADDRMSNORM_GTEST_SOURCE_DIR=... points the build at its sources).
 # Arguments go to every pytest run (e.g. -x, or a test path instead of the whole of tests/).
@@ -36,7 +37,7 @@ if ! "$PY" -c "import xdist" 2>/dev/null; then
 fi
 t0=$SECONDS
 echo "== $("$PY" -c "import torch; print(torch.cuda.get_device_name())"), sm_$arch, $free_gib GiB free, $cores cores: \
-$workers workers, the large cases at most $large_workers at once"
+$workers workers, $large_workers for the large cases"
 
 echo "== build: the C++ runtime, the torch extension and the C++ tests (sm_$ADDRMSNORM_CUDA_ARCHS)"
 ADDRMSNORM_BUILD_TESTS=ON bash scripts/build.sh || { echo "gpu suite: the build failed"; exit 1; }
@@ -54,25 +55,30 @@ grep_count() { local c; c=$(grep -oE "[0-9]+ $1" <<<"$2" | head -1 | cut -d' ' -
 # docs' signatures) pass or fail alike on both backends: the triton run leaves them to the cpp run.
 backend_free=(test_aot test_configs test_register_plan test_c_abi_layout test_bench_harness test_docs)
 for backend in cpp triton; do
-  log=build/pytest-$backend.log
   ignore=()
   if [ "$backend" = triton ] && [ -z "${GPU_SUITE_TESTS:-}" ]; then
     for f in "${backend_free[@]}"; do ignore+=(--ignore "tests/$f.py"); done
   fi
-  echo "== pytest, backend $backend ($workers workers; the large cases in $large_workers groups of one at a time)"
-  xdist=()
-  [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup)
-  ADDRMSNORM_BACKEND=$backend ADDRMSNORM_LARGE_GROUPS=$large_workers "$PY" -m pytest -q -rfE -p no:cacheprovider \
-    --durations=12 "${xdist[@]}" "${ignore[@]}" "$@" ${GPU_SUITE_TESTS:-tests} 2>&1 | tee "$log" | grep -vE "^\[gw[0-9]+\]|^[.sxFE]+ *(\[ *[0-9]+%\])?$"
-  rc=${PIPESTATUS[0]}
-  [ "$rc" != 0 ] && [ "$rc" != 5 ] && failed=1  # 5: no test collected (a filtered run)
-  summary=$(grep -E "(passed|failed|error|skipped|deselected).* in [0-9.]+s" "$log" | tail -1)
-  for what in passed failed skipped error; do
-    counts[$backend-$what]=$(grep_count "$what" "$summary")
+  for part in "not large" "large"; do
+    n=$([ "$part" = large ] && echo "$large_workers" || echo "$workers")
+    log=build/pytest-$backend-${part// /-}.log
+    echo "== pytest, backend $backend, the ${part/not large/cases not marked large}${part/#large/ cases} ($n workers)"
+    xdist=()
+    [ "$n" -gt 0 ] && xdist=(-n "$n")
+    ADDRMSNORM_BACKEND=$backend "$PY" -m pytest -q -rfE -p no:cacheprovider -m "$part" --durations=8 \
+      "${xdist[@]}" "${ignore[@]}" "$@" ${GPU_SUITE_TESTS:-tests} 2>&1 | tee "$log" |
+      grep -vE "^\[gw[0-9]+\]|^[.sxFE]+ *(\[ *[0-9]+%\])?$"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" != 0 ] && [ "$rc" != 5 ] && failed=1  # 5: no test collected (a filtered run)
+    summary=$(grep -E "(passed|failed|error|skipped|deselected).* in [0-9.]+s" "$log" | tail -1)
+    for what in passed failed skipped error; do
+      counts[$backend-$what]=$(( ${counts[$backend-$what]:-0} + $(grep_count "$what" "$summary") ))
+    done
   done
 done
 grep -qE "[1-9][0-9]* tests failed" <<<"$ctest_line" && failed=1
 grep -q "tests passed" <<<"$ctest_line" || failed=1
+line=()
 for b in cpp triton; do
   line[${#line[@]}]="$b: ${counts[$b-passed]} passed, ${counts[$b-failed]} failed, ${counts[$b-error]} errors, ${counts[$b-skipped]} skipped"
 done

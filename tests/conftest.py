@@ -31,26 +31,29 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason=GPU_ONLY_REASON)
 
 # The GPU suite's large cases: tests marked `large`, and every case parametrized with N and H of at least
 # LARGE_ELEMENTS elements (its fp64 reference alone is then a quarter of a GiB or more, and several GiB at the
-# largest). With LARGE_GROUPS_ENV=n, scripts/gpu_suite.sh's pytest-xdist run (--dist loadgroup) puts them in n
-# groups, each run one case at a time on one worker, n being what the card has memory for at 16 GiB a case:
-# pytest-xdist's workers then never together hold more than the card, and the other workers run the rest.
+# largest). scripts/gpu_suite.sh runs the others on as many pytest-xdist workers as the card has memory for, then
+# these on fewer, at 16 GiB a case, so that the workers never together ask for more than the card holds.
 LARGE_ELEMENTS = 1 << 25
-LARGE_GROUPS_ENV = "ADDRMSNORM_LARGE_GROUPS"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "large: a case of several GiB on the GPU (scripts/gpu_suite.sh "
-                                       "serializes them)")
+    config.addinivalue_line("markers", "large: a case of several GiB on the GPU (scripts/gpu_suite.sh runs them "
+                                       "apart, on fewer workers)")
 
 
 def pytest_collection_modifyitems(config, items):
-    groups = int(os.environ.get(LARGE_GROUPS_ENV, "0") or 0)
-    large = 0
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         n, h = params.get("N"), params.get("H")
         if isinstance(n, int) and isinstance(h, int) and n * h >= LARGE_ELEMENTS:
             item.add_marker(pytest.mark.large)
-        if groups > 0 and item.get_closest_marker("large") is not None:
-            item.add_marker(pytest.mark.xdist_group(f"large-{large % groups}"))
-            large += 1
+
+
+@pytest.fixture(autouse=True)
+def _release_cached_gpu_memory():
+    """Under pytest-xdist on a GPU, each test gives the memory torch's allocator cached back: a worker that ran
+    a large test would otherwise keep its GiBs while the card's other workers run out (seen: 15 workers on an
+    80 GB H100 holding 5-11 GiB each, 2026-12-06)."""
+    yield
+    if ON_GPU and os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.cuda.empty_cache()
