@@ -65,7 +65,7 @@ for backend in cpp triton; do
     echo "== pytest, backend $backend, the ${part/not large/cases not marked large}${part/#large/ cases} ($n workers)"
     xdist=()
     [ "$n" -gt 0 ] && xdist=(-n "$n")
-    ADDRMSNORM_BACKEND=$backend "$PY" -m pytest -q -rfE -p no:cacheprovider -m "$part" --durations=8 \
+    ADDRMSNORM_BACKEND=$backend ADDRMSNORM_SUITE_BOTH_BACKENDS=1 "$PY" -m pytest -q -rfE -p no:cacheprovider -m "$part" --durations=8 \
       "${xdist[@]}" "${ignore[@]}" "$@" ${GPU_SUITE_TESTS:-tests} 2>&1 | tee "$log" |
       grep -vE "^\[gw[0-9]+\]|^[.sxFE]+ *(\[ *[0-9]+%\])?$"
     rc=${PIPESTATUS[0]}
