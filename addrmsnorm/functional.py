@@ -912,6 +912,7 @@ class _QkRope(torch.autograd.Function):
             # unnormalized head passed off as a result.
             buf.masked_fill_(((positions < 0) | (positions >= cache.shape[0]))[:, None], float("nan"))
         ctx.save_for_backward(q, k, q_weight, k_weight, positions, cache, cos, sin)
+        ctx.checked = checked
         ctx.args = (eps, weight_offset, rd if rd else D, rs)
         return buf[:, :nq * D].view(T, nq, D), buf[:, nq * D:].view(T, nk, D)
 
@@ -919,14 +920,14 @@ class _QkRope(torch.autograd.Function):
     def backward(ctx, dq, dk):
         q, k, q_weight, k_weight, positions, cache, cos, sin = ctx.saved_tensors
         eps, weight_offset, rd, rs = ctx.args
-        if positions is not None and _eager():  # a forward with check_positions=False: say what is wrong
+        if positions is not None and not ctx.checked and _eager():  # the forward read no positions back
             call = v.RopeCall()
             call.positions, call.max_position = positions, cache.shape[0]
             try:
                 v.check_positions_in_cache(call)
             except ValueError as e:
-                raise ValueError(f"qk_rmsnorm_rope's backward: {e}; the forward ran with check_positions=False and "
-                                 f"gave NaN for those tokens") from None
+                raise ValueError(f"qk_rmsnorm_rope's backward: {e}; the forward did not check them "
+                                 f"(check_positions=False, capture or compile) and gave NaN for those tokens") from None
         c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)  # elsewhere: NaN angles for them
         if torch.is_grad_enabled():  # create_graph: the gradient in torch operations, differentiable again
             dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)

@@ -372,12 +372,10 @@ def _transformers_version() -> str:
 
 
 def _check_transformers() -> None:
+    from packaging.version import Version  # a dependency of transformers
+
     version = _transformers_version()
-    parts = []
-    for p in version.split(".")[:2]:
-        digits = "".join(c for c in p if c.isdigit()) or "0"
-        parts.append(int(digits))
-    if tuple(parts) < MIN_TRANSFORMERS:
+    if Version(version).release[:2] < MIN_TRANSFORMERS:
         need = ".".join(map(str, MIN_TRANSFORMERS))
         raise RuntimeError(f"addrmsnorm.hf.patch needs transformers >= {need}, found {version}: "
                            f"the decoder layers it patches take their cache as `cache` from {need} on "

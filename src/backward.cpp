@@ -18,25 +18,39 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-// The backward's config and kernel (validated, rows > 0), as the launch passes its tensors: absent ones are
-// stand-ins the kernel does not touch, one row has no stride.
+// The backward's tensors as the kernel takes them (validated, rows > 0): absent ones are stand-ins the kernel
+// does not touch (as the JIT launcher passes them), and one row has no stride. The plain norm's dx is dresidual
+// (x_dtype == residual_dtype, dx NULL); the weightless norm reads no weight (h stands in).
+struct BackwardViews {
+    const void *weight, *dro, *dx;
+    int64_t stride_dy, stride_dro, stride_h, stride_dres, stride_dx;
+};
+BackwardViews backward_views(const BackwardCall& c) {
+    const bool one = c.rows == 1, has_dro = c.dresidual_out != nullptr, separate = c.x_dtype != c.residual_dtype;
+    BackwardViews v;
+    v.weight = c.weight == nullptr ? c.h : c.weight;
+    v.dro = has_dro ? c.dresidual_out : c.h;
+    v.dx = separate ? c.dx : c.dresidual;
+    v.stride_dy = one ? 0 : c.stride_dy;
+    v.stride_h = one ? 0 : c.stride_h;
+    v.stride_dres = one ? 0 : c.stride_dresidual;
+    v.stride_dro = has_dro ? (one ? 0 : c.stride_dresidual_out) : v.stride_h;
+    v.stride_dx = separate ? (one ? 0 : c.stride_dx) : v.stride_dres;
+    return v;
+}
+
+// The backward's config and kernel for those views.
 struct BackwardKernel {
     int config, variant;
 };
-BackwardKernel backward_kernel(const BackwardCall& c) {
+BackwardKernel backward_kernel(const BackwardCall& c, const BackwardViews& v) {
     const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype);
     const int config = c.rope != nullptr ? select_rope_backward_config(c.hidden)
                                          : select_backward_config(c.hidden, xs, rs);
-    const bool one = c.rows == 1, has_dro = c.dresidual_out != nullptr, separate = c.x_dtype != c.residual_dtype;
-    const void* weight = c.weight == nullptr ? c.h : c.weight;
-    const void* dro = has_dro ? c.dresidual_out : c.h;
-    const void* dxp = separate ? c.dx : c.dresidual;
-    const int64_t strides = one ? 0
-                                : c.stride_dy | (has_dro ? c.stride_dresidual_out : c.stride_h) | c.stride_h |
-                                      c.stride_dresidual | (separate ? c.stride_dx : c.stride_dresidual);
     // configs.backward_align, generated (as on the JIT path).
-    const bool pointers_aligned = aligned16(c.dy) && aligned16(dro) && aligned16(c.h) && aligned16(weight) &&
-                                  aligned16(c.dresidual) && aligned16(dxp);
+    const bool pointers_aligned = aligned16(c.dy) && aligned16(v.dro) && aligned16(c.h) && aligned16(v.weight) &&
+                                  aligned16(c.dresidual) && aligned16(v.dx);
+    const int64_t strides = v.stride_dy | v.stride_dro | v.stride_h | v.stride_dres | v.stride_dx;
     const bool aligned = backward_align_class(pointers_aligned, c.hidden | strides, xs, rs) == 1;
     return {config, c.rope != nullptr ? rope_backward_variant_index(config, c.x_dtype, aligned)
                                       : backward_variant_index(config, c.x_dtype, c.residual_dtype, aligned)};
@@ -68,7 +82,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_check(const
     BackwardCall c;
     const addrmsnorm_status st = validate_norm_backward(args, &c);
     if (st != ADDRMSNORM_SUCCESS || c.rows == 0) return st;
-    return built_kernel(backward_kernel(c).variant, "backward kernel");
+    return built_kernel(backward_kernel(c, backward_views(c)).variant, "backward kernel");
 }
 
 extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrmsnorm_norm_backward_args* args,
@@ -76,22 +90,16 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
     BackwardCall c;
     addrmsnorm_status st = validate_norm_backward(args, &c);
     if (st != ADDRMSNORM_SUCCESS) return st;
-    // The internal form: the plain norm's dx is dresidual (x_dtype == residual_dtype), dx NULL.
-    // The weightless norm: h in the weight's place, never read (has_weight 0).
     const bool weightless = c.weight == nullptr;
-    const void *dy = c.dy, *dresidual_out = c.dresidual_out, *h = c.h, *weight = weightless ? c.h : c.weight;
     const float* rstd = c.rstd;
-    void *dresidual = const_cast<void*>(c.dresidual), *dx = const_cast<void*>(c.dx),
-         *dweight = const_cast<void*>(c.dweight), *workspace = const_cast<void*>(c.workspace);
+    void *dweight = const_cast<void*>(c.dweight), *workspace = const_cast<void*>(c.workspace);
     const uint64_t workspace_size = c.workspace_bytes;
     const int64_t rows = c.rows, hidden = c.hidden;
-    int64_t stride_dy = c.stride_dy, stride_dresidual_out = c.stride_dresidual_out, stride_h = c.stride_h,
-            stride_dresidual = c.stride_dresidual, stride_dx = c.stride_dx;
-    const addrmsnorm_dtype x_dtype = c.x_dtype, residual_dtype = c.residual_dtype, weight_dtype = c.weight_dtype;
     const float weight_offset = c.weight_offset;
     const addrmsnorm_rope* rope = c.rope;  // the rotation's backward: rstd NULL, computed from h and eps
     if (rows == 0 && dweight == nullptr) return ADDRMSNORM_SUCCESS;
-    const BackwardKernel kernel = rows > 0 ? backward_kernel(c) : BackwardKernel{0, 0};
+    const BackwardViews v = backward_views(c);
+    const BackwardKernel kernel = rows > 0 ? backward_kernel(c, v) : BackwardKernel{0, 0};
     if (rows > 0 && (st = built_kernel(kernel.variant, "backward kernel")) != ADDRMSNORM_SUCCESS) return st;
 
     const Driver* d = driver(&st);
@@ -109,39 +117,31 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
                         "(addrmsnorm_norm_backward_workspace_size)",
                         (unsigned long long)workspace_size, (unsigned long long)need);
         programs = static_cast<int32_t>(backward_programs(rows, config, sms));
-        if (rows == 1) stride_dy = stride_dresidual_out = stride_h = stride_dresidual = stride_dx = 0;
-        const bool has_dro = dresidual_out != nullptr;
-        const bool separate = x_dtype != residual_dtype;
-        // Absent tensors: pointers the kernel does not touch (as the JIT launcher passes them).
-        const void* dro = has_dro ? dresidual_out : h;
-        void* dxp = separate ? dx : dresidual;
-        if (!has_dro) stride_dresidual_out = stride_h;
-        if (!separate) stride_dx = stride_dresidual;
         LoadedKernel k;
         st = get_built_kernel(*d, kernel.variant, "backward kernel", &k);
         if (st != ADDRMSNORM_SUCCESS) return st;
         BackwardParams p;
-        p.dy_ptr = devptr(dy);
-        p.dres_out_ptr = devptr(dro);
-        p.h_ptr = devptr(h);
+        p.dy_ptr = devptr(c.dy);
+        p.dres_out_ptr = devptr(v.dro);
+        p.h_ptr = devptr(c.h);
         p.rstd_ptr = devptr(rope != nullptr ? workspace : rstd);  // with rope: not read
-        p.weight_ptr = devptr(weight);
-        p.dres_ptr = devptr(dresidual);
-        p.dx_ptr = devptr(dxp);
+        p.weight_ptr = devptr(v.weight);
+        p.dres_ptr = devptr(c.dresidual);
+        p.dx_ptr = devptr(v.dx);
         p.partial_ptr = devptr(workspace);
         // The looped path's row means follow the dweight partials in the workspace.
         p.mean_ptr = devptr(workspace) +
                      (kBackwardRowMeans[config] ? 4ull * static_cast<uint64_t>(programs) * hidden : 0);
         p.n_rows = static_cast<int32_t>(rows);
         p.H = static_cast<int32_t>(hidden);
-        p.stride_dy_row = stride_dy;
-        p.stride_dres_out_row = stride_dresidual_out;
-        p.stride_h_row = stride_h;
-        p.stride_dres_row = stride_dresidual;
-        p.stride_dx_row = stride_dx;
+        p.stride_dy_row = v.stride_dy;
+        p.stride_dres_out_row = v.stride_dro;
+        p.stride_h_row = v.stride_h;
+        p.stride_dres_row = v.stride_dres;
+        p.stride_dx_row = v.stride_dx;
         p.weight_offset = weight_offset;
-        p.has_dres_out = has_dro ? 1 : 0;
-        p.weight_dtype = weightless ? kWeightlessDtype : static_cast<int32_t>(weight_dtype);
+        p.has_dres_out = c.dresidual_out != nullptr ? 1 : 0;
+        p.weight_dtype = weightless ? kWeightlessDtype : static_cast<int32_t>(c.weight_dtype);
         // The rotation: fp32 cos and sin by column (without it, the workspace stands in, never read).
         p.cos_ptr = devptr(rope != nullptr ? rope->cos : workspace);
         p.sin_ptr = devptr(rope != nullptr ? rope->sin : workspace);
@@ -155,7 +155,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     if (dweight != nullptr) {  // column sums of the partials (zeros when rows == 0)
-        const int variant = kDweightIndex[weight_dtype];
+        const int variant = kDweightIndex[c.weight_dtype];
         LoadedKernel k;
         st = get_kernel(*d, variant, &k);
         if (st != ADDRMSNORM_SUCCESS) return st;

@@ -209,6 +209,8 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
 
 extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
 extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
+extern const bool kRopeFp32WeightsWithPositions;  // configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS: fp32 weights built
+                                                 // for the rotation by positions into a cache (else refused)
 // configs.PAIR_TABLE's rule (configs.select_pair_config), generated.
 int select_pair_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 

@@ -979,7 +979,7 @@ addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dty
     ADDRMSNORM_REFUSE_IF(hf && (cached || r.angle_dtype != x_dtype),
                          "numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
                          "dtype (%s), not a cos_sin_cache or float32 angles", dtype_name(x_dtype));
-    if (cached && weight_dtype != x_dtype)  // configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS (False)
+    if (cached && weight_dtype != x_dtype && !kRopeFp32WeightsWithPositions)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                     "q_weight has dtype %s; with positions and a cos_sin_cache the weights are the heads' dtype (%s) "
                     "(float32 weights take cos and sin)", dtype_name(weight_dtype), dtype_name(x_dtype));

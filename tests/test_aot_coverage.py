@@ -65,6 +65,15 @@ def _at(buf: torch.Tensor, offset: int, dtype, shape, strides) -> torch.Tensor:
     return torch.as_strided(buf[offset:].view(dtype), shape, strides)
 
 
+def _rows(rows: int, H: int, misaligned: bool, *dtypes) -> list[torch.Tensor]:
+    """(rows, H) views of one buffer, one a dtype, apart from each other: rows of H elements, or of H + 1 (row
+    strides off the 16-byte vector) where misaligned."""
+    stride = H + (1 if misaligned else 0)
+    part = rows * stride * 4 + 64  # room for fp32, each view on a 16-byte boundary
+    buf = _buffer(len(dtypes) * part)
+    return [_at(buf, i * part, dt, (rows, H), (stride, 1)) for i, dt in enumerate(dtypes)]
+
+
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -119,13 +128,7 @@ def test_every_accepted_rotation_backward_has_a_kernel():
     T, heads = 3, 3
     for D, dtype, weighted, misaligned, rd in itertools.product((64, 128, 256, 512, 1024), X_DTYPES, (True, False),
                                                                 (False, True), (0, 32)):
-        N = T * heads
-        item = dtype.itemsize
-        stride = D + (1 if misaligned else 0)
-        buf = _buffer(3 * N * stride * item + 1024)
-        dy = _at(buf, 0, dtype, (N, D), (stride, 1))
-        h = _at(buf, N * stride * item + 64, dtype, (N, D), (stride, 1))
-        dres = _at(buf, 2 * N * stride * item + 128, dtype, (N, D), (stride, 1))
+        dy, h, dres = _rows(T * heads, D, misaligned, dtype, dtype, dtype)
         w = torch.zeros(D, dtype=dtype, device=DEVICE) if weighted else None
         rot = rd or D
         cos, sin = (torch.zeros(T, rot, dtype=torch.float32, device=DEVICE) for _ in range(2))
@@ -152,12 +155,7 @@ def test_every_accepted_plain_gated_and_pair_call_has_a_kernel():
             WIDTHS, X_DTYPES, X_DTYPES + (None,), ((0, 0.0), (1, 0.0), (1, 1.0), (2, 0.0), (0, 1.0)), (False, True)):
         if w_dtype is None and offset:
             continue
-        item = x_dtype.itemsize
-        stride = H + (1 if misaligned else 0)
-        buf = _buffer(3 * rows * stride * item + 192)
-        x = _at(buf, 0, x_dtype, (rows, H), (stride, 1))
-        out = _at(buf, rows * stride * item + 64, x_dtype, (rows, H), (stride, 1))
-        z = _at(buf, 2 * rows * stride * item + 128, x_dtype, (rows, H), (stride, 1))
+        x, out, z = _rows(rows, H, misaligned, x_dtype, x_dtype, x_dtype)
         w = torch.zeros(H, dtype=w_dtype, device=DEVICE) if w_dtype is not None else None
         what = f"H={H} x={x_dtype} w={w_dtype} numerics={hf} offset={offset} misaligned={misaligned}"
         grid.check(lambda: validation.check_rmsnorm(x, w, out, None, eps=1e-6, weight_offset=offset, numerics=hf),
@@ -192,13 +190,7 @@ def test_every_accepted_fused_and_sandwich_call_has_a_kernel():
         rd = x_dtype if r_dtype == "x" else r_dtype
         if w_dtype is None and offset:
             continue
-        stride = H + (1 if misaligned else 0)
-        nbytes = rows * stride * 4 + 64
-        buf = _buffer(4 * nbytes)
-        x = _at(buf, 0, x_dtype, (rows, H), (stride, 1))
-        r = _at(buf, nbytes, rd, (rows, H), (stride, 1))
-        out = _at(buf, 2 * nbytes, x_dtype, (rows, H), (stride, 1))
-        rout = _at(buf, 3 * nbytes, rd, (rows, H), (stride, 1))
+        x, r, out, rout = _rows(rows, H, misaligned, x_dtype, rd, x_dtype, rd)
         w = torch.zeros(H, dtype=w_dtype, device=DEVICE) if w_dtype is not None else None
         pw = torch.zeros(H, dtype=w_dtype or x_dtype, device=DEVICE) if sandwich else None
         what = (f"H={H} x={x_dtype} r={rd} w={w_dtype} numerics={hf} offset={offset} misaligned={misaligned} "

@@ -18,9 +18,10 @@ from addrmsnorm.tolerances import HF_MODEL_TOLERANCES  # noqa: E402
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels  # noqa: E402
 
-_FOUND = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in transformers.__version__.split(".")[:2])
+from packaging.version import Version  # noqa: E402
+
 pytestmark = [needs_kernels, pytest.mark.skipif(
-    _FOUND < hf.MIN_TRANSFORMERS, reason=f"transformers {transformers.__version__} is older than the patch's "
+    Version(transformers.__version__).release[:2] < hf.MIN_TRANSFORMERS, reason=f"transformers {transformers.__version__} is older than the patch's "
                                          f"{'.'.join(map(str, hf.MIN_TRANSFORMERS))} (hf.patch refuses it: "
                                          f"tests/test_hf_version.py)")]
 

@@ -904,6 +904,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
+    lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d

@@ -109,17 +109,15 @@ bool c_checks_on_cpu(const c10::Device& device) {
     return on && device.is_cpu();
 }
 
-[[noreturn]] void accepted_on_cpu() {
+// The check's verdict on CPU tensors: its refusal, or NotImplementedError for an accepted call.
+[[noreturn]] void checked_on_cpu(addrmsnorm_status st) {
+    if (st != ADDRMSNORM_SUCCESS) raise(st);
     TORCH_CHECK_NOT_IMPLEMENTED(false, "ADDRMSNORM_C_CHECKS_ON_CPU: the C runtime's checks accept this call; "
                                        "nothing runs on CPU tensors");
 }
 
 void launch(const c10::Device& device, const addrmsnorm_norm_args& a) {
-    if (c_checks_on_cpu(device)) {
-        const addrmsnorm_status st = addrmsnorm_norm_check(&a);
-        if (st != ADDRMSNORM_SUCCESS) raise(st);
-        accepted_on_cpu();
-    }
+    if (c_checks_on_cpu(device)) checked_on_cpu(addrmsnorm_norm_check(&a));
     on_device(device, [&] { return addrmsnorm_norm(&a, current_stream(device)); });
 }
 
@@ -512,11 +510,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     a.dweight = weight_grad ? data(dweight) : nullptr;
     a.workspace = data(workspace);
     a.workspace_bytes = bytes;
-    if (c_checks_on_cpu(dy.device())) {
-        const addrmsnorm_status st = addrmsnorm_norm_backward_check(&a);
-        if (st != ADDRMSNORM_SUCCESS) raise(st);
-        accepted_on_cpu();
-    }
+    if (c_checks_on_cpu(dy.device())) checked_on_cpu(addrmsnorm_norm_backward_check(&a));
     on_device(dy.device(), [&] { return addrmsnorm_norm_backward(&a, current_stream(dy.device())); });
     return {dres, dx, dweight};
 }
