@@ -12,7 +12,8 @@
 # Without pytest-xdist each step is one process. Set ADDRMSNORM_NO_SETUP=0 to run scripts/setup.sh first
 # (it needs the network); the default assumes a machine that has torch, triton, scikit-build-core, pytest and
 # GoogleTest (ADDRMSNORM_CMAKE_ARGS=-DADDRMSNORM_GTEST_SOURCE_DIR=... points the build at its sources).
-# Arguments go to every pytest run (e.g. -x, or a test path instead of the whole of tests/).
+# GPU_SUITE_BACKENDS (default "cpp triton") picks the backends' pytest runs, e.g. to split the suite over two calls
+# of a machine with a time limit per command. Arguments go to every pytest run (e.g. -x, or a test path instead of the whole of tests/).
 # The last line is the summary of counts; exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +55,8 @@ grep_count() { local c; c=$(grep -oE "[0-9]+ $1" <<<"$2" | head -1 | cut -d' ' -
 # Files that never call the operators (kernel lists and plans, the C ABI's layout, the bench harness's tables, the
 # docs' signatures) pass or fail alike on both backends: the triton run leaves them to the cpp run.
 backend_free=(test_aot test_configs test_register_plan test_c_abi_layout test_bench_harness test_docs)
-for backend in cpp triton; do
+backends=(${GPU_SUITE_BACKENDS:-cpp triton})
+for backend in "${backends[@]}"; do
   ignore=()
   if [ "$backend" = triton ] && [ -z "${GPU_SUITE_TESTS:-}" ]; then
     for f in "${backend_free[@]}"; do ignore+=(--ignore "tests/$f.py"); done
@@ -79,8 +81,8 @@ done
 grep -qE "[1-9][0-9]* tests failed" <<<"$ctest_line" && failed=1
 grep -q "tests passed" <<<"$ctest_line" || failed=1
 line=()
-for b in cpp triton; do
+for b in "${backends[@]}"; do
   line[${#line[@]}]="$b: ${counts[$b-passed]} passed, ${counts[$b-failed]} failed, ${counts[$b-error]} errors, ${counts[$b-skipped]} skipped"
 done
-echo "gpu suite: ${line[0]}; ${line[1]}; ctest: ${ctest_line#*% }; build ${build_s} s, total $((SECONDS - t0)) s"
+echo "gpu suite: $(IFS=';'; echo "${line[*]}" | sed 's/;/; /g'); ctest: ${ctest_line#*% }; build ${build_s} s, total $((SECONDS - t0)) s"
 exit $failed
