@@ -358,7 +358,7 @@ def quant_built_for(q: str, arch: int) -> bool:
 # (1 and the vector). The JIT launcher and the AOT runtime pick the class with `align_elems` and
 # `backward_align`, so that both compile the same specialization for the same call.
 ALIGNED_POINTER_ARGS = ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr", "weight2_ptr",
-                        "post_weight_ptr", "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr")
+                        "post_weight_ptr", "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr", "cos_ptr", "sin_ptr")
 ALIGNMENT_BYTES = 16
 
 
@@ -494,15 +494,17 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> K
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
-# The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds dy's partner, cos and sin beside dy and h:
-# a table of its own, for 16-bit heads up to QK_MAX_HEAD_DIM, single passes of a quarter of the backward's
-# 16-bit rows per program (half of them held 168 registers at 512 wide on sm_90, where 4 programs per SM need
-# at most 128). Not tuned on a GPU. tools/aot_build.py generates the C++ rule from it.
+# The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds cos, sin and dy's partner beside dy and h:
+# a table of its own, for 16-bit heads up to QK_MAX_HEAD_DIM, single passes of half the backward's 16-bit rows per
+# program. A tile has at least as many elements as its warps' lanes hold in 16-byte vectors (4 warps x 32 lanes x
+# 8 = 1024): a smaller tile is replicated across lanes, and then several lanes write the same dweight partial to
+# the same word of shared memory (compute-sanitizer's racecheck reported those writes as hazards, at a quarter of
+# these rows). Not tuned on a GPU. tools/aot_build.py generates the C++ rule from it.
 ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
-    (64, _bwd(64, 8, 4, 2, 4)),
-    (128, _bwd(128, 4, 4, 2, 4)),
-    (256, _bwd(256, 2, 4, 2, 4)),
-    (512, _bwd(512, 1, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
+    (64, _bwd(64, 16, 4, 2, 4)),
+    (128, _bwd(128, 8, 4, 2, 4)),
+    (256, _bwd(256, 4, 4, 2, 4)),
+    (512, _bwd(512, 2, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
 ))
 
 
@@ -584,6 +586,11 @@ ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None
 # with cos and sin alone: with positions into a cos_sin_cache (vLLM's serving call) no float32-weight kernel is
 # built, and both validators refuse the call (validation.check_rope; validate.cpp's validate_rope).
 ROPE_FP32_WEIGHTS_WITH_POSITIONS = False
+# The rotation's vector-aligned kernels (ALIGN > 1: the QK norm's rows) rotate NeoX's halves alone: the partner is
+# half the rotated columns away, and they read it, and its angle, as whole vectors at +-rotary_dim / 2. A call of
+# another style (GPT-J's interleaved pairs) takes the ALIGN 1 kernel, which reads each column's partner at its
+# index: both launchers (launcher.py, forward.cpp and backward.cpp) send it there.
+ROPE_VECTOR_STYLE = 0
 # Heads off the 16-byte vector (ALIGN 1: qkv's start, its row stride or head_dim not a multiple of 8 elements,
 # which no model's projection gives) take one config for every head_dim: a head a program on one warp. At
 # ALIGN 1 every access of the tile is a scalar instruction, and the rotation adds three gathers (the partner

@@ -483,6 +483,7 @@ def _single_pass_rows(
     # ROPE (GROUPED, no residual): each normalized row rotated (_rope), its token's angles from cos and sin.
     ROPE: tl.constexpr = False, POSITIONS: tl.constexpr = False, cos_ptr=None, sin_ptr=None, pos_ptr=None,
     stride_cos=0, stride_sin=0, rope_half=0, rope_style=0, cos_by_freq=0, max_position=0,
+    ALIGN: tl.constexpr = 1,  # ROPE: rotary_dim is a multiple of ALIGN too (rmsnorm_fwd's promise)
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = (tl.program_id(0) - first_program).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -559,16 +560,41 @@ def _single_pass_rows(
         else:
             pos = tok.to(tl.int64)
         partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
-        a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
-        a_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-        cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=a_mask, other=1.0).to(tl.float32)
-        sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=a_mask, other=0.0).to(tl.float32)
-        xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+        if ALIGN > 1:
+            # NeoX alone (configs.ROPE_VECTOR_STYLE; the launchers send GPT-J's pairs to ALIGN 1), every load
+            # contiguous and in whole vectors: rotary_dim / 2, the angles' pointers and their row strides are on
+            # ALIGN's promise (launcher.py's align_elems call). The partner is half the rotated columns away, so its
+            # value and its angle are the same rows read again from L1 at +-half (no gather); its normalized value
+            # comes from its column's h, rstd and weight: the bits y has there. A cache's row is cos then sin by
+            # frequency (sin_ptr is cos_ptr + rope_half: read through cos_ptr); HF's cos and sin are by column.
+            half = _aligned(rope_half, ALIGN)
+            rot_mask = row_mask[:, None] & (cols < 2 * half)[None, :]
+            lo = (cols < half)[None, :]
+            hi = rot_mask & (cols >= half)[None, :]
+            xp = tl.where(lo, tl.load(x_ptr + x_rows + (cols_2d + half), mask=mask & lo, other=0.0),
+                          tl.load(x_ptr + x_rows + (cols_2d - half), mask=mask & hi, other=0.0))
+            a_row = pos[:, None] * stride_cos + cols_2d
+            if POSITIONS:  # cos[c] = row[c mod half], sin[c] = row[half + c mod half]
+                a0 = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0)
+                cos = tl.where(lo, a0, tl.load(cos_ptr + (a_row - half), mask=hi, other=0.0))
+                sin = tl.where(lo, tl.load(cos_ptr + (a_row + half), mask=rot_mask & lo, other=0.0), a0)
+            else:
+                cos = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0)
+                sin = tl.load(sin_ptr + pos[:, None] * stride_sin + cols_2d, mask=rot_mask, other=0.0)
+        else:
+            # Any style, any rotary_dim (scalar accesses): the partner and the angles read at their indices.
+            rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+            xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
+            a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
+            cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=0.0)
+            sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0)
         wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
         if SPLIT:
             wp2 = _weight_f32(_load_w(weight2_ptr, partner, col_mask, has_weight), weight_dtype) + w_off
             wp = tl.where(second[:, None], wp2[None, :], wp)
-        yp = _scale(xp, rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
+        yp = _scale(xp.to(tl.float32), rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
+        cos = tl.where(rotated[None, :], cos.to(tl.float32), 1.0)
+        sin = tl.where(rotated[None, :], sin.to(tl.float32), 0.0)
         y = _rope(y, yp, cos, sin, first[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
     if GATED:
         if gate_first == 0:  # the norm, then the gate; HF rounds the weighted norm to x's dtype first
@@ -909,6 +935,9 @@ def rmsnorm_fwd(
         stride_out_group = _aligned(stride_out_group, ALIGN)
     if GATED:
         stride_z_row = _aligned(stride_z_row, ALIGN)
+    if ROPE:  # the angles' rows, and rotary_dim, on the same promise (launcher.py's align_elems call)
+        stride_cos = _aligned(stride_cos, ALIGN)
+        stride_sin = _aligned(stride_sin, ALIGN)
     if LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
@@ -941,7 +970,7 @@ def rmsnorm_fwd(
                           first_program=first_program, ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
                           sin_ptr=sin_ptr, pos_ptr=pos_ptr, stride_cos=stride_cos, stride_sin=stride_sin,
                           rope_half=rope_half, rope_style=rope_style, cos_by_freq=cos_by_freq,
-                          max_position=max_position)
+                          max_position=max_position, ALIGN=ALIGN)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
@@ -1056,7 +1085,7 @@ def _bwd_single_pass(
     # the transpose of the forward's rotation, and rstd is computed from h with eps (the rotation's forward
     # stores none).
     ROPE: tl.constexpr = False, cos_ptr=None, sin_ptr=None, stride_cos=0, stride_sin=0, rope_half=0,
-    rope_style=0, group_rows=1, eps=0.0,
+    rope_style=0, group_rows=1, eps=0.0, ALIGN: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -1080,10 +1109,28 @@ def _bwd_single_pass(
             # dy[c] cos[c] +- dy[p(c)] sin[p(c)] (+ for the first): the partner's dy from L1, its sine by column.
             tok = (rows.to(tl.int32) // group_rows).to(tl.int64)[:, None]
             partner, freq, pair_first, rotated = _rope_columns(cols, rope_half, rope_style)
-            a_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-            cos = tl.load(cos_ptr + tok * stride_cos + cols_2d, mask=a_mask, other=1.0).to(tl.float32)
-            sin_p = tl.load(sin_ptr + tok * stride_sin + partner[None, :], mask=a_mask, other=0.0).to(tl.float32)
-            dyp = tl.load(dy_ptr + rows_2d * stride_dy_row + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+            # cos and sin are rows by column. At ALIGN > 1 (NeoX alone, as the forward) rotary_dim / 2 and the
+            # angles' strides and pointers are on ALIGN's promise: contiguous loads in whole vectors, the partner's
+            # dy and sine read again from L1 at +-half. At ALIGN 1 (any style) at the partner's index.
+            if ALIGN > 1:
+                half = _aligned(rope_half, ALIGN)
+                rot_mask = row_mask[:, None] & (cols < 2 * half)[None, :]
+                lo = (cols < half)[None, :]
+                hi = rot_mask & (cols >= half)[None, :]
+                s_row = sin_ptr + tok * stride_sin + cols_2d
+                sin_p = tl.where(lo, tl.load(s_row + half, mask=rot_mask & lo, other=0.0),
+                                 tl.load(s_row - half, mask=hi, other=0.0)).to(tl.float32)
+                dy_row = dy_ptr + rows_2d * stride_dy_row + cols_2d
+                dyp = tl.where(lo, tl.load(dy_row + half, mask=mask & lo, other=0.0),
+                               tl.load(dy_row - half, mask=mask & hi, other=0.0)).to(tl.float32)
+            else:
+                rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+                sin_p = tl.load(sin_ptr + tok * stride_sin + partner[None, :], mask=rot_mask, other=0.0)
+                dyp = tl.load(dy_ptr + rows_2d * stride_dy_row + partner[None, :], mask=mask, other=0.0)
+                dyp = dyp.to(tl.float32)
+            cos = tl.load(cos_ptr + tok * stride_cos + cols_2d, mask=rot_mask, other=1.0).to(tl.float32)
+            cos = tl.where(rotated[None, :], cos, 1.0)
+            sin_p = tl.where(rotated[None, :], sin_p.to(tl.float32), 0.0)
             dy = dy * cos + tl.where(pair_first[None, :], dyp, -dyp) * sin_p
             rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, 0)
         else:
@@ -1190,6 +1237,9 @@ def rmsnorm_bwd(
     stride_h_row = _aligned(stride_h_row, ALIGN)
     stride_dres_row = _aligned(stride_dres_row, ALIGN)
     stride_dx_row = _aligned(stride_dx_row, ALIGN)
+    if ROPE:
+        stride_cos = _aligned(stride_cos, ALIGN)
+        stride_sin = _aligned(stride_sin, ALIGN)
     if LOOPED:
         _bwd_looped(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
                     n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
@@ -1200,7 +1250,7 @@ def rmsnorm_bwd(
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
                          SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
                          stride_sin=stride_sin, rope_half=rope_half, rope_style=rope_style, group_rows=group_rows,
-                         eps=eps)
+                         eps=eps, ALIGN=ALIGN)
 
 
 # ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to
@@ -1215,7 +1265,7 @@ rmsnorm_fwd_unaligned = triton.jit(
     rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
                                     "rstd_ptr", "weight2_ptr", "post_weight_ptr",
-                                    "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr"))
+                                    "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr", "cos_ptr", "sin_ptr", "pos_ptr"))
 rmsnorm_bwd_unaligned = triton.jit(
     rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
     do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",

@@ -39,6 +39,9 @@ BackwardViews backward_views(const BackwardCall& c) {
     return v;
 }
 
+// An angle tensor's row stride as the kernel reads it: one token's row has none.
+int64_t angle_stride(const BackwardCall& c, int64_t stride) { return c.rows > c.rope_groups ? stride : 0; }
+
 // The backward's config and kernel for those views.
 struct BackwardKernel {
     int config, variant;
@@ -48,9 +51,18 @@ BackwardKernel backward_kernel(const BackwardCall& c, const BackwardViews& v) {
     const int config = c.rope != nullptr ? select_rope_backward_config(c.hidden)
                                          : select_backward_config(c.hidden, xs, rs);
     // configs.backward_align, generated (as on the JIT path).
+    // With the rotation, its angles too: cos's and sin's pointers, their row strides and rotary_dim / 2; and the
+    // vector kernels' style alone (configs.ROPE_VECTOR_STYLE) (launcher.py's
+    // backward_align call has the same operands).
+    const addrmsnorm_rope* rope = c.rope;
     const bool pointers_aligned = aligned16(c.dy) && aligned16(v.dro) && aligned16(c.h) && aligned16(v.weight) &&
-                                  aligned16(c.dresidual) && aligned16(v.dx);
-    const int64_t strides = v.stride_dy | v.stride_dro | v.stride_h | v.stride_dres | v.stride_dx;
+                                  aligned16(c.dresidual) && aligned16(v.dx) &&
+                                  (rope == nullptr || (aligned16(rope->cos) && aligned16(rope->sin) &&
+                                                       rope->style == kRopeVectorStyle));
+    const int64_t strides = v.stride_dy | v.stride_dro | v.stride_h | v.stride_dres | v.stride_dx |
+                            (rope != nullptr ? angle_stride(c, rope->stride_cos) | angle_stride(c, rope->stride_sin) |
+                                                   c.rotary_dim / 2
+                                             : 0);
     const bool aligned = backward_align_class(pointers_aligned, c.hidden | strides, xs, rs) == 1;
     return {config, c.rope != nullptr ? rope_backward_variant_index(config, c.x_dtype, aligned)
                                       : backward_variant_index(config, c.x_dtype, c.residual_dtype, aligned)};
@@ -145,8 +157,8 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         // The rotation: fp32 cos and sin by column (without it, the workspace stands in, never read).
         p.cos_ptr = devptr(rope != nullptr ? rope->cos : workspace);
         p.sin_ptr = devptr(rope != nullptr ? rope->sin : workspace);
-        p.stride_cos = rope != nullptr && rows > c.rope_groups ? rope->stride_cos : 0;
-        p.stride_sin = rope != nullptr && rows > c.rope_groups ? rope->stride_sin : 0;
+        p.stride_cos = rope != nullptr ? angle_stride(c, rope->stride_cos) : 0;
+        p.stride_sin = rope != nullptr ? angle_stride(c, rope->stride_sin) : 0;
         p.rope_half = static_cast<int32_t>(c.rotary_dim / 2);
         p.rope_style = rope != nullptr ? rope->style : 0;
         p.group_rows = static_cast<int32_t>(rope != nullptr ? c.rope_groups : 1);

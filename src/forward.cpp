@@ -18,22 +18,36 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignmentBytes == 0; }
 
-// The rotation's parameters of rmsnorm_fwd (read only by the ROPE kernels; without rope, x stands in): a
-// cos_sin_cache is cos by frequency, its sines rotary_dim / 2 elements on; HF's cos and sin are by column.
-void set_rope(ForwardParams& p, const addrmsnorm_rope* rope, const void* x, int64_t rotary_dim, int64_t rows) {
-    const bool cached = rope != nullptr && rope->positions != nullptr;
-    const int as = rope != nullptr ? dtype_size(rope->angle_dtype) : 0;
-    const char* cache = cached ? static_cast<const char*>(rope->cos_sin_cache) : nullptr;
-    p.cos_ptr = devptr(rope == nullptr ? x : cached ? rope->cos_sin_cache : rope->cos);
-    p.sin_ptr = devptr(rope == nullptr ? x : cached ? cache + (rotary_dim / 2) * as : rope->sin);
-    p.pos_ptr = devptr(cached ? rope->positions : x);
-    const int64_t stride_cache = cached && rope->max_position > 1 ? rope->stride_cache : 0;
-    p.stride_cos = rope == nullptr ? 0 : cached ? stride_cache : rows > 1 ? rope->stride_cos : 0;
-    p.stride_sin = rope == nullptr ? 0 : cached ? stride_cache : rows > 1 ? rope->stride_sin : 0;
+// The kernel's view of the rotation's angles (without rope, x stands in, never read): a cos_sin_cache is cos by
+// frequency, its sines rotary_dim / 2 elements on; HF's cos and sin are by column. One row has no stride.
+struct Angles {
+    const void* cos;
+    const void* sin;
+    const void* positions;
+    int64_t stride_cos, stride_sin;
+};
+
+Angles angles_of(const addrmsnorm_rope* rope, const void* x, int64_t rotary_dim, int64_t rows) {
+    if (rope == nullptr) return {x, x, x, 0, 0};
+    if (rope->positions != nullptr) {
+        const char* cache = static_cast<const char*>(rope->cos_sin_cache);
+        const int64_t stride = rope->max_position > 1 ? rope->stride_cache : 0;
+        return {cache, cache + (rotary_dim / 2) * dtype_size(rope->angle_dtype), rope->positions, stride, stride};
+    }
+    return {rope->cos, rope->sin, x, rows > 1 ? rope->stride_cos : 0, rows > 1 ? rope->stride_sin : 0};
+}
+
+// The rotation's parameters of rmsnorm_fwd (read only by the ROPE kernels).
+void set_rope(ForwardParams& p, const Angles& a, const addrmsnorm_rope* rope, int64_t rotary_dim) {
+    p.cos_ptr = devptr(a.cos);
+    p.sin_ptr = devptr(a.sin);
+    p.pos_ptr = devptr(a.positions);
+    p.stride_cos = a.stride_cos;
+    p.stride_sin = a.stride_sin;
     p.rope_half = static_cast<int32_t>(rotary_dim / 2);
     p.rope_style = rope != nullptr ? rope->style : 0;
-    p.cos_by_freq = cached ? 1 : 0;
-    p.max_position = cached ? rope->max_position : 0;
+    p.cos_by_freq = rope != nullptr && rope->positions != nullptr ? 1 : 0;
+    p.max_position = rope != nullptr && rope->positions != nullptr ? rope->max_position : 0;
 }
 
 // What the launches do after choosing their kernel: launch it, or (kCheck: addrmsnorm_norm_check) only say whether
@@ -121,7 +135,7 @@ addrmsnorm_status launch_fused(const ForwardCall& c, addrmsnorm_stream stream, L
     p.stride_b_row = 0;
     p.stride_b_out_row = 0;
     p.pair_split = 0;
-    set_rope(p, nullptr, x, 0, rows);
+    set_rope(p, angles_of(nullptr, x, 0, rows), nullptr, 0);
     const unsigned grid = static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }
@@ -292,6 +306,13 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                              : (rope->angle_dtype == x_dtype ? 0 : 3) +
                                                    (cached ? (rope->positions_dtype == ADDRMSNORM_INT32 ? 1 : 2) : 0);
     const int64_t rotary_dim = rope == nullptr ? 0 : rope->rotary_dim == 0 ? hidden : rope->rotary_dim;
+    // The angles, like the heads, on the vector (their pointers, row strides and rotary_dim / 2), and the vector
+    // kernels' style (configs.ROPE_VECTOR_STYLE) alone (launcher.py's
+    // align_elems call has the same operands).
+    const Angles angles = angles_of(rope, x, rotary_dim, rows);
+    const bool angles_aligned =
+        aligned16(angles.cos) && aligned16(angles.sin) && (rope == nullptr || rope->style == kRopeVectorStyle);
+    const int64_t angle_strides = rope == nullptr ? 0 : angles.stride_cos | angles.stride_sin | rotary_dim / 2;
     const void* pair_pointers[6] = {x, weight, out, pair ? pair->b : x, b_weight, pair ? pair->b_out : out};
     const int variant =
         pair != nullptr ? pair_call_variant(pair_pointers, 6, hidden | pair->b_hidden, std::max(hidden, pair->b_hidden),
@@ -300,9 +321,9 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
         : gate != nullptr ? gated_call_variant(x, weight, gate->z, out, hidden, stride_x | stride_out | stride_z,
                                              x_dtype, weight_dtype, weight_offset, (flags & kFlagHf) != 0, &config)
                         : plain_call_variant(x, weight, w2, out, hidden, stride_x | stride_out | stride_x_head |
-                                             stride_out_head, x_dtype, weight_dtype, weight_offset,
+                                             stride_out_head | angle_strides, x_dtype, weight_dtype, weight_offset,
                                              (flags & kFlagHf) != 0, (flags & kFlagRoundOnce) != 0, qk, &config,
-                                             rope_variant);
+                                             rope_variant, angles_aligned);
     if (config < 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");
     const char* what = pair != nullptr   ? "pair kernel"
                        : gate != nullptr ? "gated-norm kernel"
@@ -357,7 +378,7 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
     p.stride_b_row = stride_b;
     p.stride_b_out_row = stride_b_out;
     p.pair_split = pair != nullptr ? static_cast<int32_t>(part_grid) : 0;
-    set_rope(p, rope, x, rotary_dim, rows);
+    set_rope(p, angles, rope, rotary_dim);
     const unsigned grid = part_grid * (pair != nullptr ? 2u : 1u);
     return launch_with(*d, k, grid, p, stream, (flags & ADDRMSNORM_FLAG_PDL) != 0);
 }

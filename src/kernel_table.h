@@ -188,12 +188,15 @@ inline int select_rope_config(long long H, bool aligned) {
     return aligned ? select_plain_config(H, 2, false) : select_rope_misaligned_table_config(H, 2, 2, 0, false);
 }
 
-// rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions).
+// rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions);
+// angles_aligned: the rotation's cos and sin pointers are 16-byte aligned (their strides and rotary_dim are OR-ed
+// into `strides`).
 inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
                               long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-                              float weight_offset, bool hf, bool round_once, bool qk, int* config, int rope = -1) {
+                              float weight_offset, bool hf, bool round_once, bool qk, int* config, int rope = -1,
+                              bool angles_aligned = true) {
     auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
-    const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out);
+    const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out) && angles_aligned;
     const bool ends_only = hf || qk || rope >= 0 || weight_slot(x_dtype, weight_dtype) == 2;
     const int xs = x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2;
     const int align_class = forward_align_class(pointers_aligned, hidden | strides, xs, xs, ends_only);
@@ -209,6 +212,7 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
 
 extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
 extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
+extern const int kRopeVectorStyle;  // configs.ROPE_VECTOR_STYLE: the one style of the vector-aligned rotation
 extern const bool kRopeFp32WeightsWithPositions;  // configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS: fp32 weights built
                                                  // for the rotation by positions into a cache (else refused)
 // configs.PAIR_TABLE's rule (configs.select_pair_config), generated.

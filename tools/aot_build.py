@@ -330,7 +330,8 @@ def backward_configs() -> list:
     return unique_configs(configs.BACKWARD_TABLE + configs.ROPE_BACKWARD_TABLE)
 
 
-BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr")
+BACKWARD_ALIGNED_POINTER_ARGS = ("dy_ptr", "dres_out_ptr", "h_ptr", "weight_ptr", "dres_ptr", "dx_ptr", "cos_ptr",
+                                 "sin_ptr")
 
 
 def kernel_of(kind: str):
@@ -905,6 +906,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
     lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
+    lines.append(f"const int kRopeVectorStyle = {configs.ROPE_VECTOR_STYLE};")
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
