@@ -143,6 +143,46 @@ def test_misaligned_heads_take_the_misaligned_config(D, style, source):
     _check(got, qkv, nq, nk, D, want_q, want_k, y_tolerance(torch.bfloat16), f"misaligned D={D}")
 
 
+class _Chosen(Exception):
+    pass
+
+
+@pytest.mark.parametrize("style,rd,pad_cache,want", [
+    ("neox", 128, 0, 8), ("neox", 64, 0, 8), ("neox", 48, 0, 8),  # rotary_dim / 2 on the vector
+    ("neox", 40, 0, 1),  # rotary_dim / 2 = 20: the +-half reads would straddle vectors
+    ("neox", 128, 2, 1),  # the cache's rows off the vector
+    ("gptj", 128, 0, 1),  # configs.ROPE_VECTOR_STYLE: GPT-J's pairs take the ALIGN 1 kernel
+])
+def test_the_vector_kernels_take_neox_with_the_angles_on_the_vector(monkeypatch, style, rd, pad_cache, want):
+    """The JIT launcher's ALIGN for a rotation (forward.cpp's Angles rule has the same operands): the vector kernels
+    read the partner and the angles at +-rotary_dim / 2 in whole vectors, so they take NeoX calls whose angles'
+    pointers, row strides and rotary_dim / 2 are on the vector; every other call the ALIGN 1 kernel."""
+    from addrmsnorm import launcher, ops
+    if ops.backend() != "triton":
+        pytest.skip("the JIT launcher's choice (the cpp backend's is the C runtime's, the same rule)")
+    seen = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append(kwargs["ALIGN"])
+                raise _Chosen
+            return launch
+
+    monkeypatch.setattr(launcher, "rmsnorm_fwd", Spy())
+    monkeypatch.setattr(launcher, "rmsnorm_fwd_unaligned", Spy())
+    T, nq, nk, D = 4, 2, 1, 128
+    qkv = _qkv(T, nq, nk, D, torch.bfloat16)
+    wq, wk = _weights(D, torch.bfloat16)
+    cache = _cache(16, rd)
+    if pad_cache:
+        cache = torch.nn.functional.pad(cache, (0, pad_cache))[:, :rd]
+    with pytest.raises(_Chosen):
+        addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, 1e-6, num_q_heads=nq, num_kv_heads=nk, head_dim=D, style=style,
+                                    positions=_positions(T, 16), cos_sin_cache=cache, rotary_dim=rd)
+    assert seen == [want]
+
+
 def test_gemma_offset_weight_and_both_sources_agree():
     """Gemma 3's 1 + w, and the two angle sources giving the same angles: the same heads."""
     qkv, a, _, kw, (wq, wk) = _run_case(6, 4, 2, 128, 128, "neox", "cache", "bf16", "bf16", "fp32", torch.int64,
