@@ -204,18 +204,20 @@ def _rope_columns(cols, half, style):
 
 
 @triton.jit
-def _rope(y, yp, cos, sin, first, out_dtype, HF_NUMERICS: tl.constexpr):
-    """The rotation of a normalized row: y * cos + (first ? -yp : yp) * sin, where yp is the partner's
-    normalized value (columns past the rotary dims arrive with cos 1 and sin 0: y itself). The contract
-    rotates the fp32 norm, one rounding at the store. HF's apply_rotary_pos_emb rotates the norm as its
-    module returned it (rounded), and rounds each product and the sum: `q * cos + rotate_half(q) * sin`."""
+def _rope(y, yp, cos, sin, out_dtype, HF_NUMERICS: tl.constexpr):
+    """The rotation of a normalized row: y * cos + yp * sin, where yp is the partner's normalized value and sin
+    arrives signed (negated on each pair's first column: HF's rotate_half; columns past the rotary dims arrive with
+    cos 1 and sin 0: y itself). The contract rotates the fp32 norm, one rounding at the store. HF's
+    apply_rotary_pos_emb rotates the norm as its module returned it (rounded), and rounds each product and the
+    sum: `q * cos + rotate_half(q) * sin` (rounding is symmetric: the negated product rounds to the negated
+    rounding)."""
     if HF_NUMERICS:
         y = y.to(out_dtype).to(tl.float32)
         yp = yp.to(out_dtype).to(tl.float32)
         a = (y * cos).to(out_dtype).to(tl.float32)
         b = (yp * sin).to(out_dtype).to(tl.float32)
-        return tl.where(first, a - b, a + b)
-    return tl.where(first, y * cos - yp * sin, y * cos + yp * sin)
+        return a + b
+    return y * cos + yp * sin
 
 
 @triton.jit
@@ -560,6 +562,8 @@ def _single_pass_rows(
         else:
             pos = tok.to(tl.int64)
         partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
+        # cos and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other),
+        # sin negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
         if ALIGN > 1:
             # NeoX alone (configs.ROPE_VECTOR_STYLE; the launchers send GPT-J's pairs to ALIGN 1), every load
             # contiguous and in whole vectors: rotary_dim / 2, the angles' pointers and their row strides are on
@@ -575,27 +579,27 @@ def _single_pass_rows(
                           tl.load(x_ptr + x_rows + (cols_2d - half), mask=mask & hi, other=0.0))
             a_row = pos[:, None] * stride_cos + cols_2d
             if POSITIONS:  # cos[c] = row[c mod half], sin[c] = row[half + c mod half]
-                a0 = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0)
-                cos = tl.where(lo, a0, tl.load(cos_ptr + (a_row - half), mask=hi, other=0.0))
-                sin = tl.where(lo, tl.load(cos_ptr + (a_row + half), mask=rot_mask & lo, other=0.0), a0)
+                a0 = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0).to(tl.float32)
+                cos = tl.where(lo, a0, tl.load(cos_ptr + (a_row - half), mask=hi, other=1.0).to(tl.float32))
+                sin = tl.where(lo, -tl.load(cos_ptr + (a_row + half), mask=rot_mask & lo, other=0.0).to(tl.float32), a0)
             else:
-                cos = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0)
-                sin = tl.load(sin_ptr + pos[:, None] * stride_sin + cols_2d, mask=rot_mask, other=0.0)
+                cos = tl.load(cos_ptr + a_row, mask=rot_mask, other=1.0).to(tl.float32)
+                sin = tl.load(sin_ptr + pos[:, None] * stride_sin + cols_2d, mask=rot_mask, other=0.0).to(tl.float32)
+                sin = tl.where(lo, -sin, sin)
         else:
             # Any style, any rotary_dim (scalar accesses): the partner and the angles read at their indices.
             rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
             xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
             a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
-            cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=0.0)
-            sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0)
+            cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0).to(tl.float32)
+            sin = tl.where(first[None, :], -sin, sin)
         wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
         if SPLIT:
             wp2 = _weight_f32(_load_w(weight2_ptr, partner, col_mask, has_weight), weight_dtype) + w_off
             wp = tl.where(second[:, None], wp2[None, :], wp)
         yp = _scale(xp.to(tl.float32), rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
-        cos = tl.where(rotated[None, :], cos.to(tl.float32), 1.0)
-        sin = tl.where(rotated[None, :], sin.to(tl.float32), 0.0)
-        y = _rope(y, yp, cos, sin, first[None, :], out_ptr.dtype.element_ty, HF_NUMERICS)
+        y = _rope(y, yp, cos, sin, out_ptr.dtype.element_ty, HF_NUMERICS)
     if GATED:
         if gate_first == 0:  # the norm, then the gate; HF rounds the weighted norm to x's dtype first
             if HF_NUMERICS:
