@@ -204,19 +204,40 @@ def _rope_columns(cols, half, style):
 
 
 @triton.jit
+def _mul_rn(a, b):
+    """a * b in fp32, rounded once, as PTX's mul.rn.f32: an explicit rounding mode that ptxas never contracts
+    into an FMA, in inline assembly that LLVM never narrows, and without libdevice's flush to zero. The
+    interpreter's NumPy multiply is the same rounding."""
+    if _INTERPRETED:
+        return a * b
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _add_rn(a, b):
+    """a + b in fp32 (PTX's add.rn.f32), as _mul_rn."""
+    if _INTERPRETED:
+        return a + b
+    return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
 def _rope(y, yp, cos, sin, out_dtype, HF_NUMERICS: tl.constexpr):
     """The rotation of a normalized row: y * cos + yp * sin, where yp is the partner's normalized value and sin
     arrives signed (negated on each pair's first column: HF's rotate_half; columns past the rotary dims arrive with
     cos 1 and sin 0: y itself). The contract rotates the fp32 norm, one rounding at the store. HF's
     apply_rotary_pos_emb rotates the norm as its module returned it (rounded), and rounds each product and the
     sum: `q * cos + rotate_half(q) * sin` (rounding is symmetric: the negated product rounds to the negated
-    rounding)."""
+    rounding). Its products and sum go through _mul_rn and _add_rn: plain operators let the compiler contract
+    `round(y * cos) + b` into one fp16 or bf16 FMA (fma.rn.f16x2 on sm_90), which skips the product's rounding."""
     if HF_NUMERICS:
         y = y.to(out_dtype).to(tl.float32)
         yp = yp.to(out_dtype).to(tl.float32)
-        a = (y * cos).to(out_dtype).to(tl.float32)
-        b = (yp * sin).to(out_dtype).to(tl.float32)
-        return a + b
+        a = _mul_rn(y, cos).to(out_dtype).to(tl.float32)
+        b = _mul_rn(yp, sin).to(out_dtype).to(tl.float32)
+        return _add_rn(a, b)
     return y * cos + yp * sin
 
 

@@ -86,7 +86,9 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward_workspace_s
     if (st != ADDRMSNORM_SUCCESS) return st;
     // rope is read by struct_size: a caller built before it has none.
     const int config = a.rope != nullptr ? select_rope_backward_config(a.hidden) : select_backward_config(a.hidden, xs, rs);
-    *bytes = a.rows == 0 ? 0 : backward_workspace_bytes(a.rows, a.hidden, config, sms);
+    // No config (the rotation's head_dim past kQkMaxHeadDim): 0 bytes, and the call itself refuses it by name
+    // (validate_rope), as it validates before it reads the workspace.
+    *bytes = a.rows == 0 || config < 0 ? 0 : backward_workspace_bytes(a.rows, a.hidden, config, sms);
     return ADDRMSNORM_SUCCESS;
 }
 
