@@ -143,7 +143,7 @@ def launch_forward(
     strides = (stride_x, stride_residual, stride_out, stride_residual_out, stride_x_group, stride_out_group,
                stride_z, H_b, stride_b, stride_b_out)
     if roped:  # the angles on the vector too: their pointers, row strides and rotary_dim / 2 (forward.cpp)
-        pointers += (cos.data_ptr(), sin.data_ptr() if style == configs.ROPE_VECTOR_STYLE else 1)  # 1: ALIGN 1
+        pointers += (cos.data_ptr(), sin.data_ptr())
         strides += (stride_cos, stride_sin, rotary_dim // 2)
     w_arg, w16 = _forward_weight(x, weight)
     w2_arg = w_arg if weight2 is weight else _forward_weight(x, weight2)[0]
@@ -151,6 +151,8 @@ def launch_forward(
     # SPLIT, SANDWICH and GATED: the ends alone
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated or paired
                          or rope is not None)
+    if roped and style != configs.ROPE_VECTOR_STYLE:  # the vector kernels rotate that style alone (forward.cpp)
+        align = 1
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
     if config is not None:
@@ -424,11 +426,13 @@ def launch_backward(
     strides = (stride_dy, stride_dres_out, stride_h, stride_dres, stride_dx)
     pointers = (dy.data_ptr(), dres_out_t.data_ptr(), h.data_ptr(), weight.data_ptr(), dres.data_ptr(), dx_t.data_ptr())
     if rope is not None:  # the angles on the vector too, and the vector's style alone (backward.cpp's backward_kernel)
-        pointers += (rope[0].data_ptr(), rope[1].data_ptr() if rope[5] == configs.ROPE_VECTOR_STYLE else 1)
+        pointers += (rope[0].data_ptr(), rope[1].data_ptr())
         align_strides = strides + (rope[2], rope[3], rope[4] // 2)
     else:
         align_strides = strides
     align = configs.backward_align(pointers, H, align_strides, xs, rs)
+    if rope is not None and rope[5] != configs.ROPE_VECTOR_STYLE:  # the vector kernels rotate that style alone
+        align = 1
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace
     cap = _planned_cap("backward", cfg, arch)
