@@ -494,17 +494,18 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> K
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
 
 
-# The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds cos, sin and dy's partner beside dy and h:
-# a table of its own, for 16-bit heads up to QK_MAX_HEAD_DIM, single passes of half the backward's 16-bit rows per
-# program. A tile has at least as many elements as its warps' lanes hold in 16-byte vectors (4 warps x 32 lanes x
-# 8 = 1024): a smaller tile is replicated across lanes, and then several lanes write the same dweight partial to
-# the same word of shared memory (compute-sanitizer's racecheck reported those writes as hazards, at a quarter of
-# these rows). Not tuned on a GPU. tools/aot_build.py generates the C++ rule from it.
+# The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds cos, sin and dy beside h: a table of its own,
+# for 16-bit heads up to QK_MAX_HEAD_DIM. The vector kernels (_bwd_rope_halves) hold a row as its two halves,
+# [rows, BLOCK_H / 2] tiles, and each such tile has at least as many elements as its warps' lanes hold in 16-byte
+# vectors (4 warps x 32 lanes x 8 = 1024): a smaller tile is replicated across lanes, and then several lanes write
+# the same dweight partial to the same word of shared memory (compute-sanitizer's racecheck reported those
+# writes as hazards, with tiles of a quarter of that). Not tuned on a GPU. tools/aot_build.py generates the C++
+# rule from it.
 ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
-    (64, _bwd(64, 16, 4, 2, 4)),
-    (128, _bwd(128, 8, 4, 2, 4)),
-    (256, _bwd(256, 4, 4, 2, 4)),
-    (512, _bwd(512, 2, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
+    (64, _bwd(64, 32, 4, 2, 4)),
+    (128, _bwd(128, 16, 4, 2, 4)),
+    (256, _bwd(256, 8, 4, 2, 4)),
+    (512, _bwd(512, 4, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
 ))
 
 
@@ -586,11 +587,19 @@ ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None
 # with cos and sin alone: with positions into a cos_sin_cache (vLLM's serving call) no float32-weight kernel is
 # built, and both validators refuse the call (validation.check_rope; validate.cpp's validate_rope).
 ROPE_FP32_WEIGHTS_WITH_POSITIONS = False
-# The rotation's vector-aligned kernels (ALIGN > 1: the QK norm's rows) rotate NeoX's halves alone: the partner is
-# half the rotated columns away, and they read it, and its angle, as whole vectors at +-rotary_dim / 2. A call of
-# another style (GPT-J's interleaved pairs) takes the ALIGN 1 kernel, which reads each column's partner at its
-# index: both launchers (launcher.py, forward.cpp and backward.cpp) send it there.
+# The rotation's vector-aligned kernels (ALIGN > 1: the QK norm's rows) rotate NeoX's halves with every column of
+# the head rotated (rotary_dim = head_dim, as Llama, Qwen, Mistral and Gemma rotate): they read a head as its two
+# halves, so that a thread holds both columns of each pair. Every other call (GPT-J's interleaved pairs, a partial
+# rotation) takes the ALIGN 1 kernel, which reads each column's partner at its index: rope_on_vector is the rule,
+# which tools/aot_build.py generates for the C runtime (forward.cpp and backward.cpp call it).
 ROPE_VECTOR_STYLE = 0
+
+
+def rope_on_vector(style: int, rotary_dim: int, head_dim: int) -> bool:
+    """Whether a rotation may take the vector kernels (given its heads' and angles' alignment)."""
+    return style == ROPE_VECTOR_STYLE and rotary_dim == head_dim
+
+
 # Heads off the 16-byte vector (ALIGN 1: qkv's start, its row stride or head_dim not a multiple of 8 elements,
 # which no model's projection gives) take one config for every head_dim: a head a program on one warp. At
 # ALIGN 1 every access of the tile is a scalar instruction, and the rotation adds three gathers (the partner

@@ -242,6 +242,65 @@ def _rope(y, yp, cos, sin, out_dtype, HF_NUMERICS: tl.constexpr):
 
 
 @triton.jit
+def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, group_rows, group_split,
+                 stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype, w_off,
+                 cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position,
+                 BLOCK_H: tl.constexpr, POSITIONS: tl.constexpr, HF_NUMERICS: tl.constexpr):
+    """NeoX's rotation of normalized heads whose every column is rotated (H = 2 * half <= BLOCK_H), stored to out
+    (rows: a token's heads group_rows consecutive rows, those from group_split on taking weight2): each head read
+    from L1 as its two halves, lo = columns [0, half) and hi = [half, 2 * half), in [R, BLOCK_H / 2] tiles of one
+    layout, so that a thread holds both columns of each of its pairs. out_lo = y_lo cos_lo - y_hi sin_lo,
+    out_hi = y_hi cos_hi + y_lo sin_hi (HF's rotate_half), each y from its own column's h, rstd and weight: the bits
+    the unrotated norm has there. Everything a row needs (its token, position, weight) is computed in the halves'
+    layout, and the weight is read as a tile too (from L1), so that only rstd crosses from the whole row's layout.
+    A cache's row (POSITIONS) is half cosines then half sines, by frequency: cos_hi = cos_lo and sin_hi = sin_lo,
+    read once; HF's cos and sin are by column, each half read. A position outside the cache writes nothing."""
+    c = tl.arange(0, BLOCK_H // 2)
+    cc = c[None, :]
+    row_mask = rows < n_rows
+    r32 = rows.to(tl.int32)
+    tok = r32 // group_rows
+    in_group = r32 - tok * group_rows
+    if POSITIONS:
+        pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
+        in_cache = (pos >= 0) & (pos < max_position)
+        pos = tl.where(in_cache, pos, 0)
+        row_mask = row_mask & in_cache
+    else:
+        pos = tok.to(tl.int64)
+    m = row_mask[:, None] & (c < half)[None, :]
+    x_rows = (tok.to(tl.int64) * stride_x_row + in_group.to(tl.int64) * stride_x_group)[:, None]
+    out_rows = (tok.to(tl.int64) * stride_out_row + in_group.to(tl.int64) * stride_out_group)[:, None]
+    out_dtype = out_ptr.dtype.element_ty
+    # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
+    w_rows = tl.where((in_group >= group_split)[:, None], weight2_ptr, weight_ptr) + cc
+    wm = m & (has_weight != 0)
+    w_lo = _weight_f32(tl.load(w_rows, mask=wm, other=0), weight_dtype) + w_off
+    w_hi = _weight_f32(tl.load(w_rows + half, mask=wm, other=0), weight_dtype) + w_off
+    y_lo = _scale(tl.load(x_ptr + x_rows + cc, mask=m, other=0.0).to(tl.float32), rstd[:, None], w_lo, out_dtype,
+                  HF_NUMERICS)
+    y_hi = _scale(tl.load(x_ptr + x_rows + (cc + half), mask=m, other=0.0).to(tl.float32), rstd[:, None], w_hi,
+                  out_dtype, HF_NUMERICS)
+    a_row = pos[:, None] * stride_cos + cc
+    if POSITIONS:
+        cos_lo = tl.load(cos_ptr + a_row, mask=m, other=1.0).to(tl.float32)
+        sin_hi = tl.load(cos_ptr + (a_row + half), mask=m, other=0.0).to(tl.float32)
+        cos_hi = cos_lo
+        sin_lo = sin_hi
+    else:
+        s_row = pos[:, None] * stride_sin + cc
+        cos_lo = tl.load(cos_ptr + a_row, mask=m, other=1.0).to(tl.float32)
+        cos_hi = tl.load(cos_ptr + (a_row + half), mask=m, other=1.0).to(tl.float32)
+        sin_lo = tl.load(sin_ptr + s_row, mask=m, other=0.0).to(tl.float32)
+        sin_hi = tl.load(sin_ptr + (s_row + half), mask=m, other=0.0).to(tl.float32)
+    # sin negated in fp32 (the interpreter negates bf16 wrongly)
+    tl.store(out_ptr + out_rows + cc, _rope(y_lo, y_hi, cos_lo, -sin_lo, out_dtype, HF_NUMERICS).to(out_dtype),
+             mask=m)
+    tl.store(out_ptr + out_rows + (cc + half), _rope(y_hi, y_lo, cos_hi, sin_hi, out_dtype, HF_NUMERICS).to(out_dtype),
+             mask=m)
+
+
+@triton.jit
 def _rstd_from_sum_sq(sum_sq, H, eps, HF_NUMERICS: tl.constexpr):
     if HF_NUMERICS:
         # What torch does for HF's `torch.rsqrt(h.pow(2).mean(-1) + eps)`: the mean multiplies by
@@ -571,7 +630,17 @@ def _single_pass_rows(
         w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
         w = tl.where(second[:, None], w2[None, :], w)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
-    if ROPE:  # the rotation's partner of each column: its normalized value from x's row again (in L1)
+    if ROPE and ALIGN > 1:
+        # NeoX with the whole head rotated (configs.rope_on_vector: the launchers send every other call to ALIGN 1),
+        # rotary_dim / 2, the angles' pointers and their row strides on ALIGN's promise (launcher.py's align_elems
+        # call). rstd is the plain norm's, from the whole row above (the same bits); the rotation then reads the
+        # row again from L1 as its two halves, so that each thread holds both columns of its pairs: no partner is
+        # fetched, exchanged or normalized twice, and every access is a whole vector. y above is not stored.
+        _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, group_rows, group_split,
+                     stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype, w_off,
+                     cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, _aligned(rope_half, ALIGN), max_position,
+                     BLOCK_H, POSITIONS, HF_NUMERICS)
+    elif ROPE:  # the normalized row rotated: its token's position, then the rotation
         r32 = rows.to(tl.int32)
         tok = r32 // group_rows
         if POSITIONS:  # a position outside the cache rotates nothing and writes nothing of its token
@@ -582,39 +651,16 @@ def _single_pass_rows(
             mask = mask & in_cache[:, None]
         else:
             pos = tok.to(tl.int64)
+        # Any style, any rotary_dim (scalar accesses): the partner and the angles read at their indices; cos
+        # and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other), sin
+        # negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
         partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
-        # cos and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other),
-        # sin negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
-        if ALIGN > 1:
-            # NeoX alone (configs.ROPE_VECTOR_STYLE; the launchers send GPT-J's pairs to ALIGN 1), every load
-            # contiguous and in whole vectors: rotary_dim / 2, the angles' pointers and their row strides are on
-            # ALIGN's promise (launcher.py's align_elems call). The partner is half the rotated columns away, so its
-            # value and its angle are the same rows read again from L1 at +-half (no gather); its normalized value
-            # comes from its column's h, rstd and weight: the bits y has there. A cache's row is cos then sin by
-            # frequency (sin_ptr is cos_ptr + rope_half: read through cos_ptr); HF's cos and sin are by column.
-            half = _aligned(rope_half, ALIGN)
-            rot_mask = row_mask[:, None] & (cols < 2 * half)[None, :]
-            lo = (cols < half)[None, :]
-            hi = rot_mask & (cols >= half)[None, :]
-            xp = tl.where(lo, tl.load(x_ptr + x_rows + (cols_2d + half), mask=mask & lo, other=0.0),
-                          tl.load(x_ptr + x_rows + (cols_2d - half), mask=mask & hi, other=0.0))
-            a_row = pos[:, None] * stride_cos + cols_2d
-            if POSITIONS:  # cos[c] = row[c mod half], sin[c] = row[half + c mod half]
-                a0 = tl.load(cos_ptr + a_row, mask=rot_mask, other=0.0).to(tl.float32)
-                cos = tl.where(lo, a0, tl.load(cos_ptr + (a_row - half), mask=hi, other=1.0).to(tl.float32))
-                sin = tl.where(lo, -tl.load(cos_ptr + (a_row + half), mask=rot_mask & lo, other=0.0).to(tl.float32), a0)
-            else:
-                cos = tl.load(cos_ptr + a_row, mask=rot_mask, other=1.0).to(tl.float32)
-                sin = tl.load(sin_ptr + pos[:, None] * stride_sin + cols_2d, mask=rot_mask, other=0.0).to(tl.float32)
-                sin = tl.where(lo, -sin, sin)
-        else:
-            # Any style, any rotary_dim (scalar accesses): the partner and the angles read at their indices.
-            rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-            xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
-            a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
-            cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0).to(tl.float32)
-            sin = tl.where(first[None, :], -sin, sin)
+        rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+        xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
+        a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
+        cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
+        sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0).to(tl.float32)
+        sin = tl.where(first[None, :], -sin, sin)
         wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
         if SPLIT:
             wp2 = _weight_f32(_load_w(weight2_ptr, partner, col_mask, has_weight), weight_dtype) + w_off
@@ -626,7 +672,9 @@ def _single_pass_rows(
             if HF_NUMERICS:
                 y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
             y = y * g
-    if QUANT == 0:
+    if ROPE and ALIGN > 1:
+        pass  # _rope_halves stored the rows
+    elif QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
     elif QUANT >= 4:  # block-scaled
@@ -1110,7 +1158,7 @@ def _bwd_single_pass(
     # the transpose of the forward's rotation, and rstd is computed from h with eps (the rotation's forward
     # stores none).
     ROPE: tl.constexpr = False, cos_ptr=None, sin_ptr=None, stride_cos=0, stride_sin=0, rope_half=0,
-    rope_style=0, group_rows=1, eps=0.0, ALIGN: tl.constexpr = 1,
+    rope_style=0, group_rows=1, eps=0.0,
 ):
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -1134,25 +1182,12 @@ def _bwd_single_pass(
             # dy[c] cos[c] +- dy[p(c)] sin[p(c)] (+ for the first): the partner's dy from L1, its sine by column.
             tok = (rows.to(tl.int32) // group_rows).to(tl.int64)[:, None]
             partner, freq, pair_first, rotated = _rope_columns(cols, rope_half, rope_style)
-            # cos and sin are rows by column. At ALIGN > 1 (NeoX alone, as the forward) rotary_dim / 2 and the
-            # angles' strides and pointers are on ALIGN's promise: contiguous loads in whole vectors, the partner's
-            # dy and sine read again from L1 at +-half. At ALIGN 1 (any style) at the partner's index.
-            if ALIGN > 1:
-                half = _aligned(rope_half, ALIGN)
-                rot_mask = row_mask[:, None] & (cols < 2 * half)[None, :]
-                lo = (cols < half)[None, :]
-                hi = rot_mask & (cols >= half)[None, :]
-                s_row = sin_ptr + tok * stride_sin + cols_2d
-                sin_p = tl.where(lo, tl.load(s_row + half, mask=rot_mask & lo, other=0.0),
-                                 tl.load(s_row - half, mask=hi, other=0.0)).to(tl.float32)
-                dy_row = dy_ptr + rows_2d * stride_dy_row + cols_2d
-                dyp = tl.where(lo, tl.load(dy_row + half, mask=mask & lo, other=0.0),
-                               tl.load(dy_row - half, mask=mask & hi, other=0.0)).to(tl.float32)
-            else:
-                rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-                sin_p = tl.load(sin_ptr + tok * stride_sin + partner[None, :], mask=rot_mask, other=0.0)
-                dyp = tl.load(dy_ptr + rows_2d * stride_dy_row + partner[None, :], mask=mask, other=0.0)
-                dyp = dyp.to(tl.float32)
+            # cos and sin are rows by column, the partner's dy and sine read at its index (ALIGN 1: any style, any
+            # rotary_dim; the vector kernels take _bwd_rope_halves).
+            rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+            sin_p = tl.load(sin_ptr + tok * stride_sin + partner[None, :], mask=rot_mask, other=0.0)
+            dyp = tl.load(dy_ptr + rows_2d * stride_dy_row + partner[None, :], mask=mask, other=0.0)
+            dyp = dyp.to(tl.float32)
             cos = tl.load(cos_ptr + tok * stride_cos + cols_2d, mask=rot_mask, other=1.0).to(tl.float32)
             cos = tl.where(rotated[None, :], cos, 1.0)
             sin_p = tl.where(rotated[None, :], sin_p.to(tl.float32), 0.0)
@@ -1172,6 +1207,76 @@ def _bwd_single_pass(
             tl.store(dx_ptr + rows_2d * stride_dx_row + cols_2d, dh.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += tl.sum(dy * n, axis=0)
     tl.store(partial_ptr + pid.to(tl.int64) * H + cols, dw, mask=col_mask)
+
+
+@triton.jit
+def _bwd_rope_halves(
+    dy_ptr, dres_out_ptr, h_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
+    n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+    weight_offset, has_dres_out, weight_dtype, cos_ptr, sin_ptr, stride_cos, stride_sin, half, group_rows, eps,
+    BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, SEPARATE_DX: tl.constexpr, STAGES: tl.constexpr,
+):
+    """The backward of _rope_halves (NeoX, every column rotated: H = 2 * half), on _bwd_single_pass's plan: each
+    row as its two halves, [R, BLOCK_H / 2] tiles of one layout, so that a thread holds both columns of its pairs.
+    The forward's out_lo = y_lo cos_lo - y_hi sin_lo, out_hi = y_hi cos_hi + y_lo sin_hi give y's gradient
+    g_lo = dy_lo cos_lo + dy_hi sin_hi, g_hi = dy_hi cos_hi - dy_lo sin_lo; then the norm's backward over both
+    halves, rstd from h and eps (the rotation's forward stores none). cos and sin are rows by column."""
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    n_blocks = tl.cdiv(n_rows, ROWS_PER_PROGRAM)
+    blocks_per_program = tl.cdiv(n_blocks, n_programs)
+    c = tl.arange(0, BLOCK_H // 2)
+    c_mask = c < half
+    cc = c[None, :]
+    w_lo = (_load_weight_any(weight_ptr, c, c_mask, weight_dtype) + weight_offset)[None, :]
+    w_hi = (_load_weight_any(weight_ptr, c + half, c_mask, weight_dtype) + weight_offset)[None, :]
+    dw_lo = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
+    dw_hi = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
+    first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
+    for block in tl.range(first, tl.minimum(first + blocks_per_program, n_blocks), num_stages=STAGES):
+        rows = block * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+        row_mask = rows < n_rows
+        m = row_mask[:, None] & c_mask[None, :]
+        rows_2d = rows[:, None]
+        tok = (rows.to(tl.int32) // group_rows).to(tl.int64)[:, None]
+        dy_row = dy_ptr + rows_2d * stride_dy_row + cc
+        h_row = h_ptr + rows_2d * stride_h_row + cc
+        dy_lo = tl.load(dy_row, mask=m, other=0.0).to(tl.float32)
+        dy_hi = tl.load(dy_row + half, mask=m, other=0.0).to(tl.float32)
+        h_lo = tl.load(h_row, mask=m, other=0.0).to(tl.float32)
+        h_hi = tl.load(h_row + half, mask=m, other=0.0).to(tl.float32)
+        cos_row = cos_ptr + tok * stride_cos + cc
+        sin_row = sin_ptr + tok * stride_sin + cc
+        cos_lo = tl.load(cos_row, mask=m, other=1.0).to(tl.float32)
+        cos_hi = tl.load(cos_row + half, mask=m, other=1.0).to(tl.float32)
+        sin_lo = tl.load(sin_row, mask=m, other=0.0).to(tl.float32)
+        sin_hi = tl.load(sin_row + half, mask=m, other=0.0).to(tl.float32)
+        g_lo = dy_lo * cos_lo + dy_hi * sin_hi
+        g_hi = dy_hi * cos_hi - dy_lo * sin_lo
+        rstd = _rstd_from_sum_sq(tl.sum(h_lo * h_lo, axis=1) + tl.sum(h_hi * h_hi, axis=1), H, eps, 0)[:, None]
+        n_lo = h_lo * rstd
+        n_hi = h_hi * rstd
+        gw_lo = g_lo * w_lo
+        gw_hi = g_hi * w_hi
+        mean = ((tl.sum(gw_lo * n_lo, axis=1) + tl.sum(gw_hi * n_hi, axis=1)) / H)[:, None]
+        dh_lo = rstd * (gw_lo - n_lo * mean)
+        dh_hi = rstd * (gw_hi - n_hi * mean)
+        # Predicated, not branched: with has_dres_out = 0 the loads are masked off and add 0.
+        dro_row = dres_out_ptr + rows_2d * stride_dres_out_row + cc
+        dh_lo += tl.load(dro_row, mask=m & (has_dres_out != 0), other=0.0).to(tl.float32)
+        dh_hi += tl.load(dro_row + half, mask=m & (has_dres_out != 0), other=0.0).to(tl.float32)
+        dres_row = dres_ptr + rows_2d * stride_dres_row + cc
+        tl.store(dres_row, dh_lo.to(dres_ptr.dtype.element_ty), mask=m)
+        tl.store(dres_row + half, dh_hi.to(dres_ptr.dtype.element_ty), mask=m)
+        if SEPARATE_DX:
+            dx_row = dx_ptr + rows_2d * stride_dx_row + cc
+            tl.store(dx_row, dh_lo.to(dx_ptr.dtype.element_ty), mask=m)
+            tl.store(dx_row + half, dh_hi.to(dx_ptr.dtype.element_ty), mask=m)
+        dw_lo += tl.sum(g_lo * n_lo, axis=0)
+        dw_hi += tl.sum(g_hi * n_hi, axis=0)
+    partial_row = partial_ptr + pid.to(tl.int64) * H + c
+    tl.store(partial_row, dw_lo, mask=c_mask)
+    tl.store(partial_row + half, dw_hi, mask=c_mask)
 
 
 @triton.jit
@@ -1269,13 +1374,18 @@ def rmsnorm_bwd(
         _bwd_looped(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr, mean_ptr,
                     n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
                     weight_offset, has_dres_out, weight_dtype, BLOCK_H, SEPARATE_DX, STAGES)
+    elif ROPE and ALIGN > 1:  # NeoX, every column rotated (configs.rope_on_vector)
+        _bwd_rope_halves(dy_ptr, dres_out_ptr, h_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
+                         n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
+                         weight_offset, has_dres_out, weight_dtype, cos_ptr, sin_ptr, stride_cos, stride_sin,
+                         _aligned(rope_half, ALIGN), group_rows, eps, BLOCK_H, ROWS_PER_PROGRAM, SEPARATE_DX, STAGES)
     else:
         _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
                          SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
                          stride_sin=stride_sin, rope_half=rope_half, rope_style=rope_style, group_rows=group_rows,
-                         eps=eps, ALIGN=ALIGN)
+                         eps=eps)
 
 
 # ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to

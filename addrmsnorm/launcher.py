@@ -151,7 +151,7 @@ def launch_forward(
     # SPLIT, SANDWICH and GATED: the ends alone
     align = align_elems(pointers, H, strides, xs, rs, ends_only=hf or w16 or split or sandwich or gated or paired
                          or rope is not None)
-    if roped and style != configs.ROPE_VECTOR_STYLE:  # the vector kernels rotate that style alone (forward.cpp)
+    if roped and not configs.rope_on_vector(style, rotary_dim, H):  # the vector kernels' calls alone (forward.cpp)
         align = 1
     numerics = configs.numerics_mode(hf, weight_offset, xs, round_once)
     vector_typed = configs.is_vector_typed(align, xs, rs, weight.dtype == x.dtype, numerics)
@@ -431,7 +431,7 @@ def launch_backward(
     else:
         align_strides = strides
     align = configs.backward_align(pointers, H, align_strides, xs, rs)
-    if rope is not None and rope[5] != configs.ROPE_VECTOR_STYLE:  # the vector kernels rotate that style alone
+    if rope is not None and not configs.rope_on_vector(rope[5], rope[4], H):  # the vector kernels' calls alone
         align = 1
     partial = workspace[: programs * H]
     means = workspace[programs * H:] if cfg.looped else workspace

@@ -52,13 +52,13 @@ BackwardKernel backward_kernel(const BackwardCall& c, const BackwardViews& v) {
                                          : select_backward_config(c.hidden, xs, rs);
     // configs.backward_align, generated (as on the JIT path).
     // With the rotation, its angles too: cos's and sin's pointers, their row strides and rotary_dim / 2; and the
-    // vector kernels' style alone (configs.ROPE_VECTOR_STYLE) (launcher.py's
-    // backward_align call has the same operands).
+    // vector kernels' calls alone (configs.rope_on_vector) (launcher.py's backward_align call has the same
+    // operands).
     const addrmsnorm_rope* rope = c.rope;
     const bool pointers_aligned = aligned16(c.dy) && aligned16(v.dro) && aligned16(c.h) && aligned16(v.weight) &&
                                   aligned16(c.dresidual) && aligned16(v.dx) &&
                                   (rope == nullptr || (aligned16(rope->cos) && aligned16(rope->sin) &&
-                                                       rope->style == kRopeVectorStyle));
+                                                       rope_on_vector(rope->style, c.rotary_dim, c.hidden)));
     const int64_t strides = v.stride_dy | v.stride_dro | v.stride_h | v.stride_dres | v.stride_dx |
                             (rope != nullptr ? angle_stride(c, rope->stride_cos) | angle_stride(c, rope->stride_sin) |
                                                    c.rotary_dim / 2

@@ -307,11 +307,10 @@ addrmsnorm_status launch_plain(const void* x, const void* weight, const void* we
                                                    (cached ? (rope->positions_dtype == ADDRMSNORM_INT32 ? 1 : 2) : 0);
     const int64_t rotary_dim = rope == nullptr ? 0 : rope->rotary_dim == 0 ? hidden : rope->rotary_dim;
     // The angles, like the heads, on the vector (their pointers, row strides and rotary_dim / 2), and the vector
-    // kernels' style (configs.ROPE_VECTOR_STYLE) alone (launcher.py's
-    // align_elems call has the same operands).
+    // kernels' calls alone (configs.rope_on_vector) (launcher.py's align_elems call has the same operands).
     const Angles angles = angles_of(rope, x, rotary_dim, rows);
     const bool angles_aligned =
-        aligned16(angles.cos) && aligned16(angles.sin) && (rope == nullptr || rope->style == kRopeVectorStyle);
+        aligned16(angles.cos) && aligned16(angles.sin) && (rope == nullptr || rope_on_vector(rope->style, rotary_dim, hidden));
     const int64_t angle_strides = rope == nullptr ? 0 : angles.stride_cos | angles.stride_sin | rotary_dim / 2;
     const void* pair_pointers[6] = {x, weight, out, pair ? pair->b : x, b_weight, pair ? pair->b_out : out};
     const int variant =

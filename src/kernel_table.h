@@ -212,7 +212,12 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
 
 extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
 extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
-extern const int kRopeVectorStyle;  // configs.ROPE_VECTOR_STYLE: the one style of the vector-aligned rotation
+extern const int kNumRopeStyles;    // configs.ROPE_STYLES
+extern const bool kRopeOnVector[];  // configs.rope_on_vector: [style][rotary_dim == head_dim]
+// configs.rope_on_vector: whether a rotation may take the vector kernels (given its heads' and angles' alignment).
+inline bool rope_on_vector(int style, long long rotary_dim, long long head_dim) {
+    return style >= 0 && style < kNumRopeStyles && kRopeOnVector[style * 2 + (rotary_dim == head_dim ? 1 : 0)];
+}
 extern const bool kRopeFp32WeightsWithPositions;  // configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS: fp32 weights built
                                                  // for the rotation by positions into a cache (else refused)
 // configs.PAIR_TABLE's rule (configs.select_pair_config), generated.

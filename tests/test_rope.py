@@ -148,15 +148,16 @@ class _Chosen(Exception):
 
 
 @pytest.mark.parametrize("style,rd,pad_cache,want", [
-    ("neox", 128, 0, 8), ("neox", 64, 0, 8), ("neox", 48, 0, 8),  # rotary_dim / 2 on the vector
-    ("neox", 40, 0, 1),  # rotary_dim / 2 = 20: the +-half reads would straddle vectors
+    ("neox", 128, 0, 8),  # the whole head rotated, on the vector
+    ("neox", 64, 0, 1), ("neox", 48, 0, 1),  # a partial rotation (configs.rope_on_vector)
     ("neox", 128, 2, 1),  # the cache's rows off the vector
-    ("gptj", 128, 0, 1),  # configs.ROPE_VECTOR_STYLE: GPT-J's pairs take the ALIGN 1 kernel
+    ("gptj", 128, 0, 1),  # GPT-J's pairs (configs.rope_on_vector)
 ])
 def test_the_vector_kernels_take_neox_with_the_angles_on_the_vector(monkeypatch, style, rd, pad_cache, want):
     """The JIT launcher's ALIGN for a rotation (forward.cpp's Angles rule has the same operands): the vector kernels
-    read the partner and the angles at +-rotary_dim / 2 in whole vectors, so they take NeoX calls whose angles'
-    pointers, row strides and rotary_dim / 2 are on the vector; every other call the ALIGN 1 kernel."""
+    read a head and its angles as two halves in whole vectors, so they take NeoX calls that rotate the whole head,
+    with the angles' pointers, row strides and rotary_dim / 2 on the vector; every other call the ALIGN 1
+    kernel."""
     from addrmsnorm import launcher, ops
     if ops.backend() != "triton":
         pytest.skip("the JIT launcher's choice (the cpp backend's is the C runtime's, the same rule)")

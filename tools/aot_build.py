@@ -906,7 +906,11 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
     lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
-    lines.append(f"const int kRopeVectorStyle = {configs.ROPE_VECTOR_STYLE};")
+    on_vector = [configs.rope_on_vector(style, 64 if whole else 32, 64)
+                 for style in range(len(configs.ROPE_STYLES)) for whole in (False, True)]
+    lines.append(f"const int kNumRopeStyles = {len(configs.ROPE_STYLES)};")
+    lines += ["// configs.rope_on_vector: [style][rotary_dim == head_dim]",
+              f"const bool kRopeOnVector[] = {{{', '.join('true' if v else 'false' for v in on_vector)}}};"]
     # Backward: configs, [config][x][residual][aligned] -> variant, dweight per weight.
     bdense = [-1] * (len(bcfgs) * n_d * n_d * 2)
     dw_index = [-1] * n_d
