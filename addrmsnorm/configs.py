@@ -609,10 +609,22 @@ def rope_on_vector(style: int, rotary_dim: int, head_dim: int) -> bool:
 ROPE_MISALIGNED_TABLE = (TableRule(2, None, _single(QK_MAX_HEAD_DIM, 1, 1)),)
 
 
+# The rotation's vector kernels (_rope_halves) hold a head's whole row for its sum of squares, then its two halves
+# with their weights and angles in fp32: at the QK norm's configs (PLAIN_TABLE) that was 96 registers (sm_90,
+# 16 x 128 on 2 warps), 10 programs an SM, and the pass ran at 74-83% of the roofline (H100, issue 66's shapes).
+# The same rows on twice the warps hold half as many elements a thread. tools/aot_build.py generates the C++ rule.
+ROPE_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
+    (64, _single(64, 32, 4)),
+    (128, _single(128, 16, 4)),
+    (256, _single(256, 8, 4)),
+    (512, _single(512, 4, 4)),  # QK_MAX_HEAD_DIM
+))
+
+
 def select_rope_config(H: int, aligned: bool) -> KernelConfig:
-    """The rotation's config: the QK norm's (select_plain_config's single-pass rows) for heads on the 16-byte
-    vector (ALIGN > 1), ROPE_MISALIGNED_TABLE's otherwise."""
-    return select_plain_config(H, 2) if aligned else _select(ROPE_MISALIGNED_TABLE, H, 2, 2)
+    """The rotation's config: ROPE_TABLE's for heads on the 16-byte vector (ALIGN > 1), ROPE_MISALIGNED_TABLE's
+    otherwise."""
+    return _select(ROPE_TABLE if aligned else ROPE_MISALIGNED_TABLE, H, 2, 2)
 
 
 # The backward's weight_dtype for the weightless norm (beside the addrmsnorm_dtype codes 0-2): no weight

@@ -180,12 +180,14 @@ inline int rope_variant_index(int config, int x, int weight, int align_class, in
                         align_class) * kNumNumerics + numerics) * kNumRopeVariants + (angle_x ? 0 : 3) + positions];
 }
 
-// configs.ROPE_MISALIGNED_TABLE's rule, generated; configs.select_rope_config: heads on the 16-byte vector take
-// the QK norm's config, others the misaligned table's.
+// configs.ROPE_TABLE's and ROPE_MISALIGNED_TABLE's rules, generated; configs.select_rope_config: heads on the
+// 16-byte vector take the first, others the misaligned table's.
+int select_rope_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 int select_rope_misaligned_table_config(long long H, int x_itemsize, int residual_itemsize, int quant,
                                         bool vector_typed);
 inline int select_rope_config(long long H, bool aligned) {
-    return aligned ? select_plain_config(H, 2, false) : select_rope_misaligned_table_config(H, 2, 2, 0, false);
+    return aligned ? select_rope_table_config(H, 2, 2, 0, false)
+                   : select_rope_misaligned_table_config(H, 2, 2, 0, false);
 }
 
 // rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions);

@@ -127,7 +127,7 @@ def test_misaligned_heads_take_the_misaligned_config(D, style, source):
     a variant, tools/aot_build.py), against the same reference."""
     from addrmsnorm import configs
     assert configs.select_rope_config(D, aligned=False) == configs.ROPE_MISALIGNED_TABLE[0].config
-    assert configs.select_rope_config(D, aligned=True) == configs.select_plain_config(D, 2)
+    assert configs.select_rope_config(D, aligned=True) == configs._select(configs.ROPE_TABLE, D, 2, 2)
     T, nq, nk = 5, 2, 1
     qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=D, pad=1)
     assert qkv.stride(0) % 2 == 1

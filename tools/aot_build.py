@@ -252,7 +252,7 @@ def _rope_specs(cfgs) -> list:
     """The rotation's kernels (configs.ROPE_VARIANTS): the QK norm's configs and alignments, 16-bit heads, each
     (angle dtype, positions) under the contract with weights of the heads' dtype, and fp32 weights too with cos
     and sin (training under autocast); HF's two forms with the weight, cos and sin of the heads' dtype; on the
-    configs configs.select_rope_config routes to: the QK norm's at the vector, ROPE_MISALIGNED_TABLE's at ALIGN 1."""
+    configs configs.select_rope_config routes to: ROPE_TABLE's at the vector, ROPE_MISALIGNED_TABLE's at ALIGN 1."""
     aligns = configs.align_classes(2, 2, ends_only=True)
     # the configs configs.select_rope_config routes each alignment to, over every head_dim it takes
     served = {a: {cfgs.index(configs.select_rope_config(H, a > 1)) for H in range(1, configs.QK_MAX_HEAD_DIM + 1)}
@@ -321,7 +321,7 @@ def _pair_specs(cfgs) -> list:
 def forward_configs() -> list:
     """The forward kernels' configs, deduplicated, in the order of kConfigs: every table's rows."""
     return unique_configs(configs.FORWARD_TABLE + configs.PLAIN_TABLE + configs.SANDWICH_TABLE + configs.GATED_TABLE
-                          + configs.PAIR_TABLE + configs.ROPE_MISALIGNED_TABLE)
+                          + configs.PAIR_TABLE + configs.ROPE_TABLE + configs.ROPE_MISALIGNED_TABLE)
 
 
 def backward_configs() -> list:
@@ -954,6 +954,7 @@ addrmsnorm_cubin_blob:
                              ("select_sandwich_table_config", configs.SANDWICH_TABLE, cfgs),
                              ("select_gated_table_config", configs.GATED_TABLE, cfgs),
                              ("select_pair_table_config", configs.PAIR_TABLE, cfgs),
+                             ("select_rope_table_config", configs.ROPE_TABLE, cfgs),
                              ("select_rope_misaligned_table_config", configs.ROPE_MISALIGNED_TABLE, cfgs),
                              ("select_backward_config", configs.BACKWARD_TABLE, bcfgs),
                              ("select_rope_backward_table_config", configs.ROPE_BACKWARD_TABLE, bcfgs)):
