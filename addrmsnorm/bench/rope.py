@@ -89,9 +89,8 @@ def impls(nq, nk, D, pdl: bool = False) -> dict:
     def alone():
         return lambda qkv, wq, wk, p, cache, c, s: addrmsnorm.qk_rmsnorm_(qkv, wq, wk, EPS, **heads, pdl=pdl)
 
-    # The torch.compile paths return q and k as new tensors (HF's apply_rotary_pos_emb does too): rotated in place,
-    # a compiled pointwise kernel reads each column's partner while other threads write it (on the GPU its output was
-    # thousands of tolerances off). The bytes are the same: q and k read, and written once.
+    # The torch.compile paths return q and k as new tensors, as HF's apply_rotary_pos_emb does: the same bytes (q and
+    # k read, and written once), without the copy back into qkv that an in-place form compiles to.
     def two_step():
         def rotate(qkv, p, cache):
             c, s = _angles(p, cache)
