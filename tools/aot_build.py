@@ -410,20 +410,12 @@ def spec_cap(spec: Spec, cfg, arch: int) -> int | None:
                                  else spec.base, cfg, arch)
 
 
-def compile_one(job):
-    """Compile one specialization for one arch (runs in a worker process)."""
-    spec, cfg, arch, cache_dir, key, jit_check = job
-    cubin_path = Path(cache_dir) / f"{key}.cubin"
-    meta_path = Path(cache_dir) / f"{key}.json"
-    if cubin_path.exists() and meta_path.exists():
-        return key, []
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+def compile_inputs(spec: Spec, cfg, arch: int):
+    """What triton.compile is given for one specialization on one arch: the kernel, its signature, the pointer
+    arguments' alignment attributes, the constexprs and the options (num_warps, fp fusion, the register cap).
+    compile_one compiles them; --manifest describes each cubin by them (devtools/compare_cubins.py)."""
     kernel = kernel_of(spec.kind)
     sig = signature(spec)
-    n_args = sum(t != "constexpr" for t in sig.values())
     attrs, align = {}, spec.align
     if spec.kind == "dweight":
         constexprs = {"BLOCK_P": configs.DWEIGHT_BLOCK_P, "BLOCK_C": configs.DWEIGHT_BLOCK_C}
@@ -456,11 +448,45 @@ def compile_one(job):
                 constexprs["ROPE"] = True
                 constexprs["POSITIONS"] = configs.ROPE_VARIANTS[spec.rope - 1][1] is not None
         num_warps = cfg.num_warps
-    src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
     cap = spec_cap(spec, cfg, arch)
     if cap is not None:  # as the JIT launcher does
         options["maxnreg"] = cap
+    return kernel, sig, attrs, constexprs, options
+
+
+def describe(spec: Spec, cfg, arch: int) -> dict:
+    """A kernel as triton.compile sees it, in JSON's terms: its function, its arguments' types by name (not their
+    order, which a rearranged parameter list changes without changing the code), constexprs, options, the arch,
+    and the pointer arguments promised aligned."""
+    kernel, sig, attrs, constexprs, options = compile_inputs(spec, cfg, arch)
+    names = list(sig)
+    return {"kernel": kernel.__name__, "types": {n: t for n, t in sorted(sig.items()) if t != "constexpr"},
+            "constexprs": constexprs, "options": options, "arch": arch,
+            "aligned": sorted(names[i[0]] for i in attrs)}
+
+
+def write_manifest(path: Path, jobs: list, cache_dir: Path) -> None:
+    """Each job's description (describe) beside its cubin's path in the cache."""
+    rows = [{"spec": asdict(spec), "describe": describe(spec, cfg, arch),
+             "cubin": str(Path(cache_dir) / f"{key}.cubin")} for spec, cfg, arch, _, key, _ in jobs]
+    path.write_text(json.dumps(rows, indent=0))
+
+
+def compile_one(job):
+    """Compile one specialization for one arch (runs in a worker process)."""
+    spec, cfg, arch, cache_dir, key, jit_check = job
+    cubin_path = Path(cache_dir) / f"{key}.cubin"
+    meta_path = Path(cache_dir) / f"{key}.json"
+    if cubin_path.exists() and meta_path.exists():
+        return key, []
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel, sig, attrs, constexprs, options = compile_inputs(spec, cfg, arch)
+    n_args = sum(t != "constexpr" for t in sig.values())
+    src = ASTSource(fn=kernel, signature=sig, attrs=attrs, constexprs=constexprs)
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     problems = []
     if "maxnreg" in options:
@@ -1061,6 +1087,9 @@ def main():
     ap.add_argument("--archs", default="80;90;100", help="semicolon- or comma-separated, e.g. 80;90;100")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--list", action="store_true", help="print the kernels per arch and exit")
+    ap.add_argument("--manifest", type=Path,
+                    help="also write each kernel's description (what triton.compile is given) and cache key, as JSON "
+                         "(devtools/compare_cubins.py compares two builds' code by it)")
     ap.add_argument("--sample", action="store_true",
                     help="compile the first and last specialization of each kind per arch, write no table")
     ap.add_argument("--capped", action="store_true",
@@ -1135,6 +1164,8 @@ def main():
             key = cache_key(spec, cfg, arch, kernel_key, triton.__version__)
             keys[(si, arch)] = key
             jobs.append((spec, cfg, arch, str(cache_dir), key, args.jit_check))
+    if args.manifest is not None:
+        write_manifest(args.manifest, jobs, cache_dir)
     todo = [j for j in jobs if not ((cache_dir / f"{j[4]}.cubin").exists() and (cache_dir / f"{j[4]}.json").exists())]
     print(f"addrmsnorm AOT: {len(specs)} specializations x {len(archs)} archs "
           f"({', '.join(f'sm_{a}' for a in archs)}) = {len(jobs)} kernels; "
