@@ -202,3 +202,49 @@ def test_compiled_cubins_pack_smaller_and_round_trip(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     n, total, packed = map(int, p.stdout.split())
     assert n >= 5 and 0 < packed < 0.95 * total, p.stdout
+
+
+def _elf(sections: dict) -> bytes:
+    """A minimal ELF64 image with the given sections (name -> bytes), as devtools/compare_cubins.py reads one."""
+    import struct
+    names = b"\0" + b"".join(n.encode() + b"\0" for n in sections) + b".shstrtab\0"
+    body, offsets, name_offs, pos = b"", [], [], 1
+    for n, data in sections.items():
+        offsets.append(64 + len(body))
+        body += data
+        name_offs.append(pos)
+        pos += len(n) + 1
+    str_off = 64 + len(body)
+    body += names
+    shoff = 64 + len(body)
+    headers = struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    for (n, data), off, no in zip(sections.items(), offsets, name_offs):
+        headers += struct.pack("<IIQQQQIIQQ", no, 1, 0, 0, off, len(data), 0, 0, 1, 0)
+    headers += struct.pack("<IIQQQQIIQQ", pos, 3, 0, 0, str_off, len(names), 0, 0, 1, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2,
+                                 len(sections) + 1)
+    return header + body + headers
+
+
+def test_compare_cubins_reads_the_code_sections_and_pairs_by_description(tmp_path):
+    """devtools/compare_cubins.py: the .text sections decide (not the other sections), kernels pair by their
+    description without its aligned pointers, and a difference is reported by kind."""
+    sys.path.insert(0, str(REPO / "devtools"))
+    import compare_cubins as cc
+    a = _elf({".text.k": b"\x01\x02", ".nv.info.k": b"a"})
+    assert cc.text_sections(a) == {".text.k": b"\x01\x02"}
+    paths = {}
+    for name, data in (("a", a), ("b", _elf({".text.k": b"\x01\x02", ".nv.info.k": b"b"})),
+                       ("c", _elf({".text.k": b"\x01\x03"}))):
+        paths[name] = tmp_path / f"{name}.cubin"
+        paths[name].write_bytes(data)
+
+    def row(kind, cubin, aligned):
+        return {"spec": {"kind": kind}, "describe": {"kernel": kind, "arch": 90, "aligned": aligned},
+                "cubin": str(paths[cubin])}
+    before = {cc._key(r): r for r in (row("same", "a", ["x"]), row("changed", "a", []))}
+    after = {cc._key(r): r for r in (row("same", "b", ["x", "cos"]), row("changed", "c", []))}
+    counts, differ = cc.compare(before, after)
+    assert counts[("same", "identical")] == 1 and counts[("changed", "different")] == 1
+    assert len(differ) == 1 and differ[0].startswith("changed:")
