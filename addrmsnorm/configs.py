@@ -612,7 +612,9 @@ ROPE_MISALIGNED_TABLE = (TableRule(2, None, _single(QK_MAX_HEAD_DIM, 1, 1)),)
 # The rotation's vector kernels (_rope_halves) hold a head's whole row for its sum of squares, then its two halves
 # with their weights and angles in fp32: at the QK norm's configs (PLAIN_TABLE) that was 96 registers (sm_90,
 # 16 x 128 on 2 warps), 10 programs an SM, and the pass ran at 74-83% of the roofline (H100, issue 66's shapes).
-# The same rows on twice the warps hold half as many elements a thread. tools/aot_build.py generates the C++ rule.
+# The same rows on twice the warps hold half as many elements a thread (48 registers): 79-84% with a cache, 74-77%
+# with HF's cos and sin (H100, results/2026-12-06-rope-h100). Not swept: no other config was measured.
+# tools/aot_build.py generates the C++ rule.
 ROPE_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
     (64, _single(64, 32, 4)),
     (128, _single(128, 16, 4)),
