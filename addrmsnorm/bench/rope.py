@@ -157,7 +157,6 @@ def _note(name, step, qkv, wq, wk, p, cache, c, s, nq, nk, D) -> str:
     for part, g, w in zip(("q", "k"), returned or _views(got, nq, nk, D), want):
         bound = tol.atol + tol.rtol * w.double().abs()
         if name.startswith(TWO_STEP):  # the norm rounded before the rotation: up to half an ulp of each of a pair
-            c32, s32 = _angles(p, cache)
             n = norms[0 if part == "q" else 1].abs()
             a, b = n.chunk(2, dim=-1)
             bound = bound + tol.rtol * (n * c32.double().abs()[:, None, :] + torch.cat([b, a], dim=-1)
