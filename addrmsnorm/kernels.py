@@ -269,8 +269,8 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, gr
     else:
         pos = tok.to(tl.int64)
     m = row_mask[:, None] & (c < half)[None, :]
-    x_rows = (tok.to(tl.int64) * stride_x_row + in_group.to(tl.int64) * stride_x_group)[:, None]
-    out_rows = (tok.to(tl.int64) * stride_out_row + in_group.to(tl.int64) * stride_out_group)[:, None]
+    x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, True)[:, None]
+    out_rows = _row_offset(rows, stride_out_row, group_rows, stride_out_group, True)[:, None]
     out_dtype = out_ptr.dtype.element_ty
     # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
     w_rows = tl.where((in_group >= group_split)[:, None], weight2_ptr, weight_ptr) + cc
