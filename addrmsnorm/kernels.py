@@ -1380,10 +1380,14 @@ def rmsnorm_bwd(
                          weight_offset, has_dres_out, weight_dtype, cos_ptr, sin_ptr, stride_cos, stride_sin,
                          _aligned(rope_half, ALIGN), group_rows, eps, BLOCK_H, ROWS_PER_PROGRAM, SEPARATE_DX, STAGES)
     else:
+        # ROPE at ALIGN 1 walks its rows one at a time: its per-column partner and angle reads leave Triton free to
+        # spread a tile's rows over lanes, and then every lane of a column stored the same dweight partial to one
+        # shared-memory word on its way to the global store (compute-sanitizer's racecheck hazards; perf-notes).
+        # The grid and workspace stay the config's: a program's rows are the same range either way.
         _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
-                         stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM,
-                         SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
+                         stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H,
+                         1 if ROPE else ROWS_PER_PROGRAM, SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
                          stride_sin=stride_sin, rope_half=rope_half, rope_style=rope_style, group_rows=group_rows,
                          eps=eps)
 
