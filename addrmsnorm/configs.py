@@ -497,15 +497,17 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> K
 # The rotation's backward (kernels.py's rmsnorm_bwd with ROPE) holds cos, sin and dy beside h: a table of its own,
 # for 16-bit heads up to QK_MAX_HEAD_DIM. The vector kernels (_bwd_rope_halves) hold a row as its two halves,
 # [rows, BLOCK_H / 2] tiles, and each such tile has at least as many elements as its warps' lanes hold in 16-byte
-# vectors (4 warps x 32 lanes x 8 = 1024): a smaller tile is replicated across lanes, and then several lanes write
+# vectors (2 warps x 32 lanes x 8 = 512): a smaller tile is replicated across lanes, and then several lanes write
 # the same dweight partial to the same word of shared memory (compute-sanitizer's racecheck reported those
-# writes as hazards, with tiles of a quarter of that). Not tuned on a GPU. tools/aot_build.py generates the C++
-# rule from it.
+# writes as hazards, with tiles of a quarter of that). Swept on an H100 (T = 8192 of 32 + 8 heads of 128 and of
+# 16 + 8 of 256, cos and sin by column, the two parts' passes; perf-notes "The rotation"): 2 warps, 8 programs an
+# SM (128 registers a thread) against 4 warps and 4: 1667 against 1334 GB/s at 128, 1343 against 909 at 256.
+# 64 and 512 keep the same tile size unmeasured. tools/aot_build.py generates the C++ rule from it.
 ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
-    (64, _bwd(64, 32, 4, 2, 4)),
-    (128, _bwd(128, 16, 4, 2, 4)),
-    (256, _bwd(256, 8, 4, 2, 4)),
-    (512, _bwd(512, 4, 4, 2, 4)),  # QK_MAX_HEAD_DIM (below)
+    (64, _bwd(64, 16, 2, 2, 8)),
+    (128, _bwd(128, 8, 2, 2, 8)),
+    (256, _bwd(256, 4, 2, 2, 8)),
+    (512, _bwd(512, 2, 2, 2, 8)),  # QK_MAX_HEAD_DIM (below)
 ))
 
 
@@ -609,12 +611,14 @@ def rope_on_vector(style: int, rotary_dim: int, head_dim: int) -> bool:
 ROPE_MISALIGNED_TABLE = (TableRule(2, None, _single(QK_MAX_HEAD_DIM, 1, 1)),)
 
 
-# The rotation's vector kernels (_rope_halves) hold a head's whole row for its sum of squares, then its two halves
-# with their weights and angles in fp32: at the QK norm's configs (PLAIN_TABLE) that was 96 registers (sm_90,
-# 16 x 128 on 2 warps), 10 programs an SM, and the pass ran at 74-83% of the roofline (H100, issue 66's shapes).
-# The same rows on twice the warps hold half as many elements a thread (48 registers): 79-84% with a cache, 74-77%
-# with HF's cos and sin (H100, results/2026-12-06-rope-h100). Not swept: no other config was measured.
-# tools/aot_build.py generates the C++ rule.
+# The rotation's vector kernels (_rope_halves) read each head once, as its two halves, with their weights and
+# angles in fp32. Swept on an H100 (issue 66's shapes, a cache; perf-notes "The rotation"): at 128, 16 rows on 4
+# warps ran at 2639 GB/s at T = 65536 (32 + 8 heads), 8 on 2 warps 2628, 16 on 2 warps 2611, 32 on 4 2598, 16 on 8
+# 2345; at 256, 8 rows on 4 warps 2565, 4 on 2 2539, 16 on 4 2512 (the sweep ran the kernel's first arrangement, 64
+# registers on sm_90, where it now holds 48 at 16 x 128: the report's rows are this one's). 64 and 512 keep the same
+# tile size unmeasured.
+# The vector kernels take no eviction hint (evict_last made no difference there); the ALIGN 1 kernel's table is
+# ROPE_MISALIGNED_TABLE. tools/aot_build.py generates the C++ rule.
 ROPE_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
     (64, _single(64, 32, 4)),
     (128, _single(128, 16, 4)),

@@ -242,45 +242,49 @@ def _rope(y, yp, cos, sin, out_dtype, HF_NUMERICS: tl.constexpr):
 
 
 @triton.jit
-def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, group_rows, group_split,
-                 stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype, w_off,
-                 cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position,
-                 BLOCK_H: tl.constexpr, POSITIONS: tl.constexpr, HF_NUMERICS: tl.constexpr):
-    """NeoX's rotation of normalized heads whose every column is rotated (H = 2 * half <= BLOCK_H), stored to out
-    (rows: a token's heads group_rows consecutive rows, those from group_split on taking weight2): each head read
-    from L1 as its two halves, lo = columns [0, half) and hi = [half, 2 * half), in [R, BLOCK_H / 2] tiles of one
-    layout, so that a thread holds both columns of each of its pairs. out_lo = y_lo cos_lo - y_hi sin_lo,
-    out_hi = y_hi cos_hi + y_lo sin_hi (HF's rotate_half), each y from its own column's h, rstd and weight: the bits
-    the unrotated norm has there. Everything a row needs (its token, position, weight) is computed in the halves'
-    layout, and the weight is read as a tile too (from L1), so that only rstd crosses from the whole row's layout.
-    A cache's row (POSITIONS) is half cosines then half sines, by frequency: cos_hi = cos_lo and sin_hi = sin_lo,
-    read once; HF's cos and sin are by column, each half read. A position outside the cache writes nothing."""
+def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_rows, group_split,
+                 stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype,
+                 weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position,
+                 BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, POSITIONS: tl.constexpr,
+                 HF_NUMERICS: tl.constexpr):
+    """The QK norm with NeoX's rotation of every column (H = 2 * half <= BLOCK_H), one program's rows (a token's
+    heads group_rows consecutive rows, those from group_split on taking weight2), each head read once, as its two
+    halves lo = columns [0, half) and hi = [half, 2 * half), [R, BLOCK_H / 2] tiles of one layout: a thread holds
+    both columns of each of its pairs. rstd from the halves' sums of squares (sum(lo^2) + sum(hi^2): the
+    backward's order, _bwd_rope_halves); out_lo = y_lo cos_lo - y_hi sin_lo, out_hi = y_hi cos_hi + y_lo sin_hi
+    (HF's rotate_half), each y from its own column's h, rstd and weight. Everything a row needs (its token,
+    position, weight) is computed in the halves' layout. A cache's row (POSITIONS) is half cosines then half
+    sines, by frequency: cos_hi = cos_lo and sin_hi = sin_lo, read once; HF's cos and sin are by column, each half
+    read. A position outside the cache writes nothing."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
     c = tl.arange(0, BLOCK_H // 2)
     cc = c[None, :]
     row_mask = rows < n_rows
     r32 = rows.to(tl.int32)
     tok = r32 // group_rows
     in_group = r32 - tok * group_rows
+    m = row_mask[:, None] & (c < half)[None, :]
+    x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, True)[:, None]
+    x_lo = tl.load(x_ptr + x_rows + cc, mask=m, other=0.0).to(tl.float32)
+    x_hi = tl.load(x_ptr + x_rows + (cc + half), mask=m, other=0.0).to(tl.float32)
+    rstd = _rstd_from_sum_sq(tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1), H, eps, HF_NUMERICS)
     if POSITIONS:
         pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
         in_cache = (pos >= 0) & (pos < max_position)
         pos = tl.where(in_cache, pos, 0)
         row_mask = row_mask & in_cache
+        m = m & in_cache[:, None]
     else:
         pos = tok.to(tl.int64)
-    m = row_mask[:, None] & (c < half)[None, :]
-    x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, True)[:, None]
-    out_rows = _row_offset(rows, stride_out_row, group_rows, stride_out_group, True)[:, None]
     out_dtype = out_ptr.dtype.element_ty
     # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
+    w_off = _weight_offset(weight_offset, has_weight)
     w_rows = tl.where((in_group >= group_split)[:, None], weight2_ptr, weight_ptr) + cc
     wm = m & (has_weight != 0)
     w_lo = _weight_f32(tl.load(w_rows, mask=wm, other=0), weight_dtype) + w_off
     w_hi = _weight_f32(tl.load(w_rows + half, mask=wm, other=0), weight_dtype) + w_off
-    y_lo = _scale(tl.load(x_ptr + x_rows + cc, mask=m, other=0.0).to(tl.float32), rstd[:, None], w_lo, out_dtype,
-                  HF_NUMERICS)
-    y_hi = _scale(tl.load(x_ptr + x_rows + (cc + half), mask=m, other=0.0).to(tl.float32), rstd[:, None], w_hi,
-                  out_dtype, HF_NUMERICS)
+    y_lo = _scale(x_lo, rstd[:, None], w_lo, out_dtype, HF_NUMERICS)
+    y_hi = _scale(x_hi, rstd[:, None], w_hi, out_dtype, HF_NUMERICS)
     a_row = pos[:, None] * stride_cos + cc
     if POSITIONS:
         cos_lo = tl.load(cos_ptr + a_row, mask=m, other=1.0).to(tl.float32)
@@ -293,6 +297,7 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, gr
         cos_hi = tl.load(cos_ptr + (a_row + half), mask=m, other=1.0).to(tl.float32)
         sin_lo = tl.load(sin_ptr + s_row, mask=m, other=0.0).to(tl.float32)
         sin_hi = tl.load(sin_ptr + (s_row + half), mask=m, other=0.0).to(tl.float32)
+    out_rows = _row_offset(rows, stride_out_row, group_rows, stride_out_group, True)[:, None]
     # sin negated in fp32 (the interpreter negates bf16 wrongly)
     tl.store(out_ptr + out_rows + cc, _rope(y_lo, y_hi, cos_lo, -sin_lo, out_dtype, HF_NUMERICS).to(out_dtype),
              mask=m)
@@ -565,7 +570,6 @@ def _single_pass_rows(
     # ROPE (GROUPED, no residual): each normalized row rotated (_rope), its token's angles from cos and sin.
     ROPE: tl.constexpr = False, POSITIONS: tl.constexpr = False, cos_ptr=None, sin_ptr=None, pos_ptr=None,
     stride_cos=0, stride_sin=0, rope_half=0, rope_style=0, cos_by_freq=0, max_position=0,
-    ALIGN: tl.constexpr = 1,  # ROPE: rotary_dim is a multiple of ALIGN too (rmsnorm_fwd's promise)
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
     rows = (tl.program_id(0) - first_program).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
@@ -630,17 +634,7 @@ def _single_pass_rows(
         w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
         w = tl.where(second[:, None], w2[None, :], w)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
-    if ROPE and ALIGN > 1:
-        # NeoX with the whole head rotated (configs.rope_on_vector: the launchers send every other call to ALIGN 1),
-        # rotary_dim / 2, the angles' pointers and their row strides on ALIGN's promise (launcher.py's align_elems
-        # call). rstd is the plain norm's, from the whole row above (the same bits); the rotation then reads the
-        # row again from L1 as its two halves, so that each thread holds both columns of its pairs: no partner is
-        # fetched, exchanged or normalized twice, and every access is a whole vector. y above is not stored.
-        _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, rows, n_rows, rstd, group_rows, group_split,
-                     stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype, w_off,
-                     cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, _aligned(rope_half, ALIGN), max_position,
-                     BLOCK_H, POSITIONS, HF_NUMERICS)
-    elif ROPE:  # the normalized row rotated: its token's position, then the rotation
+    if ROPE:  # ALIGN 1 (rmsnorm_fwd sends the vector's calls to _rope_halves): the normalized row rotated
         r32 = rows.to(tl.int32)
         tok = r32 // group_rows
         if POSITIONS:  # a position outside the cache rotates nothing and writes nothing of its token
@@ -672,9 +666,7 @@ def _single_pass_rows(
             if HF_NUMERICS:
                 y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
             y = y * g
-    if ROPE and ALIGN > 1:
-        pass  # _rope_halves stored the rows
-    elif QUANT == 0:
+    if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
     elif QUANT >= 4:  # block-scaled
@@ -1027,6 +1019,14 @@ def rmsnorm_fwd(
                     stride_out_group=stride_out_group, has_weight=has_weight, x_scale=x_scale,
                     SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
                     n_rows=n_rows)
+    elif ROPE and ALIGN > 1:
+        # NeoX with the whole head rotated (configs.rope_on_vector: the launchers send every other call to ALIGN 1),
+        # rotary_dim / 2, the angles' pointers and their row strides on ALIGN's promise (launcher.py's align_elems
+        # call); rstd is not stored.
+        _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_rows, group_split,
+                     stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype,
+                     weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, _aligned(rope_half, ALIGN),
+                     max_position, BLOCK_H, ROWS_PER_PROGRAM, POSITIONS, HF_NUMERICS)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                           n_rows, H,
@@ -1043,7 +1043,7 @@ def rmsnorm_fwd(
                           first_program=first_program, ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
                           sin_ptr=sin_ptr, pos_ptr=pos_ptr, stride_cos=stride_cos, stride_sin=stride_sin,
                           rope_half=rope_half, rope_style=rope_style, cos_by_freq=cos_by_freq,
-                          max_position=max_position, ALIGN=ALIGN)
+                          max_position=max_position)
 
 
 @triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",

@@ -196,7 +196,10 @@ def test_gemma_offset_weight_and_both_sources_agree():
 
 
 def test_rotation_by_zero_is_the_qk_norm():
-    """Position 0 (cos 1, sin 0): the bits of qk_rmsnorm_ alone, at every style and rotary_dim."""
+    """Position 0 (cos 1, sin 0): qk_rmsnorm_ alone, at every style and rotary_dim. The ALIGN 1 kernel (GPT-J's
+    pairs, a partial rotation) sums a head's squares over its whole row, as qk_rmsnorm_ does: its bits. The vector
+    kernels (NeoX over the whole head) read a head once, as its halves, and sum sum(lo^2) + sum(hi^2) (the
+    backward's order): within one rounding (adjacent bf16 values) of qk_rmsnorm_'s."""
     qkv = _qkv(7, 4, 2, 128, torch.bfloat16, seed=3)
     wq, wk = _weights(128, torch.bfloat16)
     plain = qkv.clone()
@@ -207,7 +210,11 @@ def test_rotation_by_zero_is_the_qk_norm():
             addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, num_q_heads=4, num_kv_heads=2, head_dim=128,
                                         positions=torch.zeros(7, dtype=torch.int64, device=DEVICE),
                                         cos_sin_cache=_cache(8, rd), rotary_dim=rd, style=style)
-            assert torch.equal(bits(got), bits(plain)), (style, rd)
+            if style == "neox" and rd == 128:
+                steps = (got.view(torch.int16).int() - plain.view(torch.int16).int()).abs()
+                assert int(steps.max()) <= 1 and torch.equal(got.sign(), plain.sign()), (style, rd)
+            else:
+                assert torch.equal(bits(got), bits(plain)), (style, rd)
 
 
 def test_position_outside_the_cache():
@@ -309,9 +316,9 @@ def test_opcheck_and_compile():
 @pytest.mark.parametrize("family", ["qwen3", "gemma3"])
 def test_hf_numerics_are_hfs_formulas(family, dtype, capsys):
     """numerics="hf": the family's HF q/k norm module, then transformers' apply_rotary_pos_emb, with cos and sin
-    of the heads' dtype (as HF's rotary embedding gives them). Bit for bit given the kernel's rstd of each head
-    (the plain norm's of the same heads, whose y is the QK norm's); end to end against HF's own modules, equal
-    except where the last fp32 bit of rstd decides a rounding (torch sums a head's squares in another order).
+    of the heads' dtype (as HF's rotary embedding gives them). Bit for bit given the kernel's normalized heads
+    (its own output rotated by zero: HF's products by 1 and 0 are exact); end to end against HF's own modules,
+    equal except where the last fp32 bit of rstd decides a rounding (torch sums a head's squares in another order).
     The count of such elements is printed (the guide quotes it). fp16 also runs under the interpreter (whose
     bf16 stores truncate: bf16 is the GPU's)."""
     transformers = pytest.importorskip("transformers")
@@ -333,9 +340,10 @@ def test_hf_numerics_are_hfs_formulas(family, dtype, capsys):
     got = qkv.clone()
     addrmsnorm.qk_rmsnorm_rope_(got, wq, wk, eps, num_q_heads=nq, num_kv_heads=nk, head_dim=D, cos=cos, sin=sin,
                                 weight_offset=offset, numerics="hf")
-    alone = qkv.clone()
-    addrmsnorm.qk_rmsnorm_(alone, wq, wk, eps, num_q_heads=nq, num_kv_heads=nk, head_dim=D, weight_offset=offset,
-                           numerics="hf")
+    normalized = qkv.clone()  # the same kernel's heads, rotated by zero
+    addrmsnorm.qk_rmsnorm_rope_(normalized, wq, wk, eps, num_q_heads=nq, num_kv_heads=nk, head_dim=D,
+                                cos=torch.ones_like(cos), sin=torch.zeros_like(sin), weight_offset=offset,
+                                numerics="hf")
 
     def rope(n):  # HF's rotation of (T, heads, D) normalized heads, in HF's (batch, heads, seq, D) layout
         t = n.transpose(0, 1)[None]
@@ -346,16 +354,13 @@ def test_hf_numerics_are_hfs_formulas(family, dtype, capsys):
     for part, (lo, hi), w in (("q", (0, nq), wq), ("k", (nq, nq + nk), wk)):
         x = qkv[:, lo * D:hi * D].view(T, hi - lo, D)
         ours = got[:, lo * D:hi * D].view(T, hi - lo, D)
-        y, _, rstd = OPS.norm(x, None, w, eps, offset, True, 1)
-        assert torch.equal(bits(y), bits(alone[:, lo * D:hi * D].view(T, hi - lo, D))), f"{part}: the plain norm's y"
-        assert torch.equal(bits(ours), bits(rope(hf_norm_ref(x, rstd, w, dtype, offset)))), \
-            f"{part}: not HF's norm then apply_rotary_pos_emb, given the kernel's rstd"
+        y = normalized[:, lo * D:hi * D].view(T, hi - lo, D)
+        assert torch.equal(ours, rope(y)), f"{part}: not HF's apply_rotary_pos_emb of the kernel's normalized heads"
         m = Norm(D, eps=eps).to(device=DEVICE, dtype=dtype)
         with torch.no_grad():
             m.weight.copy_(w)
             hf = rope(m(x[None])[0])
         rstd_hf = torch.rsqrt(x.float().pow(2).mean(-1) + eps)
-        assert ((rstd - rstd_hf).abs() <= 2 * torch.finfo(torch.float32).eps * rstd_hf).all(), f"{part}: rstd"
         near = rope(hf_norm_ref(x, rstd_hf * (1 - 3e-7), w, dtype, offset)) != \
             rope(hf_norm_ref(x, rstd_hf * (1 + 3e-7), w, dtype, offset))
         differ = ours != hf
