@@ -1,7 +1,9 @@
 """Shared test helpers: random inputs, and the checks every forward test makes against the one
 reference in ``addrmsnorm.reference``."""
 
+import importlib.util
 import re
+from pathlib import Path
 
 import torch
 
@@ -105,3 +107,11 @@ FORWARD_FIELDS = {"hidden": "x", "gate_first": "norm_before_gate", "b_hidden": "
 BACKWARD_FIELDS = {"hidden": "dy", "x": "dy", "residual": "h"}
 QK_FIELDS = {"x": "qkv", "hidden": "qkv", "weight": "q_weight"}
 QUANT_FIELDS = {"hidden": "x"}
+
+
+def load_devtool(name: str):
+    """devtools/<name>.py as a module (devtools is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "devtools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -13,17 +13,14 @@ import pytest
 from addrmsnorm.bench import writers
 from addrmsnorm.bench.byte_model import forward_bytes, unfused_forward_bytes
 
+from helpers import load_devtool
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _report_targets():
     """devtools/report_targets.py: the team's goals checked against a report's JSON."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("report_targets", REPO / "devtools" / "report_targets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_devtool("report_targets")
 
 
 def test_byte_model():
