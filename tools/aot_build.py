@@ -1149,6 +1149,7 @@ def main():
         specs = [s for s in specs if any(spec_cap(s, (bcfgs if s.base == "backward" else cfgs)[s.config], a)
                                          for a in archs)]
     out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)  # not made by the cache's mkdir below where ADDRMSNORM_AOT_CACHE is set
     # ADDRMSNORM_AOT_CACHE: a kernel cache shared between build trees (keys cover everything that
     # determines a cubin, the Triton release included).
     cache_dir = Path(os.environ["ADDRMSNORM_AOT_CACHE"]).resolve() if os.environ.get("ADDRMSNORM_AOT_CACHE") \
