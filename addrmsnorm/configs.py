@@ -502,7 +502,9 @@ def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> K
 # writes as hazards, with tiles of a quarter of that). Swept on an H100 (T = 8192 of 32 + 8 heads of 128 and of
 # 16 + 8 of 256, cos and sin by column, the two parts' passes; perf-notes "The rotation"): 2 warps, 8 programs an
 # SM (128 registers a thread) against 4 warps and 4: 1667 against 1334 GB/s at 128, 1343 against 909 at 256.
-# 64 and 512 keep the same tile size unmeasured. tools/aot_build.py generates the C++ rule from it.
+# 64 and 512 keep the same tile size unmeasured. The ALIGN 1 kernel (GPT-J, partial rotations) takes a row's grid
+# and workspace but walks its rows one at a time (kernels.py's rmsnorm_bwd: racecheck's hazards again otherwise).
+# tools/aot_build.py generates the C++ rule from it.
 ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
     (64, _bwd(64, 16, 2, 2, 8)),
     (128, _bwd(128, 8, 2, 2, 8)),

@@ -1387,9 +1387,9 @@ def rmsnorm_bwd(
         _bwd_single_pass(dy_ptr, dres_out_ptr, h_ptr, rstd_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
                          n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row,
                          stride_dx_row, weight_offset, has_dres_out, weight_dtype, BLOCK_H,
-                         1 if ROPE else ROWS_PER_PROGRAM, SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr, sin_ptr=sin_ptr, stride_cos=stride_cos,
-                         stride_sin=stride_sin, rope_half=rope_half, rope_style=rope_style, group_rows=group_rows,
-                         eps=eps)
+                         1 if ROPE else ROWS_PER_PROGRAM, SEPARATE_DX, STAGES, ROPE=ROPE, cos_ptr=cos_ptr,
+                         sin_ptr=sin_ptr, stride_cos=stride_cos, stride_sin=stride_sin, rope_half=rope_half,
+                         rope_style=rope_style, group_rows=group_rows, eps=eps)
 
 
 # ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import load_devtool
+
 REPO = Path(__file__).resolve().parents[1]
 AOT = REPO / "tools" / "aot_build.py"
 DEFAULT_ARCHS = (80, 90, 100)  # CMakeLists.txt's ADDRMSNORM_DEFAULT_ARCHS
@@ -230,8 +232,7 @@ def _elf(sections: dict) -> bytes:
 def test_compare_cubins_reads_the_code_sections_and_pairs_by_description(tmp_path):
     """devtools/compare_cubins.py: the .text sections decide (not the other sections), kernels pair by their
     description without its aligned pointers, and a difference is reported by kind."""
-    sys.path.insert(0, str(REPO / "devtools"))
-    import compare_cubins as cc
+    cc = load_devtool("compare_cubins")
     a = _elf({".text.k": b"\x01\x02", ".nv.info.k": b"a"})
     assert cc.text_sections(a) == {".text.k": b"\x01\x02"}
     paths = {}
