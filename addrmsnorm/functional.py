@@ -161,8 +161,9 @@ def _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, retu
     outputs, or the caller's (the missing one allocated)."""
     if out is None and residual_out is None:
         # The operator's autograd computes and saves rstd itself whenever a gradient may be needed.
-        y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset, return_rstd, int(hf), pdl, x_scale,
-                              post_weight, post_weight_offset)
+        y, h, rstd = ops.norm(x, residual, weight, eps, weight_offset=weight_offset, return_rstd=return_rstd,
+                              numerics=int(hf), pdl=pdl, x_scale=x_scale, post_weight=post_weight,
+                              post_weight_offset=post_weight_offset)
         return (y, h, rstd) if return_rstd else (y, h)
 
     # Caller-given outputs: allocate the missing ones. The operator checks them all, and refuses
@@ -176,8 +177,8 @@ def _fused_call(x, residual, weight, eps, weight_offset, out, residual_out, retu
         residual_out = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     rstd = (torch.empty(v.rstd_shape(x.shape, post_weight is not None), dtype=torch.float32, device=x.device)
             if return_rstd else None)
-    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, int(hf), pdl, x_scale,
-                  post_weight, post_weight_offset)
+    ops.norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=weight_offset, numerics=int(hf),
+                  pdl=pdl, x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     return (out, residual_out, rstd) if return_rstd else (out, residual_out)
 
 
@@ -229,12 +230,13 @@ def rmsnorm(
         if weight_offset == 0.0 and not (return_rstd or n or pdl):
             y, _, rstd = ops.norm(x, None, weight, eps)
         else:
-            y, _, rstd = ops.norm(x, None, weight, eps, weight_offset, return_rstd, n, pdl)
+            y, _, rstd = ops.norm(x, None, weight, eps, weight_offset=weight_offset, return_rstd=return_rstd,
+                                  numerics=n, pdl=pdl)
         return (y, rstd) if return_rstd else y
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-    ops.norm_into(x, None, weight, out, None, rstd, eps, weight_offset, n, pdl)
+    ops.norm_into(x, None, weight, out, None, rstd, eps, weight_offset=weight_offset, numerics=n, pdl=pdl)
     return (out, rstd) if return_rstd else out
 
 
@@ -258,7 +260,7 @@ def rmsnorm_(
     if weight_offset == 0.0 and not (n or pdl):
         ops.norm_(x, None, weight, eps)
     else:
-        ops.norm_(x, None, weight, eps, weight_offset, n, pdl)
+        ops.norm_(x, None, weight, eps, weight_offset=weight_offset, numerics=n, pdl=pdl)
     return x
 
 
@@ -325,12 +327,12 @@ def gated_rmsnorm(
     _check_norm_types(x, weight, eps, weight_offset, pdl)
     g = 0 if group_size is None else group_size
     if out is None:
-        return ops.norm(x, None, weight, eps, weight_offset, False, n, pdl, 1.0, None, 0.0, z, g,
-                        norm_before_gate)[0]
+        return ops.norm(x, None, weight, eps, weight_offset=weight_offset, numerics=n, pdl=pdl, z=z, group_size=g,
+                        norm_before_gate=norm_before_gate)[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-    ops.norm_into(x, None, weight, out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, z, g,
-                  norm_before_gate)
+    ops.norm_into(x, None, weight, out, None, None, eps, weight_offset=weight_offset, numerics=n, pdl=pdl, z=z,
+                  group_size=g, norm_before_gate=norm_before_gate)
     return out
 
 
@@ -362,12 +364,14 @@ def gated_rmsnorm_quant(
                        return_y, pdl)
     g = group_size or 0
     if out is None:
-        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale, 0, scale_ub, False, ue8m0_scales,
-                                         weight_offset, return_y, pdl, False, 1.0, None, 0.0, z, g, norm_before_gate)
+        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale=scale, scale_ub=scale_ub,
+                                         ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, return_y=return_y,
+                                         pdl=pdl, z=z, gate_group_size=g, norm_before_gate=norm_before_gate)
     else:
         q, scales, y = _quant_outputs(x, quant_dtype, scale, 0, False, return_y, out, scales_out, False)
-        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale, 0, scale_ub, ue8m0_scales, weight_offset,
-                            pdl, False, 1.0, None, 0.0, z, g, norm_before_gate)
+        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale=scale, scale_ub=scale_ub,
+                            ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, pdl=pdl, z=z, gate_group_size=g,
+                            norm_before_gate=norm_before_gate)
     if scales is None:
         scales = scale
     return (q, scales, y) if return_y else (q, scales)
@@ -398,7 +402,7 @@ def rmsnorm_pair_(
     n = plain_numerics_index(numerics)
     _check_pair_types(a, a_weight, b, b_weight, eps, weight_offset, pdl)
     with _named_as(_PAIR_IN_PLACE_NAMES):
-        ops.norm_(a, None, a_weight, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0, True, b, b_weight)
+        ops.norm_(a, None, a_weight, eps, weight_offset=weight_offset, numerics=n, pdl=pdl, b=b, b_weight=b_weight)
     return a, b
 
 
@@ -432,8 +436,8 @@ def rmsnorm_pair(
             raise TypeError(f"out must be a tuple (a_out, b_out), got {type(out).__name__}")
         a_out, b_out = out
     with _named_as(_PAIR_INTO_NAMES):
-        ops.norm_into(a, None, a_weight, a_out, None, None, eps, weight_offset, n, pdl, 1.0, None, 0.0, None, 0,
-                      True, b, b_weight, b_out)
+        ops.norm_into(a, None, a_weight, a_out, None, None, eps, weight_offset=weight_offset, numerics=n, pdl=pdl,
+                      b=b, b_weight=b_weight, b_out=b_out)
     return a_out, b_out
 
 
@@ -489,7 +493,7 @@ def fused_add_rmsnorm_(
     if weight_offset == 0.0 and x_scale == 1.0 and not (hf or pdl):  # the schema's defaults: fewer to parse
         ops.norm_(x, residual, weight, eps)
     else:
-        ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl, x_scale)
+        ops.norm_(x, residual, weight, eps, weight_offset=weight_offset, numerics=int(hf), pdl=pdl, x_scale=x_scale)
     return x, residual
 
 
@@ -577,7 +581,8 @@ def sandwich_rmsnorm_(
     """
     hf, post_weight_offset = _sandwich_args(x, residual, post_weight, weight, eps, weight_offset, post_weight_offset,
                                             numerics, pdl)
-    ops.norm_(x, residual, weight, eps, weight_offset, int(hf), pdl, 1.0, post_weight, post_weight_offset)
+    ops.norm_(x, residual, weight, eps, weight_offset=weight_offset, numerics=int(hf), pdl=pdl, post_weight=post_weight,
+              post_weight_offset=post_weight_offset)
     return x, residual
 
 
@@ -670,9 +675,11 @@ def fused_add_rmsnorm_quant(
                             ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales, x_scale)
     pwo = _post_offset(post_weight, post_weight_offset, weight_offset)
     if out is None and residual_out is None and scales_out is None:
-        q, h, scales, y = ops.norm_quant(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub,
-                                         column_major_scales, ue8m0_scales, weight_offset, return_y, pdl,
-                                         swizzled_scales, x_scale, post_weight, pwo)
+        q, h, scales, y = ops.norm_quant(x, residual, weight, eps, quant_dtype, scale=scale, group_size=gs,
+                                         scale_ub=scale_ub, column_major_scales=column_major_scales,
+                                         ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, return_y=return_y,
+                                         pdl=pdl, swizzled_scales=swizzled_scales, x_scale=x_scale,
+                                         post_weight=post_weight, post_weight_offset=pwo)
     else:
         q, h, scales, y = _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
                                       ue8m0_scales, weight_offset, out, residual_out, scales_out, return_y, pdl,
@@ -744,8 +751,9 @@ def _quant_into(x, residual, weight, eps, quant_dtype, scale, gs, scale_ub, colu
     q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                   swizzled, residual_out=residual_out)
     h = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual_out is None else residual_out
-    ops.norm_quant_into(x, residual, weight, q, h, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                        weight_offset, pdl, swizzled, x_scale, post_weight, post_weight_offset)
+    ops.norm_quant_into(x, residual, weight, q, h, scales, y, eps, scale=scale, group_size=gs, scale_ub=scale_ub,
+                        ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, pdl=pdl, swizzled_scales=swizzled,
+                        x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     return q, h, scales, y
 
 
@@ -820,7 +828,8 @@ def qk_rmsnorm_(
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
     if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
         v.check_head_counts(num_q_heads, num_kv_heads, head_dim)  # the slow path: raise naming the argument
-    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl)
+    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=weight_offset,
+                    numerics=n, pdl=pdl)
     return qkv
 
 
@@ -881,8 +890,9 @@ def qk_rmsnorm_rope_(
     if check_positions and positions is not None and _eager():
         v.check_positions_in_cache(v.check_rope(qkv.dtype, qkv.shape[0] if qkv.dim() else 0, head_dim, qkv.device,
                                                 positions, cos_sin_cache, cos, sin, rd, rs, n != 0))
-    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset, n, pdl,
-                    positions, cos_sin_cache, cos, sin, rd, rs)
+    ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=weight_offset,
+                    numerics=n, pdl=pdl, positions=positions, cos_sin_cache=cos_sin_cache, cos=cos, sin=sin,
+                    rotary_dim=rd, rope_style=rs)
     return qkv
 
 
@@ -904,8 +914,8 @@ class _QkRope(torch.autograd.Function):
                 checked):
         T, nq, nk, D = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
         buf = torch.cat([q.reshape(T, nq * D), k.reshape(T, nk * D)], dim=1)
-        ops.qk_rmsnorm_(buf, q_weight, k_weight, eps, nq, nk, D, weight_offset, n, pdl, positions, cache, cos, sin,
-                        rd, rs)
+        ops.qk_rmsnorm_(buf, q_weight, k_weight, eps, nq, nk, D, weight_offset=weight_offset, numerics=n, pdl=pdl,
+                        positions=positions, cos_sin_cache=cache, cos=cos, sin=sin, rotary_dim=rd, rope_style=rs)
         if positions is not None and not checked:
             # Positions not read back (check_positions=False, or under capture or compile): the kernel wrote nothing
             # of a token outside the cache, whose rows of buf still hold its input. They become NaN: never an
@@ -945,8 +955,10 @@ def _rope_part_backward(x, weight, dy, cos, sin, eps, weight_offset, rotary_dim,
     """One part's (q's or k's heads, x (tokens, heads, head_dim)) gradients (dx, dweight) by the backward
     operator with the rotation: rows of the heads, a token's heads consecutive."""
     heads, D = x.shape[1], x.shape[2]
-    dres, _, dw = ops.norm_backward(dy.reshape(-1, D), None, x.reshape(-1, D), None, weight, weight_offset,
-                                    weight is not None and bool(weight_grad), cos, sin, heads, rotary_dim, style, eps)
+    dres, _, dw = ops.norm_backward(dy.reshape(-1, D), None, x.reshape(-1, D), None, weight,
+                                    weight_offset=weight_offset, weight_grad=weight is not None and bool(weight_grad),
+                                    cos=cos, sin=sin, rope_groups=heads, rotary_dim=rotary_dim, rope_style=style,
+                                    eps=eps)
     return dres.view(x.shape), (dw if weight is not None and weight_grad else None)
 
 
@@ -1072,13 +1084,16 @@ def rmsnorm_quant(
     gs = _check_quant_types(x, x, weight, eps, quant_dtype, scale, group_size, scale_ub, column_major_scales,
                             ue8m0_scales, weight_offset, return_y, pdl, scale_dtype, swizzled_scales)
     if out is None and scales_out is None:
-        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale, gs, scale_ub, column_major_scales,
-                                         ue8m0_scales, weight_offset, return_y, pdl, swizzled_scales)
+        q, _, scales, y = ops.norm_quant(x, None, weight, eps, quant_dtype, scale=scale, group_size=gs,
+                                         scale_ub=scale_ub, column_major_scales=column_major_scales,
+                                         ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, return_y=return_y,
+                                         pdl=pdl, swizzled_scales=swizzled_scales)
     else:
         q, scales, y = _quant_outputs(x, quant_dtype, scale, gs, column_major_scales, return_y, out, scales_out,
                                       swizzled_scales)
-        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale, gs, scale_ub, ue8m0_scales,
-                            weight_offset, pdl, swizzled_scales)
+        ops.norm_quant_into(x, None, weight, q, None, scales, y, eps, scale=scale, group_size=gs, scale_ub=scale_ub,
+                            ue8m0_scales=ue8m0_scales, weight_offset=weight_offset, pdl=pdl,
+                            swizzled_scales=swizzled_scales)
     if scales is None:  # static: the caller's scale
         scales = scale
     return (q, scales, y) if return_y else (q, scales)

@@ -32,35 +32,65 @@ def _check_runnable(device: torch.device) -> None:
                      f"the Triton interpreter (set TRITON_INTERPRET=1 before importing addrmsnorm)")
 
 
-def _launch(call: v.ForwardCall, rstd, eps: float, weight_offset: float, hf: bool, pdl: bool) -> None:
-    xr = call.x
+def _launch_fused(call: v.ForwardCall, rstd, numerics: int, pdl: bool) -> None:
+    xr, o, ro = call.x, call.out, call.residual_out
     if xr.n_rows == 0:
         return
-    o, ro = call.out, call.residual_out
     launch_forward(
         xr.tensor, call.residual.tensor, None if call.weight is None else call.weight.tensor, o.tensor, ro.tensor,
         rstd, n_rows=xr.n_rows, H=call.H,
         stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
         stride_out=o.row_stride, stride_residual_out=ro.row_stride,
-        eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, x_scale=call.x_scale,
+        eps=call.eps, weight_offset=call.weight_offset, hf=numerics, pdl=pdl, x_scale=call.x_scale,
         post_weight=None if call.post_weight is None else call.post_weight.tensor,
         post_weight_offset=call.post_weight_offset,
     )
 
 
-def _numerics(hf) -> int:
-    """The fused forms' hf (a bool, or the operators' numerics index, checked with the call's rules)."""
-    return int(hf) if isinstance(hf, bool) else hf
+def _launch_plain(call: v.NormCall, rstd, numerics: int, pdl: bool) -> None:
+    """The plain norm (the forward with the residual compiled out), the gated norm and the pair."""
+    xr, o = call.x, call.out
+    if xr.n_rows == 0:
+        return
+    hf, round_once = v.plain_numerics(numerics)
+    common = dict(n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
+                  stride_residual_out=0, eps=call.eps, weight_offset=call.weight_offset, hf=hf, pdl=pdl)
+    pr, g = call.pair, call.gate
+    if pr is not None:  # the pair: x's rows and b's in one launch (validation: rows of one stride)
+        launch_forward(xr.tensor, None, call.weight, o.tensor, None, None, **common,
+                       pair=(pr.b.tensor, pr.weight, pr.out.tensor, pr.H, pr.b.row_stride, pr.out.row_stride))
+    elif g is not None:  # the gated norm: each row's groups as rows of a group (validation: rows of one stride)
+        groups = call.H // g.group_size
+        common.update(n_rows=xr.n_rows * groups, H=g.group_size)
+        launch_forward(xr.tensor, None, call.weight, o.tensor, None, None, **common, group_rows=groups,
+                       stride_x_group=g.group_size, stride_out_group=g.group_size,
+                       gate=(g.z.tensor, g.z.row_stride, g.gate_first))
+    else:
+        launch_forward(xr.tensor, None, call.weight, o.tensor, None, rstd, **common, round_once=round_once,
+                       group_rows=xr.group_rows, stride_x_group=xr.group_stride, stride_out_group=o.group_stride)
 
 
-def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, hf=False, pdl=False,
-                      x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::fused_add_rmsnorm: new y, residual_out, and rstd (0 elements unless asked for; with
-    post_weight, the sandwich norm, (2, rows...))."""
-    call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=_numerics(hf),
+# ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
+
+def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
+         post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
+    """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
+    asked for; with post_weight, the sandwich norm, (2, rows...)). z: the gated norm (no residual)."""
+    if residual is None:
+        call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
+                               post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                               group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd)
+        _check_runnable(call.device)
+        shape, device = call.shape, call.device
+        out = torch.empty(shape, dtype=x.dtype, device=device)
+        rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
+        call.out = v.as_grouped_rows("out", out, shape).as_group_of(call.x.group_rows)
+        _launch_plain(call, rstd if return_rstd else None, numerics, pdl)
+        return out, x.new_empty((0,)), rstd
+    v.check_gate_residual(z, residual)
+    call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics,
                            x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
     residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
@@ -68,32 +98,45 @@ def fused_add_rmsnorm(x, residual, weight, eps, weight_offset=0.0, return_rstd=F
                        device=device)
     call.out = v.as_rows("out", out, shape)
     call.residual_out = v.as_rows("residual_out", residual_out, shape)
-    _launch(call, rstd if return_rstd else None, eps, weight_offset, hf, pdl)
+    _launch_fused(call, rstd if return_rstd else None, numerics, pdl)
     return out, residual_out, rstd
 
 
-def fused_add_rmsnorm_(x, residual, weight, eps, weight_offset=0.0, hf=False, pdl=False, x_scale=1.0,
-                       post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::fused_add_rmsnorm_: residual <- x_scale * x + residual (or the sandwich's
-    residual + rmsnorm(x; post_weight)), x <- y."""
-    fused_add_rmsnorm_into(x, residual, weight, x, residual, None, eps, weight_offset, hf, pdl, x_scale, post_weight,
-                           post_weight_offset)
+def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
+          post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
+    """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
+    sandwich norm: residual <- residual + rmsnorm(x; post_weight)); the pair's b <- its y."""
+    norm_into(x, residual, weight, x, residual, None, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl,
+              x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+              group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b)
 
 
-def fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, hf=False,
-                           pdl=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::fused_add_rmsnorm_into: into caller-given outputs (which may alias inputs exactly)."""
+def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
+              x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True,
+              b=None, b_weight=None, b_out=None):
+    """addrmsnorm::norm_into: into caller-given outputs, which may alias x or residual exactly (residual_out
+    exactly when residual is given), and rstd if given."""
+    v.check_residual_outputs(residual, residual_out)
+    if residual is None:
+        call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
+                               x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                               group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight,
+                               b_out=b_out)
+        _check_runnable(call.device)
+        _launch_plain(call, rstd if rstd is not None and rstd.numel() else None, numerics, pdl)
+        return
+    v.check_gate_residual(z, residual)
+    v.check_pair_residual(b, b_weight, b_out, residual)
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
-                           numerics=_numerics(hf), x_scale=x_scale, post_weight=post_weight,
+                           numerics=numerics, x_scale=x_scale, post_weight=post_weight,
                            post_weight_offset=post_weight_offset)
     _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
-    _launch(call, rstd, eps, weight_offset, hf, pdl)
+    _launch_fused(call, rstd, numerics, pdl)
 
 
-def fused_add_rmsnorm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None,
-                               sin=None, rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
-    """addrmsnorm::fused_add_rmsnorm_backward: (dresidual, dx, dweight).
+def norm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None, sin=None,
+                  rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
+    """addrmsnorm::norm_backward: (dresidual, dx, dweight).
 
     dx has 0 elements when dy's dtype is h's (dresidual is then the gradient of x too); dweight has
     0 elements unless weight_grad (and a weight: weight None is the weightless norm's backward). cos and sin
@@ -147,21 +190,24 @@ def _check_quant_arch(device: torch.device, quant_dtype) -> None:
                            f"8.9 or newer; this one runs sm_{major}{minor} kernels")
 
 
-def _launch_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
-    xr = call.x
+def _launch_quant(call: v.QuantCall, fused: bool, scale, scale_ub, ue8m0: bool, pdl: bool) -> None:
+    """The quantized forward; without a residual (fused False) the plain norm's, whose gated norm takes each
+    row's groups as rows of a group (validation: rows of one stride, per token only with one group a row)."""
+    xr, o, y, g = call.x, call.out, call.y, call.gate
     if xr.n_rows == 0:
         return
-    o, ro, y = call.out, call.residual_out, call.y
+    groups = 1 if g is None else call.H // g.group_size
     launch_quant_forward(
-        xr.tensor, call.residual.tensor, None if call.weight is None else call.weight.tensor, o.tensor, ro.tensor,
-        None if y is None else y.tensor, scale, call.scales, scale_ub,
-        n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=call.residual.row_stride,
-        stride_q=o.row_stride, stride_residual_out=ro.row_stride, stride_y=0 if y is None else y.row_stride,
-        stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride,
-        group_size=call.group_size, ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl,
-        swizzled=call.swizzled, x_scale=call.x_scale,
-        post_weight=None if call.post_weight is None else call.post_weight.tensor,
+        xr.tensor, call.residual.tensor if fused else None, None if call.weight is None else call.weight.tensor,
+        o.tensor, call.residual_out.tensor if fused else None, None if y is None else y.tensor, scale, call.scales,
+        scale_ub, n_rows=xr.n_rows * groups, H=call.H // groups, stride_x=xr.row_stride,
+        stride_residual=call.residual.row_stride if fused else 0, stride_q=o.row_stride,
+        stride_residual_out=call.residual_out.row_stride if fused else 0, stride_y=0 if y is None else y.row_stride,
+        stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride, group_size=call.group_size,
+        ue8m0=ue8m0, eps=call.eps, weight_offset=call.weight_offset, pdl=pdl, swizzled=call.swizzled,
+        x_scale=call.x_scale, post_weight=None if call.post_weight is None else call.post_weight.tensor,
         post_weight_offset=call.post_weight_offset,
+        gate=None if g is None else (g.z.tensor, g.z.row_stride, g.gate_first, groups),
     )
 
 
@@ -180,113 +226,56 @@ def _new_quant_outputs(call: v.QuantCall, quant_dtype, group_size, column_major_
     return q, scales
 
 
-def fused_add_rmsnorm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
-                            column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False,
-                            pdl=False, swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::fused_add_rmsnorm_quant: new q, residual_out, scales (None when static) and y (None
-    unless return_y). post_weight: the sandwich norm's."""
+def _gate_fields(residual, z, gate_group_size, norm_before_gate) -> dict:
+    """The gated norm's fields for check_quant: the plain norm's; with a residual, z is refused first."""
+    if residual is None:
+        return dict(z=z, gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
+    v.check_gate_residual(z, residual)
+    return {}
+
+
+def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
+               column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
+               swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None,
+               gate_group_size=0, norm_before_gate=True):
+    """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
+    static) and y (None unless return_y). post_weight: the sandwich norm's (with a residual); z: the gated
+    norm's (without)."""
     call = v.check_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
                          weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
-                         post_weight_offset=post_weight_offset)
+                         post_weight_offset=post_weight_offset,
+                         **_gate_fields(residual, z, gate_group_size, norm_before_gate))
     _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
-    residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
+    if residual is None:
+        residual_out = x.new_empty((0,))
+    else:
+        residual_out = torch.empty(shape, dtype=residual.dtype, device=device)
+        call.residual_out = v.as_rows("residual_out", residual_out, shape)
     y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
     q, scales = _new_quant_outputs(call, quant_dtype, group_size, column_major_scales, swizzled_scales)
-    call.residual_out = v.as_rows("residual_out", residual_out, shape)
     call.y = v.as_rows("y", y, shape) if return_y else None
-    _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
+    _launch_quant(call, residual is not None, scale, scale_ub, ue8m0_scales, pdl)
     return q, residual_out, scales, y
 
 
-def fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None,
-                                 group_size=0, scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False,
-                                 swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """addrmsnorm::fused_add_rmsnorm_quant_into: into caller-given outputs. residual_out may alias
-    residual or x exactly, y may alias x exactly."""
+def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
+                    scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
+                    x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
+                    norm_before_gate=True):
+    """addrmsnorm::norm_quant_into: into caller-given outputs. residual_out may alias residual or x exactly,
+    y may alias x exactly."""
+    v.check_residual_outputs(residual, residual_out)
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
                          swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset, x_scale=x_scale,
-                         post_weight=post_weight, post_weight_offset=post_weight_offset)
+                         post_weight=post_weight, post_weight_offset=post_weight_offset,
+                         **_gate_fields(residual, z, gate_group_size, norm_before_gate))
     _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
     _check_quant_arch(call.device, out.dtype)
-    _launch_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
-
-
-# ----- the plain norm: the forward with the residual compiled out ------------------------------------
-
-def _launch_norm(call: v.NormCall, rstd, eps: float, weight_offset: float, numerics: int, pdl: bool) -> None:
-    xr, o = call.x, call.out
-    if xr.n_rows == 0:
-        return
-    hf, round_once = v.plain_numerics(numerics)
-    pr = call.pair
-    if pr is not None:  # the pair: x's rows and b's in one launch (validation: rows of one stride)
-        launch_forward(
-            xr.tensor, None, call.weight, o.tensor, None, None,
-            n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
-            stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
-            pair=(pr.b.tensor, pr.weight, pr.out.tensor, pr.H, pr.b.row_stride, pr.out.row_stride),
-        )
-        return
-    g = call.gate
-    if g is not None:  # the gated norm: each row's groups as rows of a group (validation: rows of one stride)
-        groups = call.H // g.group_size
-        launch_forward(
-            xr.tensor, None, call.weight, o.tensor, None, None,
-            n_rows=xr.n_rows * groups, H=g.group_size, stride_x=xr.row_stride, stride_residual=0,
-            stride_out=o.row_stride, stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl,
-            group_rows=groups, stride_x_group=g.group_size, stride_out_group=g.group_size,
-            gate=(g.z.tensor, g.z.row_stride, g.gate_first),
-        )
-        return
-    launch_forward(
-        xr.tensor, None, call.weight, o.tensor, None, rstd,
-        n_rows=xr.n_rows, H=call.H, stride_x=xr.row_stride, stride_residual=0, stride_out=o.row_stride,
-        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
-        group_rows=xr.group_rows, stride_x_group=xr.group_stride, stride_out_group=o.group_stride,
-    )
-
-
-def rmsnorm(x, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
-            post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
-    """addrmsnorm::rmsnorm: a new y, and rstd (0 elements unless asked for). x_scale: refused unless 1,
-    post_weight unless None (they need a residual). z: the gated norm."""
-    call = v.check_rmsnorm(x, weight, eps=eps, weight_offset=weight_offset, numerics=numerics, x_scale=x_scale,
-                           post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-                           group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd)
-    _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
-    shape, device = call.shape, call.device
-    out = torch.empty(shape, dtype=x.dtype, device=device)
-    rstd = torch.empty(shape[:-1] if return_rstd else (0,), dtype=torch.float32, device=device)
-    call.out = v.as_grouped_rows("out", out, shape).as_group_of(call.x.group_rows)
-    _launch_norm(call, rstd if return_rstd else None, eps, weight_offset, numerics, pdl)
-    return out, rstd
-
-
-def rmsnorm_(x, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-             post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
-    """addrmsnorm::rmsnorm_: x <- y (and the pair's b <- its y)."""
-    rmsnorm_into(x, weight, x, None, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
-                 z, group_size, norm_before_gate, b, b_weight, b)
-
-
-def rmsnorm_into(x, weight, out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-                 post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None,
-                 b_out=None):
-    """addrmsnorm::rmsnorm_into: into a caller-given out (which may be x exactly), and rstd if given."""
-    call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-                           group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight,
-                           b_out=b_out)
-    _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
-    _launch_norm(call, rstd if rstd is not None and rstd.numel() else None, eps, weight_offset, numerics, pdl)
+    _launch_quant(call, residual is not None, scale, scale_ub, ue8m0_scales, pdl)
 
 
 def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0,
@@ -299,148 +288,14 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
                               cos_sin_cache=cos_sin_cache, cos=cos, sin=sin, rotary_dim=rotary_dim,
                               rope_style=rope_style)
     _check_runnable(call.device)
-    eps, weight_offset, hf, round_once = call.eps, call.weight_offset, call.hf, call.round_once
     if call.tokens == 0:
         return
     heads = num_q_heads + num_kv_heads  # a token's q heads, then its k heads: one group of rows
     launch_forward(
         qkv, None, q_weight, qkv, None, None,
         n_rows=call.tokens * heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
-        stride_residual_out=0, eps=eps, weight_offset=weight_offset, hf=hf, pdl=pdl, round_once=round_once,
-        group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
+        stride_residual_out=0, eps=call.eps, weight_offset=call.weight_offset, hf=call.hf, pdl=pdl,
+        round_once=call.round_once, group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
         weight2=k_weight, group_split=num_q_heads if k_weight is not None else 0,
         rope=call.rope.launch() if call.rope is not None else None,
     )
-
-
-# ----- the plain norm's quantized outputs: the quantized forward with the residual compiled out ------
-
-def rmsnorm_quant(x, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None, column_major_scales=False,
-                  ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False, swizzled_scales=False,
-                  x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
-                  norm_before_gate=True):
-    """addrmsnorm::rmsnorm_quant: new q, scales (None when static) and y (None unless return_y). z: the gated
-    norm's."""
-    call = v.check_quant(x, None, weight, quant_dtype, scale, group_size, scale_ub, ue8m0=ue8m0_scales,
-                         column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
-                         post_weight_offset=post_weight_offset, z=z, gate_group_size=gate_group_size,
-                         norm_before_gate=norm_before_gate)
-    _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
-    _check_quant_arch(call.device, quant_dtype)
-    shape, device = call.shape, call.device
-    y = torch.empty(shape, dtype=x.dtype, device=device) if return_y else None
-    q, scales = _new_quant_outputs(call, quant_dtype, group_size, column_major_scales, swizzled_scales)
-    call.y = v.as_rows("y", y, shape) if return_y else None
-    _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
-    return q, scales, y
-
-
-def rmsnorm_quant_into(x, weight, out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
-                       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0,
-                       post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
-    """addrmsnorm::rmsnorm_quant_into: into caller-given outputs (y may alias x exactly)."""
-    call = v.check_quant(x, None, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale, group_size,
-                         scale_ub, out, None, scales_out, y, ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps,
-                         weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
-                         post_weight_offset=post_weight_offset, z=z, gate_group_size=gate_group_size,
-                         norm_before_gate=norm_before_gate)
-    _check_runnable(call.device)
-    eps, weight_offset = call.eps, call.weight_offset
-    _check_quant_arch(call.device, out.dtype)
-    _launch_plain_quant(call, scale, scale_ub, ue8m0_scales, eps, weight_offset, pdl)
-
-
-def _launch_plain_quant(call: v.QuantCall, scale, scale_ub, ue8m0, eps, weight_offset, pdl) -> None:
-    xr = call.x
-    if xr.n_rows == 0:
-        return
-    o, y, g = call.out, call.y, call.gate
-    # The gated norm: each row's groups as rows of a group (validation: rows of one stride, per token only with
-    # one group a row).
-    groups = 1 if g is None else call.H // g.group_size
-    launch_quant_forward(
-        xr.tensor, None, None if call.weight is None else call.weight.tensor, o.tensor, None,
-        None if y is None else y.tensor, scale, call.scales,
-        scale_ub, n_rows=xr.n_rows * groups, H=call.H // groups, stride_x=xr.row_stride, stride_residual=0,
-        stride_q=o.row_stride, stride_residual_out=0, stride_y=0 if y is None else y.row_stride,
-        stride_s_row=call.scales_row_stride, stride_s_group=call.scales_group_stride, group_size=call.group_size,
-        ue8m0=ue8m0, eps=eps, weight_offset=weight_offset, pdl=pdl, swizzled=call.swizzled,
-        gate=None if g is None else (g.z.tensor, g.z.row_stride, g.gate_first, groups),
-    )
-
-
-# ----- the operators: one per form, the residual optional (None: the plain norm) -----------------------
-
-def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numerics=0, pdl=False, x_scale=1.0,
-         post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True):
-    """addrmsnorm::norm: new y, residual_out (0 elements without a residual) and rstd (0 elements unless
-    asked for). z: the gated norm (no residual)."""
-    if residual is None:
-        y, rstd = rmsnorm(x, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale, post_weight,
-                          post_weight_offset, z, group_size, norm_before_gate)
-        return y, x.new_empty((0,)), rstd
-    v.check_gate_residual(z, residual)
-    return fused_add_rmsnorm(x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, x_scale,
-                             post_weight, post_weight_offset)
-
-
-def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0, post_weight=None,
-          post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
-    """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
-    sandwich norm: residual <- residual + rmsnorm(x; post_weight))."""
-    if residual is None:
-        return rmsnorm_(x, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset, z,
-                        group_size, norm_before_gate, b, b_weight)
-    v.check_gate_residual(z, residual)
-    v.check_pair_residual(b, b_weight, None, residual)
-    return fused_add_rmsnorm_(x, residual, weight, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                              post_weight_offset)
-
-
-def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
-              x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True,
-              b=None, b_weight=None, b_out=None):
-    """addrmsnorm::norm_into: into caller-given outputs (residual_out exactly when residual is given)."""
-    v.check_residual_outputs(residual, residual_out)
-    if residual is None:
-        return rmsnorm_into(x, weight, out, rstd, eps, weight_offset, numerics, pdl, x_scale, post_weight,
-                            post_weight_offset, z, group_size, norm_before_gate, b, b_weight, b_out)
-    v.check_gate_residual(z, residual)
-    v.check_pair_residual(b, b_weight, b_out, residual)
-    return fused_add_rmsnorm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, pdl,
-                                  x_scale, post_weight, post_weight_offset)
-
-
-norm_backward = fused_add_rmsnorm_backward
-
-
-def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
-               column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
-               swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None,
-               gate_group_size=0, norm_before_gate=True):
-    """addrmsnorm::norm_quant: new q, residual_out (0 elements without a residual), scales (None when
-    static) and y (None unless return_y). post_weight: the sandwich norm's (with a residual); z: the gated
-    norm's (without)."""
-    args = (eps, quant_dtype, scale, group_size, scale_ub, column_major_scales, ue8m0_scales, weight_offset,
-            return_y, pdl, swizzled_scales, x_scale, post_weight, post_weight_offset)
-    if residual is None:
-        q, scales, y = rmsnorm_quant(x, weight, *args, z, gate_group_size, norm_before_gate)
-        return q, x.new_empty((0,)), scales, y
-    v.check_gate_residual(z, residual)
-    return fused_add_rmsnorm_quant(x, residual, weight, *args)
-
-
-def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0,
-                    scale_ub=None, ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False,
-                    x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
-                    norm_before_gate=True):
-    """addrmsnorm::norm_quant_into: into caller-given outputs."""
-    args = (eps, scale, group_size, scale_ub, ue8m0_scales, weight_offset, pdl, swizzled_scales, x_scale, post_weight,
-            post_weight_offset)
-    v.check_residual_outputs(residual, residual_out)
-    if residual is None:
-        return rmsnorm_quant_into(x, weight, out, scales_out, y, *args, z, gate_group_size, norm_before_gate)
-    v.check_gate_residual(z, residual)
-    return fused_add_rmsnorm_quant_into(x, residual, weight, out, residual_out, scales_out, y, *args)

@@ -412,7 +412,7 @@ def bwd(hs, extra, roof, out, rounds=3):
                 patch(cfg, pps, cap)
                 dy, dro, h, rstd = sets[0]
                 try:
-                    dres, _, dw = jit_backend.fused_add_rmsnorm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
+                    dres, _, dw = jit_backend.norm_backward(dy[:64], dro[:64], h[:64], rstd[:64], w)
                 except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: skip it
                     print(f"| {N}x{H} | {_tag(cfg)} p{pps} c{cap} | failed: {type(e).__name__} | | | |", file=out)
                     continue
@@ -424,7 +424,7 @@ def bwd(hs, extra, roof, out, rounds=3):
 
                 def call(i, cfg=cfg, pps=pps, cap=cap):
                     patch(cfg, pps, cap)
-                    return jit_backend.fused_add_rmsnorm_backward(*sets[i], w)
+                    return jit_backend.norm_backward(*sets[i], w)
                 name = (f"{'**table** ' if cfg == chosen and pps is None and cap is None else ''}{_tag(cfg)}"
                         f" programs/SM {pps or cfg.programs_per_sm} cap {cap or 'none'}")
                 variants.append((name, call))

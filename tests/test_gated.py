@@ -201,8 +201,9 @@ def test_both_backends_give_the_same_bits_and_refusals(numerics):
     x, z, w = _inputs(ROWS, H, seed=29, z_stride=H + 8)
     for weight in (w, None):
         for group, before in ((0, True), (64, False)):
-            a = OPS.norm(x, None, weight, 1e-6, 0.0, False, numerics, False, 1.0, None, 0.0, z, group, before)
-            b = jit_backend.norm(x, None, weight, 1e-6, 0.0, False, numerics, False, 1.0, None, 0.0, z, group, before)
+            a = OPS.norm(x, None, weight, 1e-6, numerics=numerics, z=z, group_size=group, norm_before_gate=before)
+            b = jit_backend.norm(x, None, weight, 1e-6, numerics=numerics, z=z, group_size=group,
+                                 norm_before_gate=before)
             assert torch.equal(a[0], b[0]), (numerics, group, before)
     tail = (1.0, None, 0.0)
     for call in (lambda f: f(x, x.clone(), w, 1e-6, 0.0, False, 0, False, *tail, z, 0, True),

@@ -49,8 +49,8 @@ def _run_chain(step, N, H, combo, graph: bool):
 def _steps(pdl: bool):
     steps = {
         "python API": lambda x, r, w: addrmsnorm.fused_add_rmsnorm_(x, r, w, 1e-6, pdl=pdl),
-        "functional op": lambda x, r, w: ops.norm_into(x, r, w, x, r, None, 1e-6, 0.0, 0, pdl),
-        "JIT backend": lambda x, r, w: jit_backend.fused_add_rmsnorm_(x, r, w, 1e-6, 0.0, False, pdl),
+        "functional op": lambda x, r, w: ops.norm_into(x, r, w, x, r, None, 1e-6, pdl=pdl),
+        "JIT backend": lambda x, r, w: jit_backend.norm_(x, r, w, 1e-6, pdl=pdl),
     }
     lib_path = c_library.library_path() if ON_GPU else None
     if lib_path is not None:

@@ -238,8 +238,9 @@ def test_c_abi_and_both_backends_give_the_same_bits():
         for kw in MODES:
             kw = _quant_kwargs(kw)
             want = addrmsnorm.rmsnorm_quant(x, w, quant_dtype=torch.float8_e4m3fn, return_y=True, **kw)
-            jit = jit_backend.rmsnorm_quant(x, w, 1e-6, torch.float8_e4m3fn, kw.get("scale"), kw.get("group_size", 0),
-                                            kw.get("scale_ub"), False, kw.get("ue8m0_scales", False), 0.0, True)
+            jit = jit_backend.norm_quant(x, None, w, 1e-6, torch.float8_e4m3fn, kw.get("scale"), kw.get("group_size", 0),
+                                         kw.get("scale_ub"), ue8m0_scales=kw.get("ue8m0_scales", False), return_y=True)
+            jit = (jit[0], jit[2])  # q and the scales
             q = torch.empty(33, H, dtype=torch.float8_e4m3fn, device=DEVICE)
             yq = torch.empty_like(x)
             scales = None if "scale" in kw else torch.empty(want[1].shape, device=DEVICE)

@@ -384,8 +384,8 @@ def test_c_abi_and_both_backends_give_the_same_bits(qname, mode, H):
     gs = kw.get("group_size", 0)
     ue8m0 = kw.get("ue8m0_scales", False)
     want = addrmsnorm.fused_add_rmsnorm_quant(x, r, w, quant_dtype=quant_dtype, return_y=True, **kw)
-    jit = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, quant_dtype, kw.get("scale"), gs, kw.get("scale_ub"),
-                                              False, ue8m0, 0.0, True, False)
+    jit = jit_backend.norm_quant(x, r, w, 1e-6, quant_dtype, kw.get("scale"), gs, kw.get("scale_ub"),
+                                 ue8m0_scales=ue8m0, return_y=True)
     lib = c_library.load(lib_path)
     q = torch.empty(N, H, dtype=quant_dtype, device=DEVICE)
     ro, y = torch.empty_like(r), torch.empty_like(x)

@@ -47,16 +47,16 @@ def test_a_cap_that_spills_is_dropped_once_with_a_warning(monkeypatch, fresh_pla
     mode = configs.QUANT_PER_TOKEN
     cfg = configs.select_forward_config(H, 2, 2, quant=mode)
     arch = launcher._arch(x.device)
-    want = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)  # the table's plan
+    want = jit_backend.norm_quant(x, r, w, 1e-6, torch.int8)  # the table's plan
     # A cap no kernel keeps: 24 registers for every thread of this config.
     monkeypatch.setattr(configs, "MAX_REGISTERS", {arch: {"quant_forward": {(cfg.block_h, cfg.rows_per_program,
                                                                     cfg.num_warps): 24}}})
     with pytest.warns(RuntimeWarning, match="compiled without the cap from now on"):
-        first = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)
+        first = jit_backend.norm_quant(x, r, w, 1e-6, torch.int8)
     assert ("quant_forward", cfg, arch) in launcher._UNCAPPED
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once
-        second = jit_backend.fused_add_rmsnorm_quant(x, r, w, 1e-6, torch.int8)
+        second = jit_backend.norm_quant(x, r, w, 1e-6, torch.int8)
     for got in (first, second):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
 
@@ -66,16 +66,16 @@ def test_a_backward_grid_that_does_not_fit_launches_what_fits(monkeypatch, fresh
     N, H = 4096, 1024
     x, r, w = make_inputs(N, H, ("bf16", "bf16", "bf16"), "cuda", seed=2)
     dy = torch.randn_like(x)
-    _, h, rstd = jit_backend.fused_add_rmsnorm(x, r, w, 1e-6, return_rstd=True)
-    want = jit_backend.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+    _, h, rstd = jit_backend.norm(x, r, w, 1e-6, return_rstd=True)
+    want = jit_backend.norm_backward(dy, None, h, rstd, w)
     select = configs.select_backward_config
     monkeypatch.setattr(configs, "select_backward_config",
                         lambda *a: dataclasses.replace(select(*a), programs_per_sm=64))  # more than fit
     with pytest.warns(RuntimeWarning, match="its grid launches"):
-        jit_backend.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+        jit_backend.norm_backward(dy, None, h, rstd, w)
     cfg = configs.select_backward_config(H, 2, 2)
     fit = launcher._BACKWARD_FIT[(cfg, launcher._arch(x.device))]
     assert 1 <= fit < 64
-    got = jit_backend.fused_add_rmsnorm_backward(dy, None, h, rstd, w)
+    got = jit_backend.norm_backward(dy, None, h, rstd, w)
     assert torch.equal(got[0], want[0])  # dresidual: per row, whatever the grid
     torch.testing.assert_close(got[2].float(), want[2].float(), rtol=2e-2, atol=1e-2)  # dweight: another split

@@ -181,8 +181,8 @@ def test_both_backends_give_the_same_bits_and_refusals(numerics):
     H = 5376 if ON_GPU else 128
     x, r, pw, w = _inputs(ROWS, H, seed=29)
     for weight in (w, None):
-        a = OPS.norm(x, r, weight, 1e-6, 0.0, True, numerics, False, 1.0, pw, 0.0)
-        b = jit_backend.norm(x, r, weight, 1e-6, 0.0, True, numerics, False, 1.0, pw, 0.0)
+        a = OPS.norm(x, r, weight, 1e-6, return_rstd=True, numerics=numerics, post_weight=pw)
+        b = jit_backend.norm(x, r, weight, 1e-6, return_rstd=True, numerics=numerics, post_weight=pw)
         assert all(torch.equal(u, v) for u, v in zip(a, b)), numerics
     for call in (lambda f: f(x, None, w, 1e-6, 0.0, False, 0, False, 1.0, pw, 0.0),
                  lambda f: f(x, r, w, 1e-6, 0.0, False, 0, False, 0.5, pw, 0.0),

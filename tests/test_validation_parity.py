@@ -362,15 +362,15 @@ def test_both_backends_raise_the_same_errors():
         kind = i % 3
         if kind == 0:  # into, then the in-place form: scratch copies, so that both backends see the same bits
             a = _outcome(lambda: ops_.norm_into(x, r, w, out, rout, None, eps, weight_offset, hf))
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_into(x, r, w, out, rout, None, eps, weight_offset, hf))
+            b = _outcome(lambda: jit_backend.norm_into(x, r, w, out, rout, None, eps, weight_offset, numerics=int(hf)))
         elif kind == 1:
             a = _outcome(lambda: ops_.norm(x, r, w, eps, weight_offset, False, hf))
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm(x, r, w, eps, weight_offset, False, hf))
+            b = _outcome(lambda: jit_backend.norm(x, r, w, eps, weight_offset, numerics=int(hf)))
         else:
             rstd = torch.ones(N, device=DEVICE)
             dro = view(rd, N, H) if rng.random() < 0.5 else None
             a = _outcome(lambda: ops_.norm_backward(x, dro, r, rstd, w, weight_offset, True), BACKWARD_FIELDS)
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_backward(x, dro, r, rstd, w, weight_offset, True),
+            b = _outcome(lambda: jit_backend.norm_backward(x, dro, r, rstd, w, weight_offset),
                          BACKWARD_FIELDS)
         assert a[:2] == b[:2], f"cpp: {a}\ntriton: {b}\n(call {i}: kind {kind}, N={N} H={H} {xd} {rd} {wd} eps={eps} " \
                        f"weight_offset={weight_offset} hf={hf})"
@@ -525,16 +525,15 @@ def test_both_backends_raise_the_same_quantized_errors():
         eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.8 else _scalar(rng)
         if i % 2:
             a = _outcome(lambda: ops_.norm_quant(x, r, w, eps, qd, scale, gs, ub, False, ue8m0, 0.0, False))
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_quant(x, r, w, eps, qd, scale, gs, ub, False, ue8m0, 0.0,
-                                                                      False))
+            b = _outcome(lambda: jit_backend.norm_quant(x, r, w, eps, qd, scale, gs, ub, ue8m0_scales=ue8m0))
         else:
             out, rout = view(qd, N, H), view(xd, N, H)
             groups = H // gs if gs and H % gs == 0 else 1
             scales = None if scale is not None else view(torch.float32, N, groups) if gs else view(torch.float32, 1, N)[0]
             a = _outcome(lambda: ops_.norm_quant_into(x, r, w, out, rout, scales, None, eps, scale, gs, ub,
                                                                    ue8m0, 0.0))
-            b = _outcome(lambda: jit_backend.fused_add_rmsnorm_quant_into(x, r, w, out, rout, scales, None, eps, scale,
-                                                                           gs, ub, ue8m0, 0.0))
+            b = _outcome(lambda: jit_backend.norm_quant_into(x, r, w, out, rout, scales, None, eps, scale, gs, ub,
+                                                        ue8m0_scales=ue8m0))
         assert a[:2] == b[:2], f"cpp: {a}\ntriton: {b}\n(call {i}: N={N} H={H} x={xd} q={qd} gs={gs} eps={eps})"
         seen[a[0]] = seen.get(a[0], 0) + 1
     assert seen.get("ok", 0) >= 10 and seen.get("ValueError", 0) >= 30 and seen.get("TypeError", 0) >= 30, seen

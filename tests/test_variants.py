@@ -237,8 +237,8 @@ def test_both_backends_give_the_same_bits_and_refusals(weighted, x_scale):
     x, r, w = _inputs(ROWS, H, seed=23)
     w = w if weighted else None
     for numerics in (0, 1):
-        a = OPS.norm(x, r, w, 1e-6, 0.0, True, numerics, False, x_scale)
-        b = jit_backend.norm(x, r, w, 1e-6, 0.0, True, numerics, False, x_scale)
+        a = OPS.norm(x, r, w, 1e-6, return_rstd=True, numerics=numerics, x_scale=x_scale)
+        b = jit_backend.norm(x, r, w, 1e-6, return_rstd=True, numerics=numerics, x_scale=x_scale)
         assert all(torch.equal(u, v) for u, v in zip(a, b)), numerics
     a = OPS.norm(x, None, w, 1e-6)
     b = jit_backend.norm(x, None, w, 1e-6)
