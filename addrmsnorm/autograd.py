@@ -99,8 +99,9 @@ class NormFunction(torch.autograd.Function):
                 post_weight=None, post_weight_offset=0.0):
         with _C._AutoDispatchBelowAutograd():
             # rstd always: the backward needs the forward's own, not one recomputed from rounded h.
-            y, h, rstd = torch.ops.addrmsnorm.norm.default(x, residual, weight, eps, weight_offset, True, numerics,
-                                                           pdl, x_scale, post_weight, post_weight_offset)
+            y, h, rstd = torch.ops.addrmsnorm.norm.default(
+                x, residual, weight, eps, weight_offset=weight_offset, return_rstd=True, numerics=numerics, pdl=pdl,
+                x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
         ctx.set_materialize_grads(False)  # an unused output costs no zero-filled gradient
         ctx.plain = residual is None
         ctx.sandwich = post_weight is not None
@@ -128,7 +129,7 @@ class NormFunction(torch.autograd.Function):
             H = h.shape[-1]
             dres, _, dweight = torch.ops.addrmsnorm.norm_backward.default(
                 dy.reshape(-1, H).contiguous(), None, h.reshape(-1, H), rstd.reshape(-1), weight,
-                ctx.weight_offset, need_w)
+                weight_offset=ctx.weight_offset, weight_grad=need_w)
             return (dres.view(h.shape) if need_x else None, None, dweight if need_w else None) + rest
         if dy is None:
             dy = torch.zeros(h.shape, dtype=ctx.x_dtype, device=h.device)
@@ -139,7 +140,7 @@ class NormFunction(torch.autograd.Function):
         if ctx.sandwich:
             return _sandwich_backward(ctx, dy, dresidual_out, h, rstd, weight, need_x, need_res, need_w)
         dres, dx, dweight = torch.ops.addrmsnorm.norm_backward.default(
-            dy, dresidual_out, h, rstd, weight, ctx.weight_offset, need_w)
+            dy, dresidual_out, h, rstd, weight, weight_offset=ctx.weight_offset, weight_grad=need_w)
         if ctx.x_scale != 1.0:  # the scaled residual: dx = x_scale * dh, from dresidual (dh in the residual's dtype)
             dx = (dres * ctx.x_scale).to(ctx.x_dtype) if need_x else None
         elif ctx.x_dtype == h.dtype:
@@ -154,13 +155,13 @@ def _sandwich_backward(ctx, dy, dresidual_out, h, rstd, weight, need_x, need_res
     x, post_weight = ctx.saved_tensors[3:]
     need_pw = ctx.needs_input_grad[9]
     dres, _, dweight = torch.ops.addrmsnorm.norm_backward.default(
-        dy, dresidual_out, h, rstd[0], weight, ctx.weight_offset, need_w)
+        dy, dresidual_out, h, rstd[0], weight, weight_offset=ctx.weight_offset, weight_grad=need_w)
     dx = dpost = None
     if need_x or need_pw:
         H = x.shape[-1]
         dx, _, dpost = torch.ops.addrmsnorm.norm_backward.default(
-            dres.reshape(-1, H), None, x.reshape(-1, H), rstd[1].reshape(-1), post_weight, ctx.post_weight_offset,
-            need_pw)
+            dres.reshape(-1, H), None, x.reshape(-1, H), rstd[1].reshape(-1), post_weight,
+            weight_offset=ctx.post_weight_offset, weight_grad=need_pw)
         dx = dx.view(x.shape)
     return (dx if need_x else None, dres if need_res else None, dweight if need_w else None,
             None, None, None, None, None, None, dpost if need_pw else None, None)
@@ -176,9 +177,9 @@ class GatedFunction(torch.autograd.Function):
     def forward(ctx, x, residual, weight, eps, weight_offset, return_rstd, numerics, pdl, z, group_size,
                 norm_before_gate):
         with _C._AutoDispatchBelowAutograd():
-            y, h, rstd = torch.ops.addrmsnorm.norm.default(x, residual, weight, eps, weight_offset, return_rstd,
-                                                           numerics, pdl, 1.0, None, 0.0, z, group_size,
-                                                           norm_before_gate)
+            y, h, rstd = torch.ops.addrmsnorm.norm.default(
+                x, residual, weight, eps, weight_offset=weight_offset, return_rstd=return_rstd, numerics=numerics,
+                pdl=pdl, z=z, group_size=group_size, norm_before_gate=norm_before_gate)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, z, weight)
         ctx.args = (eps, weight_offset, group_size or x.shape[-1], norm_before_gate)

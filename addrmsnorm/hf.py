@@ -147,7 +147,8 @@ def _fused(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Module, link:
     """``h = residual + x_scale * x; y = norm(h)`` in one kernel: returns (y, h)."""
     w = norm.weight
     hf = link.hf and x.dtype == residual.dtype == w.dtype
-    y, h, _ = ops.norm(x, residual, w, _eps(norm), link.family.offset, False, int(hf), link.pdl, x_scale)
+    y, h, _ = ops.norm(x, residual, w, _eps(norm), weight_offset=link.family.offset, numerics=int(hf), pdl=link.pdl,
+                       x_scale=x_scale)
     return y, h
 
 
@@ -161,28 +162,29 @@ def _sandwich(x: torch.Tensor, residual: torch.Tensor, post_norm: torch.nn.Modul
     if (x.dtype not in validation.SANDWICH_DTYPES or not x.dtype == residual.dtype == pw.dtype == w.dtype
             or _eps(post_norm) != eps or x.shape[-1] % validation.SANDWICH_ALIGN):
         return _fused(post_norm(x), residual, norm, link)
-    y, h, _ = ops.norm(x, residual, w, eps, offset, False, int(link.hf), link.pdl, 1.0, pw, offset)
+    y, h, _ = ops.norm(x, residual, w, eps, weight_offset=offset, numerics=int(link.hf), pdl=link.pdl, post_weight=pw,
+                       post_weight_offset=offset)
     return y, h
 
 
 @dataclass(frozen=True)
 class _NormLink:
-    """A patched norm's arguments after eps (weight_offset, return_rstd, numerics, pdl), and the
-    numerics index for weights of another dtype than the input's (the contract: HF's own norms then
-    compute in fp32 and round once)."""
-    tail: tuple
-    mixed: tuple
+    """A patched norm's keyword arguments after eps (weight_offset, numerics, pdl), and those for weights of
+    another dtype than the input's (numerics the contract: HF's own norms then compute in fp32 and round
+    once)."""
+    tail: dict
+    mixed: dict
 
 
 _NORM_LINK = "_addrmsnorm_norm"
 
 
-def _plain_norm(norm: torch.nn.Module, hidden_states, weight, tail: tuple):
+def _plain_norm(norm: torch.nn.Module, hidden_states, weight, tail: dict):
     """addrmsnorm's plain norm of any view of the input (no copy): in its memory order, y in its strides."""
     order = memory_order(hidden_states)
     if order is None:
-        return ops.norm(hidden_states, None, weight, _eps(norm), *tail)[0]
-    return ops.norm(hidden_states.permute(order), None, weight, _eps(norm), *tail)[0].permute(inverse_order(order))
+        return ops.norm(hidden_states, None, weight, _eps(norm), **tail)[0]
+    return ops.norm(hidden_states.permute(order), None, weight, _eps(norm), **tail)[0].permute(inverse_order(order))
 
 
 def _norm_forward(self, hidden_states):
@@ -205,8 +207,8 @@ def _gated_norm_forward(self, hidden_states, gate):
     if not validation.gate_takes(hidden_states, gate, self.weight):
         return _unpatched_type(self).forward(self, hidden_states, gate)
     link: _NormLink = getattr(self, _NORM_LINK)
-    return ops.norm(hidden_states, None, self.weight, _eps(self), 0.0, False, link.tail[2], link.tail[3], 1.0, None,
-                    0.0, gate, 0, True)[0]
+    return ops.norm(hidden_states, None, self.weight, _eps(self), numerics=link.tail["numerics"],
+                    pdl=link.tail["pdl"], z=gate)[0]
 
 
 def _rope_takes(self, hidden_states, cos, numerics: int) -> bool:
@@ -232,7 +234,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     if cache is None:  # the name transformers deprecates (its decorator on HF's forward maps it)
         cache = kwargs.pop("past_key_values", None)
     cos, sin = position_embeddings
-    offset, _, numerics, pdl = link.tail
+    offset, numerics, pdl = link.tail["weight_offset"], link.tail["numerics"], link.tail["pdl"]
     if not _rope_takes(self, hidden_states, cos, numerics):
         return _unpatched_type(self).forward(self, hidden_states, position_embeddings, attention_mask, cache, **kwargs)
     hf_module = sys.modules[_unpatched_type(self).__module__]
@@ -417,7 +419,8 @@ def patch(model: torch.nn.Module, *, numerics: str = "hf", pdl: bool = False) ->
     plan = [(stack, family, _check_stack(stack, family)) for stack, family in _stacks(model)]
     for stack, family, layers in plan:  # checked all first: nothing changes unless all of it can
         index = PLAIN_NUMERICS.index(family.hf_numerics if numerics == "hf" else "contract")
-        link = _NormLink((family.offset, False, index, pdl), (family.offset, False, 0, pdl))
+        link = _NormLink(dict(weight_offset=family.offset, numerics=index, pdl=pdl),
+                         dict(weight_offset=family.offset, numerics=0, pdl=pdl))
         for m in stack.modules():  # every norm of the family's classes: the plain norm
             name = _unpatched_type(m).__name__
             if name in (family.norm, family.l2_norm, family.gated_norm) and name:
