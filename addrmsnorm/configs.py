@@ -367,6 +367,13 @@ def vector_elems(x_itemsize: int, residual_itemsize: int) -> int:
     return ALIGNMENT_BYTES // min(x_itemsize, residual_itemsize)
 
 
+# The sandwich norm's, the gated norm's and the pair's kernels are built for one ALIGN alone, the 16-bit
+# vector's: H (a gated group, the pair's widths) and every row stride in multiples of 8 elements, whole 16-byte
+# accesses at every dtype (two for fp32 groups). validation.py reads it, and the C runtime the copy that
+# tools/aot_build.py generates (kVariantAlign), as it does each variant's dtypes and built quantized outputs.
+VARIANT_ALIGN = ALIGNMENT_BYTES // 2
+
+
 MIN_ACCESS_BYTES = 8  # the narrowest vector access an ALIGN class > 1 is built for
 
 

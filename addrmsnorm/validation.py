@@ -16,6 +16,13 @@ from . import configs
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DTYPE_NAMES = "float16, bfloat16 or float32"
+_TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "int32": torch.int32,
+                 "int64": torch.int64}
+
+
+def torch_dtypes(names) -> tuple:
+    """configs' dtype names (a variant's rule, as data) as torch dtypes."""
+    return tuple(_TORCH_DTYPES[n] for n in names)
 
 
 class Rows:
@@ -249,8 +256,8 @@ def _check_post_weight(post_weight, weight, x, H: int) -> None:
         raise TypeError(f"post_weight has dtype {post_weight.dtype}; it must be weight's dtype ({weight.dtype})")
 
 
-SANDWICH_DTYPES = (torch.float16, torch.bfloat16)  # configs.SANDWICH_DTYPES
-SANDWICH_ALIGN = configs.vector_elems(2, 2)  # elements of one 16-byte access: the sandwich kernels' only ALIGN
+SANDWICH_DTYPES = torch_dtypes(configs.SANDWICH_DTYPES)
+SANDWICH_ALIGN = configs.VARIANT_ALIGN  # elements of one 16-byte access: the sandwich kernels' only ALIGN
 
 
 def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, post_weight_offset) -> None:
@@ -673,13 +680,13 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
     if post_weight is not None and mode not in SANDWICH_QUANT_MODES:
         raise ValueError(f"post_weight (the sandwich norm) takes the quantized outputs {', '.join(SANDWICH_QUANT_MODES)}"
                          f" (fp8 for static, token and group), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
-    if post_weight is not None and mode in ("static", "token", "group") and quant_dtype != torch.float8_e4m3fn:
+    if post_weight is not None and (mode, QUANT_DTYPE_NAMES[quant_dtype]) not in SANDWICH_QUANT:
         raise ValueError(f"post_weight (the sandwich norm) quantizes to float8_e4m3fn in the {mode} mode, not "
                          f"{QUANT_DTYPE_NAMES[quant_dtype]}")
     g = check_gate_rules(x, z, weight, None, x.shape, H, gate_group_size, norm_before_gate, False, False,
                          weight_offset, residual)
     if z is not None:
-        if mode not in GATED_QUANT_MODES or quant_dtype != torch.float8_e4m3fn:
+        if (mode, QUANT_DTYPE_NAMES[quant_dtype]) not in GATED_QUANT:
             raise ValueError(f"z (the gated norm) takes the quantized outputs {' and '.join(GATED_QUANT_MODES)} "
                              f"(float8_e4m3fn), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
         if mode == "token" and g != H:
@@ -845,10 +852,12 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
 
 
 QUANT_MAY_ALIAS = {"out": (), "residual_out": ("residual", "x"), "y": ("x",)}
-# The quantized outputs built for the sandwich norm (configs.SANDWICH_QUANT): fp8 static, per token and per
-# group; NVFP4 and MXFP8.
-SANDWICH_QUANT_MODES = ("static", "token", "group", "nvfp4", "mxfp8")
-GATED_QUANT_MODES = ("static", "token")  # configs.GATED_QUANT: fp8
+# The quantized outputs built for the sandwich norm and the gated norm (configs.SANDWICH_QUANT, GATED_QUANT):
+# their modes, and the (mode, q dtype) pairs.
+SANDWICH_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.SANDWICH_QUANT}
+GATED_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.GATED_QUANT}
+SANDWICH_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.SANDWICH_QUANT))
+GATED_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.GATED_QUANT))
 
 
 # ----- overlap of row-strided views -----------------------------------------------------------
@@ -1045,10 +1054,8 @@ def _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin
 
 # ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------
 
-GATED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # configs.GATED_DTYPES: every dtype
-# The gated kernels are built for the vector's ALIGN alone (configs.vector_elems): groups and row strides of
-# multiples of 8 elements, whole 16-byte accesses at every dtype.
-GATED_ALIGN = 8
+GATED_DTYPES = torch_dtypes(configs.GATED_DTYPES)
+GATED_ALIGN = configs.VARIANT_ALIGN  # groups and row strides (configs.VARIANT_ALIGN)
 GATE_ACTIVATIONS = configs.GATE_ACTIVATIONS
 
 
@@ -1141,8 +1148,8 @@ def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
 
 # ----- the pair (b given: two parts of the same rows, MLA's q and kv latents, in one launch) -------------
 
-PAIR_DTYPES = (torch.float16, torch.bfloat16)  # configs.PAIR_DTYPES
-PAIR_ALIGN = configs.vector_elems(2, 2)  # the pair's kernels take 16-byte accesses only
+PAIR_DTYPES = torch_dtypes(configs.PAIR_DTYPES)
+PAIR_ALIGN = configs.VARIANT_ALIGN  # the pair's kernels take 16-byte accesses only
 
 
 class PairCall:
@@ -1438,8 +1445,8 @@ QK_MAX_HEAD_DIM = configs.QK_MAX_HEAD_DIM
 # ----- the rotation (RoPE) of normalized heads: the QK norm's, or the plain norm's of (tokens, heads, head_dim) --
 
 ROPE_STYLES = configs.ROPE_STYLES  # the C ABI's addrmsnorm_rope_style: 0 NeoX (rotate_half), 1 GPT-J
-ROPE_DTYPES = (torch.float16, torch.bfloat16)  # configs.ROPE_DTYPES: the rotation's kernels take 16-bit heads
-POSITION_DTYPES = (torch.int32, torch.int64)  # configs.POSITION_DTYPES
+ROPE_DTYPES = torch_dtypes(configs.ROPE_DTYPES)  # the rotation's kernels take 16-bit heads
+POSITION_DTYPES = torch_dtypes(configs.POSITION_DTYPES)
 
 
 class RopeCall:

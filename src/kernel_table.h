@@ -214,6 +214,22 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
 
 extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
 extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
+// The variants' admission rules, generated from configs.py (validation.py reads the same): VARIANT_ALIGN, the
+// sandwich norm's, the pair's and the rotation's dtypes (bits of addrmsnorm_dtype; the gated norm takes every
+// dtype), and the quantized outputs built for the sandwich and gated norms (bits of (mode, quant dtype)).
+extern const int kVariantAlign;
+extern const unsigned kSandwichDtypes, kPairDtypes, kRopeDtypes;
+extern const unsigned kSandwichQuant, kGatedQuant;
+
+inline bool takes_dtype(unsigned dtypes, int dtype) { return dtype >= 0 && dtype < 32 && ((dtypes >> dtype) & 1u); }
+
+// Whether built (kSandwichQuant or kGatedQuant) has the quantized output of mode (1-6) in quant_dtype; with
+// quant_dtype -1, in any dtype.
+inline bool quant_built(unsigned built, int mode, int quant_dtype) {
+    if (mode < 1 || (mode - 1) * kNumQuantDtypes >= 32 || quant_dtype < -1 || quant_dtype >= kNumQuantDtypes) return false;
+    const unsigned of_mode = (built >> ((mode - 1) * kNumQuantDtypes)) & ((1u << kNumQuantDtypes) - 1);
+    return quant_dtype < 0 ? of_mode != 0 : ((of_mode >> quant_dtype) & 1u);
+}
 extern const int kNumRopeStyles;    // configs.ROPE_STYLES
 extern const bool kRopeOnVector[];  // configs.rope_on_vector: [style][rotary_dim == head_dim]
 // configs.rope_on_vector: whether a rotation may take the vector kernels (given its heads' and angles' alignment).

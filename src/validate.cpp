@@ -37,13 +37,6 @@ int dtype_size(addrmsnorm_dtype d) {
 
 namespace {
 
-// The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): kAlignmentBytes on
-// every pointer, and H and every row stride in multiples of its 16-bit elements (validation.SANDWICH_ALIGN).
-int sandwich_align() { return kAlignmentBytes / 2; }
-// The gated norm's groups and the pair's widths, and their row strides (validation.GATED_ALIGN, PAIR_ALIGN):
-// multiples of 8 elements, whole 16-byte accesses at every dtype.
-int access_elems() { return 8; }
-
 const char* dtype_name(addrmsnorm_dtype d) {
     switch (d) {
         case ADDRMSNORM_FLOAT16: return "float16";
@@ -51,6 +44,37 @@ const char* dtype_name(addrmsnorm_dtype d) {
         case ADDRMSNORM_FLOAT32: return "float32";
     }
     return "invalid";
+}
+
+// The words of a list: "a", "a or b", "a, b or c" (sep " or "), or joined by sep alone past two.
+std::string word_list(const char* const* words, int n, const char* last_sep) {
+    std::string out;
+    for (int i = 0; i < n; ++i)
+        out += std::string(i == 0 ? "" : i == n - 1 ? last_sep : ", ") + words[i];
+    return out;
+}
+
+// A variant's dtypes (kSandwichDtypes, ...: bits of addrmsnorm_dtype) in words: "float16 or bfloat16".
+std::string dtype_list(unsigned dtypes) {
+    const char* words[3];
+    int n = 0;
+    for (int d = ADDRMSNORM_FLOAT16; d <= ADDRMSNORM_FLOAT32; ++d)
+        if (takes_dtype(dtypes, d)) words[n++] = dtype_name(static_cast<addrmsnorm_dtype>(d));
+    return word_list(words, n, " or ");
+}
+
+const char* quant_mode_name(int mode) {
+    static const char* const names[] = {"static", "token", "group", "nvfp4", "mxfp8", "mxfp4"};
+    return mode >= 1 && mode <= 6 ? names[mode - 1] : "invalid";
+}
+
+// The quantized modes built for a variant (kSandwichQuant, kGatedQuant) in words, the last joined by last_sep.
+std::string quant_mode_list(unsigned built, const char* last_sep) {
+    const char* words[6];
+    int n = 0;
+    for (int mode = 1; mode <= 6; ++mode)
+        if (quant_built(built, mode, -1)) words[n++] = quant_mode_name(mode);
+    return word_list(words, n, last_sep);
 }
 
 // A [rows, hidden] row-strided view, in bytes.
@@ -169,9 +193,9 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
     const bool sandwich = c.post_weight != nullptr;
     if (sandwich) {  // validation._sandwich_dtype_rules
-        if (c.x_dtype == ADDRMSNORM_FLOAT32)
-            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                        "x_dtype is float32; the sandwich norm (post_weight) takes float16 or bfloat16");
+        if (!takes_dtype(kSandwichDtypes, c.x_dtype))
+            return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the sandwich norm (post_weight) takes %s",
+                        dtype_name(c.x_dtype), dtype_list(kSandwichDtypes).c_str());
         if (c.residual_dtype != c.x_dtype)
             return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                         "residual_dtype is %s; the sandwich norm (post_weight) needs x_dtype (%s)",
@@ -180,10 +204,10 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
             return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
                         "post_weight's weight_dtype is %s; the sandwich norm's weights are x_dtype (%s)",
                         dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
-        if (c.hidden % sandwich_align() != 0)
+        if (c.hidden % kVariantAlign != 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "hidden (H) is %lld; the sandwich norm (post_weight) needs H a multiple of %d",
-                        (long long)c.hidden, sandwich_align());
+                        (long long)c.hidden, kVariantAlign);
         if ((c.flags & kFlagHf) && c.post_weight_offset != c.weight_offset)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                         "ADDRMSNORM_NUMERICS_HF with post_weight needs post_weight_offset equal to weight_offset "
@@ -217,10 +241,10 @@ addrmsnorm_status validate_forward(const ForwardCall& c) {
         for (int i : order) {
             const Named& v = views[i];
             if (v.p == nullptr) continue;
-            if (i < 4 && c.rows > 1 && v.stride % sandwich_align() != 0)
+            if (i < 4 && c.rows > 1 && v.stride % kVariantAlign != 0)
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                             "stride_%s is %lld; the sandwich norm (post_weight) needs row strides of multiples of %d "
-                            "elements", v.name, (long long)v.stride, sandwich_align());
+                            "elements", v.name, (long long)v.stride, kVariantAlign);
             if (reinterpret_cast<uintptr_t>(v.p) % kAlignmentBytes != 0)
                 return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                             "%s does not start on a %d-byte boundary; the sandwich norm (post_weight) needs 16-byte "
@@ -438,10 +462,10 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
     if (is_static && (qd.flags & ADDRMSNORM_QUANT_UE8M0))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
     if (c.post_weight != nullptr) {  // validation._quant_rules: the sandwich norm's built outputs (configs.SANDWICH_QUANT)
-        const bool built = qd.mode != ADDRMSNORM_QUANT_MXFP4;
-        ADDRMSNORM_REFUSE_IF(!built, "post_weight (the sandwich norm) takes the quantized outputs static, token, group, "
-                             "nvfp4, mxfp8 (fp8 for static, token and group), not MXFP4");
-        ADDRMSNORM_REFUSE_IF(qd.mode <= ADDRMSNORM_QUANT_PER_GROUP && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3,
+        ADDRMSNORM_REFUSE_IF(!quant_built(kSandwichQuant, qd.mode, -1),
+                             "post_weight (the sandwich norm) takes the quantized outputs %s (fp8 for static, token and "
+                             "group), not %s", quant_mode_list(kSandwichQuant, ", ").c_str(), quant_mode_name(qd.mode));
+        ADDRMSNORM_REFUSE_IF(!quant_built(kSandwichQuant, qd.mode, qd.dtype),
                              "post_weight (the sandwich norm) quantizes to float8_e4m3fn in the static, per-token and "
                              "per-group modes, not int8");
     }
@@ -450,9 +474,9 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                 c.x_dtype, c.eps, c.weight_offset, c.flags, c.z, c.stride_z, c.gate_group_size, c.gate, c.gate_first};
     if (c.z != nullptr) {
         if (addrmsnorm_status st = check_gate_rules(gc); st != ADDRMSNORM_SUCCESS) return st;
-        ADDRMSNORM_REFUSE_IF(qd.mode > ADDRMSNORM_QUANT_PER_TOKEN || qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3,
-                             "z (the gated norm) takes the quantized outputs static and token (float8_e4m3fn), not "
-                             "mode %d", (int)qd.mode);
+        ADDRMSNORM_REFUSE_IF(!quant_built(kGatedQuant, qd.mode, qd.dtype),
+                             "z (the gated norm) takes the quantized outputs %s (float8_e4m3fn), not mode %d",
+                             quant_mode_list(kGatedQuant, " and ").c_str(), (int)qd.mode);
         ADDRMSNORM_REFUSE_IF(qd.mode == ADDRMSNORM_QUANT_PER_TOKEN && c.gate_group_size != 0 &&
                                  c.gate_group_size != c.hidden,
                              "group_size is %lld: the gated norm's per-token scales need its group to be the row "
@@ -640,7 +664,7 @@ addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
 }
 
 // validation.check_vector_rows: the views of a variant built for 16-byte accesses alone, in order: each row
-// stride (stride_name NULL: a weight, its start alone) a multiple of access_elems() and each start on a
+// stride (stride_name NULL: a weight, its start alone) a multiple of kVariantAlign and each start on a
 // 16-byte boundary. NULL pointers (absent weights) are skipped.
 struct VectorView {
     const char* name;
@@ -653,9 +677,9 @@ addrmsnorm_status check_vector_views(const VectorView* views, int n, const char*
     for (int i = 0; i < n; ++i) {
         const VectorView& v = views[i];
         if (v.p == nullptr) continue;
-        ADDRMSNORM_REFUSE_IF(v.stride_name != nullptr && rows > 1 && v.stride % access_elems() != 0,
+        ADDRMSNORM_REFUSE_IF(v.stride_name != nullptr && rows > 1 && v.stride % kVariantAlign != 0,
                              "%s is %lld; %s needs row strides of multiples of %d elements", v.stride_name,
-                             (long long)v.stride, variant, access_elems());
+                             (long long)v.stride, variant, kVariantAlign);
         ADDRMSNORM_REFUSE_IF(reinterpret_cast<uintptr_t>(v.p) % kAlignmentBytes != 0,
                              "%s does not start on a %d-byte boundary; %s needs 16-byte aligned tensors", v.name,
                              kAlignmentBytes, variant);
@@ -675,9 +699,9 @@ addrmsnorm_status check_gate_rules(const NormCall& c) {
                          (long long)c.group_size, (long long)c.hidden);
     ADDRMSNORM_REFUSE_IF(g > kGatedMaxGroup, "group_size is %lld; the gated norm's groups are at most %d elements",
                          (long long)g, kGatedMaxGroup);
-    ADDRMSNORM_REFUSE_IF(g % access_elems() != 0,
+    ADDRMSNORM_REFUSE_IF(g % kVariantAlign != 0,
                          "group_size is %lld; the gated norm (z) needs groups of a multiple of %d elements",
-                         (long long)g, access_elems());
+                         (long long)g, kVariantAlign);
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with z: the gated norm writes no rstd");
     ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
                          "numerics 2 (hf_round_once) is not the gated norm's: its numerics are 0 (contract) or 1 (hf)");
@@ -711,9 +735,9 @@ addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintp
 addrmsnorm_status check_pair_rules(const NormCall& c) {
     ADDRMSNORM_REFUSE_IF(c.z != nullptr, "b is the pair's second part: the pair takes no gate (z)");
     ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the pair takes rows of one stride (groups must be 0 or 1 with b)");
-    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the pair (b) takes float16 or bfloat16",
-                    dtype_name(c.x_dtype));
+    if (!takes_dtype(kPairDtypes, c.x_dtype))
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the pair (b) takes %s", dtype_name(c.x_dtype),
+                    dtype_list(kPairDtypes).c_str());
     if (c.weight_dtype != c.x_dtype)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight has dtype %s; the pair's weights are x's dtype (%s)",
                     dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
@@ -728,9 +752,9 @@ addrmsnorm_status check_pair_rules(const NormCall& c) {
     for (int i = 0; i < 2; ++i) {
         ADDRMSNORM_REFUSE_IF(widths[i] > kPairMaxWidth, "%s is %lld; the pair's parts are at most %d wide", names[i],
                              (long long)widths[i], kPairMaxWidth);
-        ADDRMSNORM_REFUSE_IF(widths[i] % access_elems() != 0,
+        ADDRMSNORM_REFUSE_IF(widths[i] % kVariantAlign != 0,
                              "%s is %lld; the pair (b) needs widths of multiples of %d", names[i],
-                             (long long)widths[i], access_elems());
+                             (long long)widths[i], kVariantAlign);
     }
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with b: the pair writes no rstd");
     ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
@@ -967,9 +991,9 @@ addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dty
     ADDRMSNORM_REFUSE_IF(rd < 0 || rd % 2 != 0 || rd > hidden,
                          "rotary_dim must be even and in [2, head_dim = %lld] (0: head_dim), got %d", (long long)hidden,
                          (int)r.rotary_dim);
-    if (x_dtype != ADDRMSNORM_FLOAT16 && x_dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "the rotation takes float16 or bfloat16 heads, got %s",
-                    dtype_name(x_dtype));
+    if (!takes_dtype(kRopeDtypes, x_dtype))
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "the rotation takes %s heads, got %s",
+                    dtype_list(kRopeDtypes).c_str(), dtype_name(x_dtype));
     ADDRMSNORM_REFUSE_IF(hidden > kQkMaxHeadDim, "head_dim must be at most %d with the rotation, got %lld",
                          kQkMaxHeadDim, (long long)hidden);
     if (r.angle_dtype != ADDRMSNORM_FLOAT32 && r.angle_dtype != x_dtype)

@@ -931,6 +931,16 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
+    # The variants' admission rules as data (configs.py, which validation.py reads too): their one alignment,
+    # the activation dtypes each takes (bits of addrmsnorm_dtype) and the quantized outputs built for them (bit
+    # (mode - 1) * kNumQuantDtypes + quant dtype).
+    lines.append(f"const int kVariantAlign = {configs.VARIANT_ALIGN};")
+    for name, dtypes in (("kSandwichDtypes", configs.SANDWICH_DTYPES), ("kPairDtypes", configs.PAIR_DTYPES),
+                         ("kRopeDtypes", configs.ROPE_DTYPES)):  # the gated norm takes every dtype
+        lines.append(f"const unsigned {name} = {sum(1 << configs.DTYPES.index(d) for d in dtypes):#x}u;")
+    for name, built in (("kSandwichQuant", configs.SANDWICH_QUANT), ("kGatedQuant", configs.GATED_QUANT)):
+        bits = sum(1 << ((m - 1) * len(configs.QUANT_DTYPES) + configs.QUANT_DTYPES.index(q)) for m, q in built)
+        lines.append(f"const unsigned {name} = {bits:#x}u;")
     lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
     on_vector = [configs.rope_on_vector(style, 64 if whole else 32, 64)
                  for style in range(len(configs.ROPE_STYLES)) for whole in (False, True)]
