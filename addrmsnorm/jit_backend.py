@@ -106,9 +106,9 @@ def norm_(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_
           post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None):
     """addrmsnorm::norm_: x <- y, and with a residual residual <- x_scale * x + residual first (the
     sandwich norm: residual <- residual + rmsnorm(x; post_weight)); the pair's b <- its y."""
-    norm_into(x, residual, weight, x, residual, None, eps, weight_offset=weight_offset, numerics=numerics, pdl=pdl,
-              x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
-              group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b)
+    # norm_into's arguments in its order, by position: this is the eager path, and keywords cost every call.
+    norm_into(x, residual, weight, x, residual, None, eps, weight_offset, numerics, pdl, x_scale, post_weight,
+              post_weight_offset, z, group_size, norm_before_gate, b, b_weight, b)
 
 
 def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False,
