@@ -160,7 +160,7 @@ def _sandwich(x: torch.Tensor, residual: torch.Tensor, post_norm: torch.nn.Modul
     pw, w, eps = post_norm.weight, norm.weight, _eps(norm)
     offset = link.family.offset
     if (x.dtype not in validation.SANDWICH_DTYPES or not x.dtype == residual.dtype == pw.dtype == w.dtype
-            or _eps(post_norm) != eps or x.shape[-1] % validation.SANDWICH_ALIGN):
+            or _eps(post_norm) != eps or x.shape[-1] % validation.VARIANT_ALIGN):
         return _fused(post_norm(x), residual, norm, link)
     y, h, _ = ops.norm(x, residual, w, eps, weight_offset=offset, numerics=int(link.hf), pdl=link.pdl, post_weight=pw,
                        post_weight_offset=offset)

@@ -129,7 +129,7 @@ def _fake_residual_out(x, residual):
     return torch.empty_like(residual, memory_format=torch.contiguous_format)
 
 
-def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, eps=None, weight_offset=None,
+def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, eps=None, weight_offset=None,
                        numerics=0, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
                        norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None):
     if residual is None:
@@ -168,9 +168,10 @@ def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, nume
       post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None,
       b_out=None):
     v.check_residual_outputs(residual, residual_out)
-    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps, weight_offset, numerics, x_scale,
-                       post_weight, post_weight_offset, z, group_size, norm_before_gate, b=b, b_weight=b_weight,
-                       b_out=b_out)
+    _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
+                       numerics=numerics, x_scale=x_scale, post_weight=post_weight,
+                       post_weight_offset=post_weight_offset, z=z, group_size=group_size,
+                       norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b_out)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm_quant")

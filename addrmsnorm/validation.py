@@ -257,7 +257,8 @@ def _check_post_weight(post_weight, weight, x, H: int) -> None:
 
 
 SANDWICH_DTYPES = torch_dtypes(configs.SANDWICH_DTYPES)
-SANDWICH_ALIGN = configs.VARIANT_ALIGN  # elements of one 16-byte access: the sandwich kernels' only ALIGN
+# The sandwich norm's, the gated norm's and the pair's one ALIGN: elements of one 16-bit 16-byte access.
+VARIANT_ALIGN = configs.VARIANT_ALIGN
 
 
 def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, post_weight_offset) -> None:
@@ -273,8 +274,8 @@ def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, pos
         raise TypeError(f"post_weight has dtype {post_weight.dtype}; the sandwich norm's weights are x's dtype "
                         f"({x.dtype})")
     H = x.shape[-1]
-    if H % SANDWICH_ALIGN:
-        raise ValueError(f"x has H = {H}; the sandwich norm (post_weight) needs H a multiple of {SANDWICH_ALIGN}")
+    if H % VARIANT_ALIGN:
+        raise ValueError(f"x has H = {H}; the sandwich norm (post_weight) needs H a multiple of {VARIANT_ALIGN}")
     if hf and weight_offset is not None and _f32(post_weight_offset) != _f32(weight_offset):
         raise ValueError(f"numerics='hf' with post_weight needs post_weight_offset equal to weight_offset "
                          f"({post_weight_offset!r} and {weight_offset!r}): both of a model's norms take one HF form")
@@ -308,7 +309,7 @@ def _check_sandwich_alignment(rows: dict) -> None:
     """The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): every row stride
     a multiple of 8 elements (H is, _sandwich_dtype_rules), every tensor on a 16-byte boundary. A call
     of no rows is not checked (nothing is read or written)."""
-    check_vector_rows(rows, "the sandwich norm (post_weight)", SANDWICH_ALIGN)
+    check_vector_rows(rows, "the sandwich norm (post_weight)", VARIANT_ALIGN)
 
 
 def _f32(v: float) -> float:
@@ -1055,7 +1056,6 @@ def _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin
 # ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------
 
 GATED_DTYPES = torch_dtypes(configs.GATED_DTYPES)
-GATED_ALIGN = configs.VARIANT_ALIGN  # groups and row strides (configs.VARIANT_ALIGN)
 GATE_ACTIVATIONS = configs.GATE_ACTIVATIONS
 
 
@@ -1103,8 +1103,8 @@ def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_
     if g > configs.GATED_MAX_GROUP:
         raise ValueError(f"group_size is {g}; the gated norm's groups are at most {configs.GATED_MAX_GROUP} "
                          f"elements")
-    if g % GATED_ALIGN:
-        raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {GATED_ALIGN} "
+    if g % VARIANT_ALIGN:
+        raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {VARIANT_ALIGN} "
                          f"elements")
     if rstd is not None or return_rstd:
         raise ValueError("rstd is asked for, but the gated norm (z) writes no rstd")
@@ -1127,8 +1127,8 @@ def gate_takes(x, z, weight) -> bool:
     if x.dim() != 2 or z.shape != x.shape or x.stride(-1) != 1 or z.stride(-1) != 1:
         return False
     H = x.shape[-1]
-    return (H % GATED_ALIGN == 0 and H <= configs.GATED_MAX_GROUP
-            and all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(0) % GATED_ALIGN == 0 for t in (x, z))
+    return (H % VARIANT_ALIGN == 0 and H <= configs.GATED_MAX_GROUP
+            and all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(0) % VARIANT_ALIGN == 0 for t in (x, z))
             and (weight is None or weight.data_ptr() % configs.ALIGNMENT_BYTES == 0))
 
 
@@ -1137,7 +1137,7 @@ def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
     16-byte accesses, every tensor on a 16-byte boundary; out (x exactly, or apart) must not overlap z."""
     zr = as_grouped_rows("z", z, call.shape)
     check_vector_rows({"x": call.x, "z": zr, "out": call.out, "weight": call.weight}, "the gated norm (z)",
-                      GATED_ALIGN, one_stride=True)
+                      VARIANT_ALIGN, one_stride=True)
     o = call.out
     if o is not None and o.n_rows and zr.n_rows and o.start < zr.end and zr.start < o.end:
         raise ValueError("out overlaps z; out may be x exactly (in place), or apart from z")
@@ -1149,7 +1149,6 @@ def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
 # ----- the pair (b given: two parts of the same rows, MLA's q and kv latents, in one launch) -------------
 
 PAIR_DTYPES = torch_dtypes(configs.PAIR_DTYPES)
-PAIR_ALIGN = configs.VARIANT_ALIGN  # the pair's kernels take 16-byte accesses only
 
 
 class PairCall:
@@ -1209,8 +1208,8 @@ def check_pair_rules(x, weight, rstd, shape, H: int, hf: bool, round_once: bool,
     for name, width in (("x", H), ("b", Hb)):
         if width > configs.PAIR_MAX_WIDTH:
             raise ValueError(f"{name} has width {width}; the pair's parts are at most {configs.PAIR_MAX_WIDTH} wide")
-        if width % PAIR_ALIGN:
-            raise ValueError(f"{name} has width {width}; the pair (b) needs widths of multiples of {PAIR_ALIGN}")
+        if width % VARIANT_ALIGN:
+            raise ValueError(f"{name} has width {width}; the pair (b) needs widths of multiples of {VARIANT_ALIGN}")
     if rstd is not None or return_rstd:
         raise ValueError("rstd is asked for, but the pair (b) writes no rstd")
     if round_once:
@@ -1243,7 +1242,7 @@ def _check_pair_memory(call, b, b_weight, b_out, Hb: int) -> PairCall:
     br = as_grouped_rows("b", b, b.shape)
     bo = None if b_out is None else (br if b_out is b else as_grouped_rows("b_out", b_out, b.shape))
     check_vector_rows({"x": call.x, "b": br, "out": call.out, "b_out": bo, "weight": call.weight,
-                       "b_weight": b_weight}, "the pair (b)", PAIR_ALIGN, one_stride=True)
+                       "b_weight": b_weight}, "the pair (b)", VARIANT_ALIGN, one_stride=True)
     def meet(u, v):
         return (u is not None and v is not None and u.n_rows and v.n_rows and u.start < v.end and v.start < u.end
                 and not rows_interleave_apart(u, v))
