@@ -159,8 +159,7 @@ def _sandwich(x: torch.Tensor, residual: torch.Tensor, post_norm: torch.nn.Modul
     with fp32 parameters; two eps; a width not of 8's multiples), the plain norm, then the fused one."""
     pw, w, eps = post_norm.weight, norm.weight, _eps(norm)
     offset = link.family.offset
-    if (x.dtype not in validation.SANDWICH_DTYPES or not x.dtype == residual.dtype == pw.dtype == w.dtype
-            or _eps(post_norm) != eps or x.shape[-1] % validation.VARIANT_ALIGN):
+    if _eps(post_norm) != eps or not validation.sandwich_takes(x, residual, pw, w):
         return _fused(post_norm(x), residual, norm, link)
     y, h, _ = ops.norm(x, residual, w, eps, weight_offset=offset, numerics=int(link.hf), pdl=link.pdl, post_weight=pw,
                        post_weight_offset=offset)

@@ -312,6 +312,21 @@ def _check_sandwich_alignment(rows: dict) -> None:
     check_vector_rows(rows, "the sandwich norm (post_weight)", VARIANT_ALIGN)
 
 
+def sandwich_takes(x, residual, post_weight, weight) -> bool:
+    """Whether the sandwich norm's kernels take a call on these tensors, by the rules above (for a patch that
+    must fall back rather than refuse): x, residual and both weights of one dtype of SANDWICH_DTYPES, H a
+    multiple of VARIANT_ALIGN, and every tensor on a 16-byte boundary with the strides of its leading dimensions
+    of more than one in multiples of VARIANT_ALIGN elements (a sufficient form of the row-stride rule: HF's
+    hidden states are contiguous)."""
+    if x.dtype not in SANDWICH_DTYPES or not x.dtype == residual.dtype == post_weight.dtype == weight.dtype:
+        return False
+    if x.dim() == 0 or residual.shape != x.shape or x.shape[-1] % VARIANT_ALIGN:
+        return False
+    return all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(-1) == 1
+               and all(s % VARIANT_ALIGN == 0 for s, d in zip(t.stride()[:-1], t.shape[:-1]) if d > 1)
+               for t in (x, residual, post_weight, weight))
+
+
 def _f32(v: float) -> float:
     """v as the kernels and the C ABI take it, in fp32."""
     return torch.tensor(v, dtype=torch.float32).item()
