@@ -470,8 +470,11 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                              "per-group modes, not int8");
     }
     // The gated norm's quantized outputs (validation._quant_rules): the gate's rules, then the built modes.
-    NormCall gc{c.x, c.weight, c.q, nullptr, c.rows, 1, c.hidden, c.stride_x, 0, c.stride_q, 0, c.x_dtype,
-                c.x_dtype, c.eps, c.weight_offset, c.flags, c.z, c.stride_z, c.gate_group_size, c.gate, c.gate_first};
+    NormCall gc{.x = c.x, .weight = c.weight, .out = c.q, .rstd = nullptr, .rows = c.rows, .heads = 1,
+                .hidden = c.hidden, .stride_x = c.stride_x, .stride_x_head = 0, .stride_out = c.stride_q,
+                .stride_out_head = 0, .x_dtype = c.x_dtype, .weight_dtype = c.x_dtype, .eps = c.eps,
+                .weight_offset = c.weight_offset, .flags = c.flags, .z = c.z, .stride_z = c.stride_z,
+                .group_size = c.gate_group_size, .gate = c.gate, .gate_first = c.gate_first};
     if (c.z != nullptr) {
         if (addrmsnorm_status st = check_gate_rules(gc); st != ADDRMSNORM_SUCCESS) return st;
         ADDRMSNORM_REFUSE_IF(!quant_built(kGatedQuant, qd.mode, qd.dtype),
@@ -831,9 +834,11 @@ addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const G
 
 // validation._check_gate_memory for a quantized call: q in out's place.
 addrmsnorm_status check_quant_gate_memory(const QuantCall& c) {
-    const NormCall gc{c.x, c.weight, c.q, nullptr, c.rows, 1, c.hidden, c.stride_x, 0, c.stride_q, 0, c.x_dtype,
-                      c.x_dtype, c.eps, c.weight_offset, c.flags, c.z, c.stride_z, c.gate_group_size, c.gate,
-                      c.gate_first};
+    const NormCall gc{.x = c.x, .weight = c.weight, .out = c.q, .rstd = nullptr, .rows = c.rows, .heads = 1,
+                      .hidden = c.hidden, .stride_x = c.stride_x, .stride_x_head = 0, .stride_out = c.stride_q,
+                      .stride_out_head = 0, .x_dtype = c.x_dtype, .weight_dtype = c.x_dtype, .eps = c.eps,
+                      .weight_offset = c.weight_offset, .flags = c.flags, .z = c.z, .stride_z = c.stride_z,
+                      .group_size = c.gate_group_size, .gate = c.gate, .gate_first = c.gate_first};
     const Grouped q{"out", reinterpret_cast<uintptr_t>(c.q), c.rows, 1, c.stride_q, 0, 1};
     return check_gate_memory(gc, q, q.end(c.hidden));
 }
@@ -1206,11 +1211,16 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                         dtype_name(a.weight_dtype), dtype_name(a.x_dtype));
         n->quant_desc = *a.quant;
         const bool plain = a.residual == nullptr;
-        n->quant = QuantCall{a.x, plain ? a.x : a.residual, a.weight, a.out, a.residual_out, a.y, a.rows, a.hidden,
-                             a.stride_x, plain ? a.stride_x : a.stride_residual, a.stride_out,
-                             a.stride_residual_out, a.stride_y, a.x_dtype, eps, offset, &n->quant_desc, flags, plain,
-                             x_scale, a.post_weight, static_cast<float>(a.post_weight_offset), a.z, a.stride_z,
-                             a.group_size, a.gate, a.gate_first};
+        n->quant = QuantCall{.x = a.x, .residual = plain ? a.x : a.residual, .weight = a.weight, .q = a.out,
+                             .residual_out = a.residual_out, .y = a.y, .rows = a.rows, .hidden = a.hidden,
+                             .stride_x = a.stride_x, .stride_residual = plain ? a.stride_x : a.stride_residual,
+                             .stride_q = a.stride_out, .stride_residual_out = a.stride_residual_out,
+                             .stride_y = a.stride_y, .x_dtype = a.x_dtype, .eps = eps, .weight_offset = offset,
+                             .quant = &n->quant_desc, .flags = flags, .plain = plain, .x_scale = x_scale,
+                             .post_weight = a.post_weight,
+                             .post_weight_offset = static_cast<float>(a.post_weight_offset), .z = a.z,
+                             .stride_z = a.stride_z, .gate_group_size = a.group_size, .gate = a.gate,
+                             .gate_first = a.gate_first};
         return validate_quant(n->quant);
     }
     if (qk) {
@@ -1225,8 +1235,11 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(groups > 1 && a.stride_x_group != a.hidden,
                              "stride_x_group is %lld: the QK norm's heads are contiguous in qkv (hidden = head_dim = "
                              "%lld)", (long long)a.stride_x_group, (long long)a.hidden);
-        n->qk = QkCall{a.x, a.weight, a.weight2, a.rows, a.weight2_from_group, groups - a.weight2_from_group, a.hidden,
-                       a.stride_x, a.x_dtype, a.weight_dtype, eps, offset, flags, a.rope};
+        n->qk = QkCall{.qkv = a.x, .q_weight = a.weight, .k_weight = a.weight2, .tokens = a.rows,
+                       .num_q_heads = a.weight2_from_group, .num_kv_heads = groups - a.weight2_from_group,
+                       .head_dim = a.hidden, .stride_qkv = a.stride_x, .dtype = a.x_dtype,
+                       .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags,
+                       .rope = a.rope};
         return validate_qk(n->qk);
     }
     if (a.residual != nullptr) {
@@ -1236,17 +1249,24 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
                              "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is the plain and QK norms' (residual NULL); with a "
                              "residual, ADDRMSNORM_NUMERICS_HF");
-        n->fused = ForwardCall{a.x, a.residual, a.weight, a.out, a.residual_out, a.rstd, a.rows, a.hidden,
-                               a.stride_x, a.stride_residual, a.stride_out, a.stride_residual_out, a.x_dtype,
-                               a.residual_dtype, a.weight_dtype, eps, offset, flags, x_scale, a.post_weight,
-                               static_cast<float>(a.post_weight_offset)};
+        n->fused = ForwardCall{.x = a.x, .residual = a.residual, .weight = a.weight, .out = a.out,
+                               .residual_out = a.residual_out, .rstd = a.rstd, .rows = a.rows, .hidden = a.hidden,
+                               .stride_x = a.stride_x, .stride_residual = a.stride_residual,
+                               .stride_out = a.stride_out, .stride_residual_out = a.stride_residual_out,
+                               .x_dtype = a.x_dtype, .residual_dtype = a.residual_dtype,
+                               .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags,
+                               .x_scale = x_scale, .post_weight = a.post_weight,
+                               .post_weight_offset = static_cast<float>(a.post_weight_offset)};
         return validate_forward(n->fused);
     }
     n->kind = NormCallArgs::kPlain;
-    n->plain = NormCall{a.x, a.weight, a.out, a.rstd, a.rows, groups, a.hidden, a.stride_x, a.stride_x_group,
-                        a.stride_out, a.stride_out_group, a.x_dtype, a.weight_dtype, eps, offset, flags,
-                        a.z, a.stride_z, a.group_size, a.gate, a.gate_first, a.b, a.b_weight, a.b_out, a.b_hidden,
-                        a.stride_b, a.stride_b_out};
+    n->plain = NormCall{.x = a.x, .weight = a.weight, .out = a.out, .rstd = a.rstd, .rows = a.rows, .heads = groups,
+                        .hidden = a.hidden, .stride_x = a.stride_x, .stride_x_head = a.stride_x_group,
+                        .stride_out = a.stride_out, .stride_out_head = a.stride_out_group, .x_dtype = a.x_dtype,
+                        .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags, .z = a.z,
+                        .stride_z = a.stride_z, .group_size = a.group_size, .gate = a.gate, .gate_first = a.gate_first,
+                        .b = a.b, .b_weight = a.b_weight, .b_out = a.b_out, .b_hidden = a.b_hidden,
+                        .stride_b = a.stride_b, .stride_b_out = a.stride_b_out};
     return validate_rmsnorm(n->plain);
 }
 
@@ -1308,12 +1328,15 @@ addrmsnorm_status validate_norm_backward(const addrmsnorm_norm_backward_args* ar
     ADDRMSNORM_REFUSE_IF(plain && a.dresidual_out != nullptr,
                          "dresidual_out is given but dresidual is NULL: the plain norm's backward (dx alone) has no "
                          "residual gradient");
-    *c = BackwardCall{a.dy, a.dresidual_out, a.h, a.rstd, a.weight, plain ? a.dx : a.dresidual,
-                      plain ? nullptr : a.dx, a.dweight, a.workspace, a.workspace_bytes, a.rows, a.hidden,
-                      a.stride_dy, a.stride_dresidual_out, a.stride_h, plain ? a.stride_dx : a.stride_dresidual,
-                      plain ? 0 : a.stride_dx, a.x_dtype, a.residual_dtype, a.weight_dtype,
-                      static_cast<float>(a.weight_offset), 0u, plain, a.rope, a.rope_groups,
-                      static_cast<float>(a.eps), rotary_dim};
+    *c = BackwardCall{.dy = a.dy, .dresidual_out = a.dresidual_out, .h = a.h, .rstd = a.rstd, .weight = a.weight,
+                      .dresidual = plain ? a.dx : a.dresidual, .dx = plain ? nullptr : a.dx, .dweight = a.dweight,
+                      .workspace = a.workspace, .workspace_bytes = a.workspace_bytes, .rows = a.rows,
+                      .hidden = a.hidden, .stride_dy = a.stride_dy, .stride_dresidual_out = a.stride_dresidual_out,
+                      .stride_h = a.stride_h, .stride_dresidual = plain ? a.stride_dx : a.stride_dresidual,
+                      .stride_dx = plain ? 0 : a.stride_dx, .x_dtype = a.x_dtype, .residual_dtype = a.residual_dtype,
+                      .weight_dtype = a.weight_dtype, .weight_offset = static_cast<float>(a.weight_offset),
+                      .flags = 0u, .plain = plain, .rope = a.rope, .rope_groups = a.rope_groups,
+                      .eps = static_cast<float>(a.eps), .rotary_dim = rotary_dim};
     return validate_backward(*c);
 }
 
