@@ -83,6 +83,8 @@ Points the contract insists on, and how this source honours them:
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """
 
+import inspect
+
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -902,17 +904,15 @@ def _reread_row(
             tl.store(rstd_ptr + n_rows + row, rstd_x)
 
 
-# H and the strides are not specialized by value: their alignment reaches the kernel only through
-# the ALIGN constexpr, which the JIT launcher and the AOT build choose by the same rule, so both
-# compile the same code (and give the same bits) for the same call.
-_FWD_RUNTIME_ARGS = ("n_rows", "H", "stride_x_row", "stride_residual_row", "stride_out_row",
-                     "stride_residual_out_row", "write_rstd", "weight_dtype", "group_rows", "stride_x_group",
-                     "stride_out_group", "group_split", "has_weight", "stride_z_row", "gate_first", "H_b",
-                     "stride_b_row", "stride_b_out_row", "pair_split", "stride_cos", "stride_sin",
-                     "rope_half", "rope_style", "cos_by_freq", "max_position")
+def _runtime_ints(fn) -> tuple:
+    """A kernel's integer parameters (annotated tl.int32 or tl.int64), in their order: the ones the JIT must not
+    specialize by value. H and the strides reach the kernel's code only through the ALIGN constexpr, which the
+    JIT launcher and the AOT build choose by the same rule, so both compile the same code (and give the same
+    bits) for the same call; the flags and counts are runtime values on both paths."""
+    return tuple(name for name, p in inspect.signature(fn).parameters.items()
+                 if p.annotation in (tl.int32, tl.int64, "tl.int32", "tl.int64"))
 
 
-@triton.jit(do_not_specialize=_FWD_RUNTIME_ARGS)
 def rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
@@ -1046,11 +1046,9 @@ def rmsnorm_fwd(
                           max_position=max_position)
 
 
-@triton.jit(do_not_specialize=["n_rows", "H", "stride_x_row", "stride_residual_row", "stride_q_row",
-                               "stride_residual_out_row", "stride_y_row", "stride_s_row", "stride_s_group",
-                               "group_size", "write_y", "has_ub", "ue8m0", "weight_dtype", "scale_rows",
-                               "swizzled", "has_weight", "stride_z_row", "gate_first", "group_rows",
-                               "stride_x_group"])
+rmsnorm_fwd = triton.jit(rmsnorm_fwd, do_not_specialize=_runtime_ints(rmsnorm_fwd))
+
+
 def rmsnorm_quant_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16 or bf16)
     residual_ptr,             # [n_rows, H] residual stream, x's dtype
@@ -1127,6 +1125,9 @@ def rmsnorm_quant_fwd(
     if QUANT >= 4:  # after every row's loads and stores, as rstd's store (see _single_pass_rows)
         if (swizzled != 0) & (scale_rows > n_rows) & (tl.program_id(0) == tl.num_programs(0) - 1):
             _swizzle_padding(scales_ptr, n_rows, H, QUANT)
+
+
+rmsnorm_quant_fwd = triton.jit(rmsnorm_quant_fwd, do_not_specialize=_runtime_ints(rmsnorm_quant_fwd))
 
 
 # ----- backward ------------------------------------------------------------------------------------
@@ -1326,12 +1327,6 @@ def _bwd_looped(
         tl.store(partial_ptr + pid.to(tl.int64) * H + cols, dw, mask=mask)
 
 
-_BWD_RUNTIME_ARGS = ("n_rows", "H", "stride_dy_row", "stride_dres_out_row", "stride_h_row", "stride_dres_row",
-                     "stride_dx_row", "has_dres_out", "weight_dtype", "stride_cos", "stride_sin", "rope_half",
-                     "rope_style", "group_rows")
-
-
-@triton.jit(do_not_specialize=_BWD_RUNTIME_ARGS)
 def rmsnorm_bwd(
     dy_ptr,               # [n_rows, H] gradient of y (x's dtype)
     dres_out_ptr,         # [n_rows, H] gradient of residual_out (residual's dtype); read if has_dres_out
@@ -1392,6 +1387,9 @@ def rmsnorm_bwd(
                          rope_style=rope_style, group_rows=group_rows, eps=eps)
 
 
+rmsnorm_bwd = triton.jit(rmsnorm_bwd, do_not_specialize=_runtime_ints(rmsnorm_bwd))
+
+
 # ALIGN = 1 launches of the JIT: the same two kernels, blind to their pointers' alignment. Left to
 # itself the JIT marks every 16-byte-aligned pointer divisible by 16; at ALIGN > 1 that is the
 # promise the AOT build compiles in too, but at ALIGN = 1 (odd H, odd strides, a misaligned
@@ -1400,15 +1398,15 @@ def rmsnorm_bwd(
 # groups its elements: the looped path that re-reads x and residual summed the squares of 5 x 11111
 # fp16 rows in another order through the JIT than through the C++ runtime (the H200 suite's
 # test_backends_give_identical_bits). These handles compile exactly what the AOT build compiles.
-rmsnorm_fwd_unaligned = triton.jit(
-    rmsnorm_fwd.fn, do_not_specialize=_FWD_RUNTIME_ARGS,
-    do_not_specialize_on_alignment=("x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr",
-                                    "rstd_ptr", "weight2_ptr", "post_weight_ptr",
-                                    "z_ptr", "b_ptr", "b_weight_ptr", "b_out_ptr", "cos_ptr", "sin_ptr", "pos_ptr"))
-rmsnorm_bwd_unaligned = triton.jit(
-    rmsnorm_bwd.fn, do_not_specialize=_BWD_RUNTIME_ARGS,
-    do_not_specialize_on_alignment=("dy_ptr", "dres_out_ptr", "h_ptr", "rstd_ptr", "weight_ptr", "dres_ptr",
-                                    "dx_ptr", "partial_ptr", "mean_ptr", "cos_ptr", "sin_ptr"))
+def _unaligned(kernel):
+    """The kernel's handle with neither its integers nor its pointers (the parameters named *_ptr)
+    specialized."""
+    pointers = tuple(name for name in inspect.signature(kernel.fn).parameters if name.endswith("_ptr"))
+    return triton.jit(kernel.fn, do_not_specialize=_runtime_ints(kernel.fn), do_not_specialize_on_alignment=pointers)
+
+
+rmsnorm_fwd_unaligned = _unaligned(rmsnorm_fwd)
+rmsnorm_bwd_unaligned = _unaligned(rmsnorm_bwd)
 
 
 @triton.jit(do_not_specialize=["n_partials", "H"])
