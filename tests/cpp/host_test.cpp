@@ -236,7 +236,11 @@ TEST(Status, CppWrapperCarriesTheMessage) {
     EXPECT_NE(st.message.find("hidden"), std::string::npos);
 }
 
+// The rule a generated case holds the C++ to: the forward's (quantized or not), or a variant's table.
+enum class DispatchRule { kForward, kPlain, kSandwich, kGated, kPair, kRope };
+
 struct DispatchCase {
+    DispatchRule rule;
     long long H;
     int x_size, residual_size;
     int quant;  // 0: the plain forward; else the quantized forward's QUANT mode
@@ -252,24 +256,36 @@ const DispatchCase kCases[] = {
 
 TEST(Dispatch, GeneratedRuleMatchesThePythonRule) {
     for (const DispatchCase& c : kCases) {
-        const int i = c.quant == -5  // the rotation's rule (vector_typed: the heads on the 16-byte vector)
-                          ? addrmsnorm::detail::select_rope_config(c.H, c.vector_typed)
-                      : c.quant == -4  // the pair's rule
-                          ? addrmsnorm::detail::select_pair_table_config(c.H, c.x_size, c.residual_size, 0, false)
-                      : c.quant == -3  // the gated norm's rule
-                          ? addrmsnorm::detail::select_gated_table_config(c.H, c.x_size, c.residual_size, 0, false)
-                      : c.quant == -2  // the sandwich norm's rule
-                          ? addrmsnorm::detail::select_sandwich_table_config(c.H, c.x_size, c.residual_size, 0, false)
-                      : c.quant < 0  // the plain norm's rule
-                          ? addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed)
-                          : addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant,
-                                                                      c.vector_typed, c.plain);
+        int i = -1;
+        switch (c.rule) {
+            case DispatchRule::kForward:
+                i = addrmsnorm::detail::select_forward_config(c.H, c.x_size, c.residual_size, c.quant, c.vector_typed,
+                                                              c.plain);
+                break;
+            case DispatchRule::kPlain:
+                i = addrmsnorm::detail::select_plain_config(c.H, c.x_size, c.vector_typed);
+                break;
+            case DispatchRule::kSandwich:
+                i = addrmsnorm::detail::select_sandwich_table_config(c.H, c.x_size, c.residual_size, 0, false);
+                break;
+            case DispatchRule::kGated:
+                i = addrmsnorm::detail::select_gated_table_config(c.H, c.x_size, c.residual_size, 0, false);
+                break;
+            case DispatchRule::kPair:
+                i = addrmsnorm::detail::select_pair_table_config(c.H, c.x_size, c.residual_size, 0, false);
+                break;
+            case DispatchRule::kRope:  // vector_typed: the heads on the 16-byte vector
+                i = addrmsnorm::detail::select_rope_config(c.H, c.vector_typed);
+                break;
+        }
         ASSERT_GE(i, 0);
-        EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
+        EXPECT_EQ(kConfigs[i].block_h, c.block_h) << "H=" << c.H << " rule " << static_cast<int>(c.rule) << " quant "
+                                                  << c.quant << " vt " << c.vector_typed;
         EXPECT_EQ(kConfigs[i].rows_per_program, c.rows_per_program) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].num_warps, c.num_warps) << "H=" << c.H << " quant " << c.quant;
         EXPECT_EQ(kConfigs[i].looped, c.looped) << "H=" << c.H << " quant " << c.quant;
-        EXPECT_EQ(i, c.config) << "H=" << c.H << " quant " << c.quant << " vt " << c.vector_typed;
+        EXPECT_EQ(i, c.config) << "H=" << c.H << " rule " << static_cast<int>(c.rule) << " quant " << c.quant
+                               << " vt " << c.vector_typed;
     }
 }
 
