@@ -123,6 +123,13 @@ inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsi
                          weight_is_x_dtype) * kNumNumerics + numerics];
 }
 
+// The place of a call in the tables of one residual dtype (kPlainIndex, kQkIndex, kSandwichIndex, kGatedIndex,
+// kPairIndex; kRopeIndex has one more dimension): [config][x][weight slot][align class][numerics].
+inline int variant_slot(int config, int x, int weight, int align_class, int numerics) {
+    return (((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses + align_class) *
+               kNumNumerics + numerics;
+}
+
 inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {
     const int n = kNumDtypes;
     return kVariantIndex[((((config * n + x) * n + residual) * kNumWeightSlots + weight_slot(x, weight)) *
@@ -143,15 +150,13 @@ extern const int kWeightlessDtype;  // configs.WEIGHTLESS_DTYPE: the backward's 
 extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the QK norm is built for
 
 inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kQkIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
-                     align_class) * kNumNumerics + numerics];
+    return kQkIndex[variant_slot(config, x, weight, align_class, numerics)];
 }
 
 extern const short kSandwichIndex[];  // the sandwich norm (RESIDUAL and SANDWICH), indexed as kPlainIndex
 
 inline int sandwich_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kSandwichIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
-                           align_class) * kNumNumerics + numerics];
+    return kSandwichIndex[variant_slot(config, x, weight, align_class, numerics)];
 }
 
 extern const short kGatedIndex[];  // the gated norm (GROUPED and GATED), indexed as kPlainIndex
@@ -160,8 +165,7 @@ extern const int kGatedMaxGroup;  // configs.GATED_MAX_GROUP: the widest group t
 int select_gated_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 
 inline int gated_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kGatedIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
-                        align_class) * kNumNumerics + numerics];
+    return kGatedIndex[variant_slot(config, x, weight, align_class, numerics)];
 }
 
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics);
@@ -176,8 +180,8 @@ extern const int kNumRopeVariants;  // configs.ROPE_VARIANTS: (angle dtype x's o
 // The rotation's variant of a call (angle_x: the angles of x's dtype; positions: 0 none, 1 int32, 2 int64).
 inline int rope_variant_index(int config, int x, int weight, int align_class, int numerics, bool angle_x,
                               int positions) {
-    return kRopeIndex[((((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
-                        align_class) * kNumNumerics + numerics) * kNumRopeVariants + (angle_x ? 0 : 3) + positions];
+    return kRopeIndex[variant_slot(config, x, weight, align_class, numerics) * kNumRopeVariants + (angle_x ? 0 : 3) +
+                      positions];
 }
 
 // configs.ROPE_TABLE's and ROPE_MISALIGNED_TABLE's rules, generated; configs.select_rope_config: heads on the
@@ -253,8 +257,7 @@ inline int pair_call_variant(const void* const* pointers, int n_pointers, long l
     const int numerics = numerics_mode(hf, weight_offset, 2);
     *config = select_pair_table_config(wider, 2, 2, 0, false);
     if (*config < 0) return -1;
-    return kPairIndex[(((*config * kNumDtypes + x_dtype) * kNumWeightSlots + weight_slot(x_dtype, weight_dtype)) *
-                           kNumAlignClasses + align_class) * kNumNumerics + numerics];
+    return kPairIndex[variant_slot(*config, x_dtype, weight_dtype, align_class, numerics)];
 }
 
 // The gated norm's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone are built
@@ -273,8 +276,7 @@ inline int gated_call_variant(const void* x, const void* weight, const void* z, 
 }
 
 inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kPlainIndex[(((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses +
-                        align_class) * kNumNumerics + numerics];
+    return kPlainIndex[variant_slot(config, x, weight, align_class, numerics)];
 }
 
 }  // namespace detail
