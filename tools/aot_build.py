@@ -900,15 +900,19 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kNumWeightSlots = {n_w};")
     lines.append(f"const int kNumNumerics = {N_NUMERICS};")
     lines += _short_array("kVariantIndex", "[config][x][residual][weight slot][align_class][numerics]", dense)
-    # The plain norm's, the QK norm's and the sandwich norm's: [config][x][weight slot][align_class][numerics].
+    # The plain norm's, the QK norm's, the sandwich norm's, the gated norm's and the pair's place of a spec:
+    # [config][x][weight slot][align_class][numerics] (kernel_table.h's variant_slot); the rotation's adds a
+    # dimension.
+    def slot(s) -> int:
+        return (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) * N_NUMERICS \
+            + s.numerics
+
     def by_x(kind):
         index = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS)
         for si, s in enumerate(specs):
             if s.kind == kind:
-                idx = (((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class) \
-                    * N_NUMERICS + s.numerics
-                assert index[idx] == -1, s
-                index[idx] = si
+                assert index[slot(s)] == -1, s
+                index[slot(s)] = si
         return index
     for name, kind, what in (("kPlainIndex", "plain_forward", ""), ("kQkIndex", "qk_forward", "the QK norm's: "),
                              ("kSandwichIndex", "sandwich_forward", "the sandwich norm's: "),
@@ -920,8 +924,7 @@ addrmsnorm_cubin_blob:
     rope_index = [-1] * (len(cfgs) * n_d * n_w * n_a * N_NUMERICS * n_r)
     for si, s in enumerate(specs):
         if s.kind == "rope_forward":
-            idx = ((((s.config * n_d + DTYPE_INDEX[s.x]) * n_w + weight_slot(s)) * n_a + s.align_class)
-                   * N_NUMERICS + s.numerics) * n_r + s.rope - 1
+            idx = slot(s) * n_r + s.rope - 1
             assert rope_index[idx] == -1, s
             rope_index[idx] = si
     lines.append(f"const int kNumRopeVariants = {n_r};")
