@@ -312,19 +312,29 @@ def _check_sandwich_alignment(rows: dict) -> None:
     check_vector_rows(rows, "the sandwich norm (post_weight)", VARIANT_ALIGN)
 
 
+def starts_aligned(*tensors) -> bool:
+    """Whether every tensor starts on a 16-byte boundary, for the patches' "would the kernels take it"; under
+    torch.compile, where no pointer can be read while tracing, True: the operator checks the pointers when it
+    runs, and refuses a misaligned one."""
+    if torch.compiler.is_compiling():
+        return True
+    return all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 for t in tensors)
+
+
 def sandwich_takes(x, residual, post_weight, weight) -> bool:
     """Whether the sandwich norm's kernels take a call on these tensors, by the rules above (for a patch that
     must fall back rather than refuse): x, residual and both weights of one dtype of SANDWICH_DTYPES, H a
-    multiple of VARIANT_ALIGN, and every tensor on a 16-byte boundary with the strides of its leading dimensions
-    of more than one in multiples of VARIANT_ALIGN elements (a sufficient form of the row-stride rule: HF's
-    hidden states are contiguous)."""
+    multiple of VARIANT_ALIGN, and every tensor on a 16-byte boundary (starts_aligned) with the strides of its
+    leading dimensions of more than one in multiples of VARIANT_ALIGN elements (a sufficient form of the
+    row-stride rule: HF's hidden states are contiguous)."""
     if x.dtype not in SANDWICH_DTYPES or not x.dtype == residual.dtype == post_weight.dtype == weight.dtype:
         return False
     if x.dim() == 0 or residual.shape != x.shape or x.shape[-1] % VARIANT_ALIGN:
         return False
-    return all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(-1) == 1
-               and all(s % VARIANT_ALIGN == 0 for s, d in zip(t.stride()[:-1], t.shape[:-1]) if d > 1)
-               for t in (x, residual, post_weight, weight))
+    tensors = (x, residual, post_weight, weight)
+    return starts_aligned(*tensors) and all(
+        t.stride(-1) == 1 and all(s % VARIANT_ALIGN == 0 for s, d in zip(t.stride()[:-1], t.shape[:-1]) if d > 1)
+        for t in tensors)
 
 
 def _f32(v: float) -> float:
@@ -1143,8 +1153,8 @@ def gate_takes(x, z, weight) -> bool:
         return False
     H = x.shape[-1]
     return (H % VARIANT_ALIGN == 0 and H <= configs.GATED_MAX_GROUP
-            and all(t.data_ptr() % configs.ALIGNMENT_BYTES == 0 and t.stride(0) % VARIANT_ALIGN == 0 for t in (x, z))
-            and (weight is None or weight.data_ptr() % configs.ALIGNMENT_BYTES == 0))
+            and all(t.stride(0) % VARIANT_ALIGN == 0 for t in (x, z))
+            and starts_aligned(x, z, *(() if weight is None else (weight,))))
 
 
 def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:

@@ -288,3 +288,18 @@ def test_the_hf_patch_asks_the_checks_whether_the_sandwich_takes_a_call():
                                                                      x.stride(), r.stride(), x.data_ptr() % 16)
         seen[admitted] += 1
     assert min(seen.values()) >= 50, seen
+
+
+def test_the_hf_patch_predicates_trace_under_compile():
+    """hf.py asks sandwich_takes and gate_takes inside the models it patches, and a patched model compiles with
+    fullgraph=True: the predicates read no pointer while tracing (validation.starts_aligned)."""
+    from addrmsnorm import validation
+
+    def f(x, r, pw, w):
+        return x + 1 if validation.sandwich_takes(x, r, pw, w) and validation.gate_takes(x, r, w) else x - 1
+
+    x, r, pw, w = _inputs(ROWS, 64)
+    want = f(x, r, pw, w)
+    assert torch.equal(want, x + 1)  # the kernels take these: the branch under test
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, r, pw, w)
+    assert torch.equal(got, want)
