@@ -25,6 +25,12 @@ def torch_dtypes(names) -> tuple:
     return tuple(_TORCH_DTYPES[n] for n in names)
 
 
+def dtype_words(dtypes) -> str:
+    """A variant's dtypes in a message's words: "float16 or bfloat16" (the C runtime's dtype_list says the same)."""
+    words = [str(d).removeprefix("torch.") for d in dtypes]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
 class Rows:
     """A tensor of shape (..., H) seen as n_rows rows of H elements with one row stride, and the
     byte geometry the overlap checks need, computed once. (A slotted class: this is on the hot path.)"""
@@ -266,7 +272,7 @@ def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, pos
     (the kernels built for it, configs.SANDWICH_TABLE), and under numerics='hf' one offset for both
     norms (their HF form, the kernel's HF_NUMERICS, follows from it)."""
     if x.dtype not in SANDWICH_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; the sandwich norm (post_weight) takes float16 or bfloat16")
+        raise TypeError(f"x has dtype {x.dtype}; the sandwich norm (post_weight) takes {dtype_words(SANDWICH_DTYPES)}")
     if residual.dtype != x.dtype:
         raise TypeError(f"residual has dtype {residual.dtype}; the sandwich norm (post_weight) needs x's dtype "
                         f"({x.dtype})")
@@ -1203,7 +1209,7 @@ def check_pair_rules(x, weight, rstd, shape, H: int, hf: bool, round_once: bool,
     if z is not None:
         raise ValueError("b is the pair's second part: the pair takes no gate (z)")
     if x.dtype not in PAIR_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; the pair (b) takes float16 or bfloat16")
+        raise TypeError(f"x has dtype {x.dtype}; the pair (b) takes {dtype_words(PAIR_DTYPES)}")
     if b.dtype != x.dtype:
         raise TypeError(f"b has dtype {b.dtype}; it must be x's dtype ({x.dtype})")
     if weight is not None and weight.dtype != x.dtype:
@@ -1575,7 +1581,7 @@ def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_c
     if rd < 0 or rd % 2 or rd > head_dim:
         raise ValueError(f"rotary_dim must be even and in [2, head_dim = {head_dim}] (0: head_dim), got {rotary_dim}")
     if x_dtype not in ROPE_DTYPES:
-        raise TypeError(f"the rotation takes float16 or bfloat16 heads, got {x_dtype}")
+        raise TypeError(f"the rotation takes {dtype_words(ROPE_DTYPES)} heads, got {x_dtype}")
     if head_dim > QK_MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be at most {QK_MAX_HEAD_DIM} with the rotation, got {head_dim}")
     adt = (cos_sin_cache if cached else cos).dtype
