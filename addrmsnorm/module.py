@@ -81,15 +81,15 @@ class FusedAddRMSNorm(torch.nn.Module):
         self._set_tail()
 
     def _set_tail(self) -> None:
-        # The operator's arguments after eps, by keyword; none where they are all the schema's defaults,
-        # which saves parsing them on every call.
-        tail = dict(weight_offset=self._weight_offset, numerics=int(_hf(self._numerics)), pdl=self._pdl)
-        self._tail = {} if tail == dict(weight_offset=0.0, numerics=0, pdl=False) else tail
+        # The operator's arguments after eps, named once here and passed by position on every call (ops.tail:
+        # none where they are all the schema's defaults).
+        self._tail = ops.tail("norm", "eps", weight_offset=self._weight_offset, numerics=int(_hf(self._numerics)),
+                              pdl=self._pdl)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor):
         # Straight to the operator: it checks the tensors, and its autograd (C++ on the cpp backend)
         # computes and saves rstd when a gradient may be needed. The scalars were checked once, above.
-        y, residual_out, _ = ops.norm(x, residual, self.weight, self.eps, **self._tail)
+        y, residual_out, _ = ops.norm(x, residual, self.weight, self.eps, *self._tail)
         return y, residual_out
 
     def extra_repr(self) -> str:
@@ -116,9 +116,9 @@ class RMSNorm(FusedAddRMSNorm):
         self._set_tail()
 
     def _set_tail(self) -> None:
-        tail = dict(weight_offset=self._weight_offset, numerics=plain_numerics_index(self._numerics), pdl=self._pdl)
-        self._tail = {} if tail == dict(weight_offset=0.0, numerics=0, pdl=False) else tail
+        self._tail = ops.tail("norm", "eps", weight_offset=self._weight_offset,
+                              numerics=plain_numerics_index(self._numerics), pdl=self._pdl)
 
     def forward(self, x: torch.Tensor):  # type: ignore[override]
-        y, _, _ = ops.norm(x, None, self.weight, self.eps, **self._tail)
+        y, _, _ = ops.norm(x, None, self.weight, self.eps, *self._tail)
         return y

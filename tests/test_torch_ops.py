@@ -369,3 +369,14 @@ def test_into_outputs_take_residual_out_exactly_when_residual_is_given():
                    lambda: OPS.norm_quant_into(xb, None, wb, q, rb.clone(), None, None, 1e-6, scale), q)
     assert_refused(ValueError, "residual_out is None but residual is given",
                    lambda: OPS.norm_quant_into(xb, rb, wb, q, None, None, None, 1e-6, scale), q)
+
+
+def test_a_tail_named_once_is_the_schemas_positions():
+    """ops.tail: the arguments a module or a patch names once, in the schema's order with its defaults between,
+    cut after the last one that is not a default; an argument the operator does not have is refused."""
+    assert ops.tail("norm", "eps", weight_offset=0.0, numerics=0, pdl=False) == ()
+    assert ops.tail("norm", "eps", weight_offset=1.0) == (1.0,)
+    assert ops.tail("norm", "eps", pdl=True) == (0.0, False, 0, True)
+    assert ops.tail("norm_", "eps", numerics=1) == (0.0, 1)
+    with pytest.raises(TypeError, match="no argument 'bogus'"):
+        ops.tail("norm", "eps", bogus=1)
