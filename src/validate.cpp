@@ -22,8 +22,8 @@ namespace detail {
 
 namespace {
 // The gated norm's rules, defined with the plain norm's below; the quantized call takes them too.
-addrmsnorm_status check_gate_rules(const NormCall& c);
-addrmsnorm_status check_quant_gate_memory(const QuantCall& c);
+addrmsnorm_status check_gate_rules(const Call& c);
+addrmsnorm_status check_quant_gate_memory(const Call& c);
 }  // namespace
 
 int dtype_size(addrmsnorm_dtype d) {
@@ -166,7 +166,7 @@ addrmsnorm_status check_outputs_apart(const Rows& a, const Rows& b, const Rows& 
 
 }  // namespace
 
-addrmsnorm_status validate_forward(const ForwardCall& c) {
+addrmsnorm_status validate_forward(const Call& c) {
     const int xs = dtype_size(c.x_dtype), rs = dtype_size(c.residual_dtype), ws = dtype_size(c.weight_dtype);
     if (xs == 0) return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype %d is not an addrmsnorm_dtype", (int)c.x_dtype);
     if (rs == 0)
@@ -389,10 +389,13 @@ namespace detail {
 
 // The quantized forward's rules, in validation.check_quant's order and words (q is the Python API's
 // `out`). Alignment: kQuantAlign elements of every row stride and H, 16-byte pointers.
-addrmsnorm_status validate_quant(const QuantCall& c) {
+addrmsnorm_status validate_quant(const Call& c) {
     constexpr int64_t kQuantAlign = 16;
-    if (c.quant == nullptr) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant is NULL");
-    const addrmsnorm_quant& qd = *c.quant;
+    const addrmsnorm_quant& qd = c.quant_desc;
+    // The plain norm's quantized outputs (residual NULL): x in residual's place, no residual_out.
+    const bool plain = c.residual == nullptr;
+    const void* residual = plain ? c.x : c.residual;
+    const int64_t stride_residual = plain ? c.stride_x : c.stride_residual;
     if (qd.dtype != ADDRMSNORM_QUANT_INT8 && qd.dtype != ADDRMSNORM_QUANT_FLOAT8_E4M3 &&
         qd.dtype != ADDRMSNORM_QUANT_FLOAT4_E2M1)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
@@ -470,20 +473,15 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
                              "per-group modes, not int8");
     }
     // The gated norm's quantized outputs (validation._quant_rules): the gate's rules, then the built modes.
-    NormCall gc{.x = c.x, .weight = c.weight, .out = c.q, .rstd = nullptr, .rows = c.rows, .heads = 1,
-                .hidden = c.hidden, .stride_x = c.stride_x, .stride_x_head = 0, .stride_out = c.stride_q,
-                .stride_out_head = 0, .x_dtype = c.x_dtype, .weight_dtype = c.x_dtype, .eps = c.eps,
-                .weight_offset = c.weight_offset, .flags = c.flags, .z = c.z, .stride_z = c.stride_z,
-                .group_size = c.gate_group_size, .gate = c.gate, .gate_first = c.gate_first};
     if (c.z != nullptr) {
-        if (addrmsnorm_status st = check_gate_rules(gc); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_gate_rules(c); st != ADDRMSNORM_SUCCESS) return st;
         ADDRMSNORM_REFUSE_IF(!quant_built(kGatedQuant, qd.mode, qd.dtype),
                              "z (the gated norm) takes the quantized outputs %s (float8_e4m3fn), not mode %d",
                              quant_mode_list(kGatedQuant, " and ").c_str(), (int)qd.mode);
-        ADDRMSNORM_REFUSE_IF(qd.mode == ADDRMSNORM_QUANT_PER_TOKEN && c.gate_group_size != 0 &&
-                                 c.gate_group_size != c.hidden,
+        ADDRMSNORM_REFUSE_IF(qd.mode == ADDRMSNORM_QUANT_PER_TOKEN && c.group_size != 0 &&
+                                 c.group_size != c.hidden,
                              "group_size is %lld: the gated norm's per-token scales need its group to be the row "
-                             "(hidden = %lld)", (long long)c.gate_group_size, (long long)c.hidden);
+                             "(hidden = %lld)", (long long)c.group_size, (long long)c.hidden);
     }
     if (is_static && qd.scales != nullptr)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scales_out receives dynamic scales; a static call has none to write");
@@ -505,8 +503,8 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
 
     const int xs = dtype_size(c.x_dtype);
     struct Named { const char* name; const void* p; int64_t stride; int elem; };
-    const Named views[6] = {{"x", c.x, c.stride_x, xs},       {"residual", c.residual, c.stride_residual, xs},
-                            {"weight", c.weight, 0, xs},      {"out", c.q, c.stride_q, fp4 ? 0 : 1},
+    const Named views[6] = {{"x", c.x, c.stride_x, xs},       {"residual", residual, stride_residual, xs},
+                            {"weight", c.weight, 0, xs},      {"out", c.out, c.stride_out, fp4 ? 0 : 1},
                             {"residual_out", c.residual_out, c.stride_residual_out, xs},
                             {"y", c.y, c.stride_y, xs}};
     Rows r[6];
@@ -514,7 +512,7 @@ addrmsnorm_status validate_quant(const QuantCall& c) {
         const Named& v = views[i];
         const bool is_weight = i == 2;
         if (v.p == nullptr) {
-            if (i == 5 || (i == 4 && c.plain) || (is_weight && (c.flags & kFlagNoWeight))) {
+            if (i == 5 || (i == 4 && plain) || (is_weight && (c.flags & kFlagNoWeight))) {
                 r[i] = Rows{v.name, 0, 0, 0, 0, v.elem, 0};  // no y (or the plain norm's residual_out): empty
                 continue;
             }
@@ -691,8 +689,8 @@ addrmsnorm_status check_vector_views(const VectorView* views, int n, const char*
 }
 
 // validation.check_gate_rules: the gated norm's rules that need no memory, in its order.
-addrmsnorm_status check_gate_rules(const NormCall& c) {
-    ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
+addrmsnorm_status check_gate_rules(const Call& c) {
+    ADDRMSNORM_REFUSE_IF(c.groups > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
                          "groups are group_size)");
     if (c.weight_dtype != c.x_dtype)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "weight has dtype %s; the gated norm's weight is x's dtype (%s)",
@@ -719,7 +717,7 @@ addrmsnorm_status check_gate_rules(const NormCall& c) {
 }
 
 // validation._check_gate_memory: 16-byte rows and tensors; out apart from z.
-addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintptr_t out_end) {
+addrmsnorm_status check_gate_memory(const Call& c, const Grouped& out, uintptr_t out_end) {
     if (addrmsnorm_status st = check_pointer("z", c.z, dtype_size(c.x_dtype)); st != ADDRMSNORM_SUCCESS) return st;
     ADDRMSNORM_REFUSE_IF(c.rows > 1 && (c.stride_z < 0 || c.stride_z > INT64_MAX / 8),
                          "stride_z must be >= 0, got %lld", (long long)c.stride_z);
@@ -735,9 +733,9 @@ addrmsnorm_status check_gate_memory(const NormCall& c, const Grouped& out, uintp
 }
 
 // validation.check_pair_rules: the pair's rules that need no memory, in its order.
-addrmsnorm_status check_pair_rules(const NormCall& c) {
+addrmsnorm_status check_pair_rules(const Call& c) {
     ADDRMSNORM_REFUSE_IF(c.z != nullptr, "b is the pair's second part: the pair takes no gate (z)");
-    ADDRMSNORM_REFUSE_IF(c.heads > 1, "x: the pair takes rows of one stride (groups must be 0 or 1 with b)");
+    ADDRMSNORM_REFUSE_IF(c.groups > 1, "x: the pair takes rows of one stride (groups must be 0 or 1 with b)");
     if (!takes_dtype(kPairDtypes, c.x_dtype))
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the pair (b) takes %s", dtype_name(c.x_dtype),
                     dtype_list(kPairDtypes).c_str());
@@ -781,7 +779,7 @@ bool rows_interleave_apart(const Grouped& u, int64_t hu, const Grouped& v, int64
 
 // validation._check_pair_memory: 16-byte rows and tensors; out may be x and b_out b exactly, and no output
 // meets another tensor (column slices of one buffer, interleaved, do not meet).
-addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const Grouped& out) {
+addrmsnorm_status check_pair_memory(const Call& c, const Grouped& x, const Grouped& out) {
     const int xs = dtype_size(c.x_dtype);
     if (addrmsnorm_status st = check_pointer("b", c.b, xs); st != ADDRMSNORM_SUCCESS) return st;
     if (addrmsnorm_status st = check_pointer("b_out", c.b_out, xs); st != ADDRMSNORM_SUCCESS) return st;
@@ -832,21 +830,16 @@ addrmsnorm_status check_pair_memory(const NormCall& c, const Grouped& x, const G
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation._check_gate_memory for a quantized call: q in out's place.
-addrmsnorm_status check_quant_gate_memory(const QuantCall& c) {
-    const NormCall gc{.x = c.x, .weight = c.weight, .out = c.q, .rstd = nullptr, .rows = c.rows, .heads = 1,
-                      .hidden = c.hidden, .stride_x = c.stride_x, .stride_x_head = 0, .stride_out = c.stride_q,
-                      .stride_out_head = 0, .x_dtype = c.x_dtype, .weight_dtype = c.x_dtype, .eps = c.eps,
-                      .weight_offset = c.weight_offset, .flags = c.flags, .z = c.z, .stride_z = c.stride_z,
-                      .group_size = c.gate_group_size, .gate = c.gate, .gate_first = c.gate_first};
-    const Grouped q{"out", reinterpret_cast<uintptr_t>(c.q), c.rows, 1, c.stride_q, 0, 1};
-    return check_gate_memory(gc, q, q.end(c.hidden));
+// validation._check_gate_memory for a quantized call: q in out's place, its bytes (fp4 q is packed) a row.
+addrmsnorm_status check_quant_gate_memory(const Call& c) {
+    const Grouped q{"out", reinterpret_cast<uintptr_t>(c.out), c.rows, 1, c.stride_out, 0, 1};
+    return check_gate_memory(c, q, q.end(c.hidden));
 }
 
 }  // namespace
 
 // The checks of validation.check_rmsnorm, in its order where the two meet.
-addrmsnorm_status validate_rmsnorm(const NormCall& c) {
+addrmsnorm_status validate_rmsnorm(const Call& c) {
     if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.x_dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
@@ -855,10 +848,10 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     if (c.hidden > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
     if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows must be >= 0, got %lld", (long long)c.rows);
-    if (c.heads < 1) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "heads must be >= 1, got %lld", (long long)c.heads);
-    if (c.rows > INT32_MAX / c.heads)
+    if (c.groups < 1) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "heads must be >= 1, got %lld", (long long)c.groups);
+    if (c.rows > INT32_MAX / c.groups)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rows * heads must be < 2^31, got %lld * %lld",
-                    (long long)c.rows, (long long)c.heads);
+                    (long long)c.rows, (long long)c.groups);
     const bool gated = c.z != nullptr;
     if (gated)
         if (addrmsnorm_status st = check_gate_rules(c); st != ADDRMSNORM_SUCCESS) return st;
@@ -875,16 +868,16 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
     struct S { const char* name; int64_t v; bool used; };
-    const S strides[4] = {{"stride_x", c.stride_x, c.rows > 1}, {"stride_x_head", c.stride_x_head, c.heads > 1},
-                          {"stride_out", c.stride_out, c.rows > 1}, {"stride_out_head", c.stride_out_head, c.heads > 1}};
+    const S strides[4] = {{"stride_x", c.stride_x, c.rows > 1}, {"stride_x_head", c.stride_x_group, c.groups > 1},
+                          {"stride_out", c.stride_out, c.rows > 1}, {"stride_out_head", c.stride_out_group, c.groups > 1}};
     for (const S& s : strides) {
         if (s.used && s.v < 0)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s must be >= 0, got %lld", s.name, (long long)s.v);
         if (s.used && s.v > INT64_MAX / 8)
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s is too large: %lld", s.name, (long long)s.v);
     }
-    const Grouped x{"x", reinterpret_cast<uintptr_t>(c.x), c.rows, c.heads, c.stride_x, c.stride_x_head, xs};
-    Grouped out{"out", reinterpret_cast<uintptr_t>(c.out), c.rows, c.heads, c.stride_out, c.stride_out_head, xs};
+    const Grouped x{"x", reinterpret_cast<uintptr_t>(c.x), c.rows, c.groups, c.stride_x, c.stride_x_group, xs};
+    Grouped out{"out", reinterpret_cast<uintptr_t>(c.out), c.rows, c.groups, c.stride_out, c.stride_out_group, xs};
     const bool in_place = out.same_view(x);
     if (in_place) out.name = "x";  // written in place: the caller passed x
     if (addrmsnorm_status st = check_grouped_self_overlap(out, c.hidden); st != ADDRMSNORM_SUCCESS) return st;
@@ -896,7 +889,7 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
     if (spans_meet(out.ptr, o1, w0, w1))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "out overlaps weight; out must not share memory with weight");
     if (c.rstd != nullptr) {
-        const uintptr_t r0 = reinterpret_cast<uintptr_t>(c.rstd), r1 = r0 + 4 * static_cast<uintptr_t>(c.rows * c.heads);
+        const uintptr_t r0 = reinterpret_cast<uintptr_t>(c.rstd), r1 = r0 + 4 * static_cast<uintptr_t>(c.rows * c.groups);
         if (spans_meet(r0, r1, x.ptr, x1))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd overlaps x; it must not share memory with it");
         if (spans_meet(r0, r1, out.ptr, o1))
@@ -913,64 +906,66 @@ addrmsnorm_status validate_rmsnorm(const NormCall& c) {
 // The checks of validation.check_qk_rmsnorm: qkv's q and k heads are written in place.
 namespace {
 // The QK norm's weights' dtype as validate_rope takes it: the heads' dtype when weightless (nothing is read).
-addrmsnorm_dtype rope_weight_dtype(const QkCall& c) { return (c.flags & kFlagNoWeight) ? c.dtype : c.weight_dtype; }
+addrmsnorm_dtype rope_weight_dtype(const Call& c) { return c.weightless() ? c.x_dtype : c.weight_dtype; }
 }  // namespace
 
-addrmsnorm_status validate_qk(const QkCall& c) {
-    if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.dtype, c.weight_dtype, "x_dtype");
+addrmsnorm_status validate_qk(const Call& c) {
+    // A token's q heads, then its k heads, head_dim (hidden) wide, in place on qkv (x).
+    const int64_t num_q_heads = c.weight2_from_group, num_kv_heads = c.groups - c.weight2_from_group;
+    if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.x_dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
-    if (c.dtype != ADDRMSNORM_FLOAT16 && c.dtype != ADDRMSNORM_BFLOAT16)
+    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "qkv has dtype %s; the QK norm takes float16 or bfloat16",
-                    dtype_name(c.dtype));
-    if (c.weight_dtype != c.dtype && c.weight_dtype != ADDRMSNORM_FLOAT32)
+                    dtype_name(c.x_dtype));
+    if (c.weight_dtype != c.x_dtype && c.weight_dtype != ADDRMSNORM_FLOAT32)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "q_weight has dtype %s; it must be qkv's dtype (%s) or float32",
-                    dtype_name(c.weight_dtype), dtype_name(c.dtype));
-    if (c.head_dim <= 0 || c.head_dim > kQkMaxHeadDim)
+                    dtype_name(c.weight_dtype), dtype_name(c.x_dtype));
+    if (c.hidden <= 0 || c.hidden > kQkMaxHeadDim)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "head_dim must be in [1, %d], got %lld; for wider rows normalize the q and k views with "
-                    "addrmsnorm_rmsnorm", kQkMaxHeadDim, (long long)c.head_dim);
-    if (c.num_q_heads < 1 || c.num_kv_heads < 1)
+                    "addrmsnorm_rmsnorm", kQkMaxHeadDim, (long long)c.hidden);
+    if (num_q_heads < 1 || num_kv_heads < 1)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_q_heads and num_kv_heads must be >= 1, got %lld and %lld",
-                    (long long)c.num_q_heads, (long long)c.num_kv_heads);
-    if (c.tokens < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "tokens must be >= 0, got %lld", (long long)c.tokens);
-    const int64_t heads = c.num_q_heads + c.num_kv_heads;
-    if (c.num_q_heads > INT32_MAX / c.head_dim || c.num_kv_heads > INT32_MAX / c.head_dim ||
-        heads > INT32_MAX / c.head_dim || (c.tokens > 0 && c.tokens > INT32_MAX / heads))
+                    (long long)num_q_heads, (long long)num_kv_heads);
+    if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "tokens must be >= 0, got %lld", (long long)c.rows);
+    const int64_t heads = num_q_heads + num_kv_heads;
+    if (num_q_heads > INT32_MAX / c.hidden || num_kv_heads > INT32_MAX / c.hidden ||
+        heads > INT32_MAX / c.hidden || (c.rows > 0 && c.rows > INT32_MAX / heads))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
-    if (c.rope != nullptr && c.tokens == 0) {
+    if (c.rope != nullptr && c.rows == 0) {
         int64_t rd = 0;
-        return validate_rope(*c.rope, c.dtype, rope_weight_dtype(c), 0, c.head_dim, (c.flags & kFlagHf) != 0, 0, 0,
+        return validate_rope(*c.rope, c.x_dtype, rope_weight_dtype(c), 0, c.hidden, (c.flags & kFlagHf) != 0, 0, 0,
                              &rd);
     }
-    if (c.tokens == 0) return ADDRMSNORM_SUCCESS;
-    const int xs = dtype_size(c.dtype), ws = dtype_size(c.weight_dtype);
-    if (addrmsnorm_status st = check_pointer("qkv", c.qkv, xs); st != ADDRMSNORM_SUCCESS) return st;
+    if (c.rows == 0) return ADDRMSNORM_SUCCESS;
+    const int xs = dtype_size(c.x_dtype), ws = dtype_size(c.weight_dtype);
+    if (addrmsnorm_status st = check_pointer("qkv", c.x, xs); st != ADDRMSNORM_SUCCESS) return st;
     const bool weightless = (c.flags & kFlagNoWeight) != 0;
     if (!weightless) {
-        if (addrmsnorm_status st = check_pointer("q_weight", c.q_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
-        if (addrmsnorm_status st = check_pointer("k_weight", c.k_weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_pointer("q_weight", c.weight, ws); st != ADDRMSNORM_SUCCESS) return st;
+        if (addrmsnorm_status st = check_pointer("k_weight", c.weight2, ws); st != ADDRMSNORM_SUCCESS) return st;
     }
-    const int64_t width = (c.num_q_heads + c.num_kv_heads) * c.head_dim;
-    if (c.tokens > 1 && (c.stride_qkv < width || c.stride_qkv > INT64_MAX / 8))
+    const int64_t width = (num_q_heads + num_kv_heads) * c.hidden;
+    if (c.rows > 1 && (c.stride_x < width || c.stride_x > INT64_MAX / 8))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "stride_qkv=%lld is less than the q and k heads' width, (%lld + %lld) * %lld = %lld: rows would "
-                    "overlap", (long long)c.stride_qkv, (long long)c.num_q_heads, (long long)c.num_kv_heads,
-                    (long long)c.head_dim, (long long)width);
-    const uintptr_t q0 = reinterpret_cast<uintptr_t>(c.qkv);
-    const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.tokens - 1) * (c.tokens > 1 ? c.stride_qkv : 0) + width) * xs);
-    const void* weights[2] = {c.q_weight, c.k_weight};
+                    "overlap", (long long)c.stride_x, (long long)num_q_heads, (long long)num_kv_heads,
+                    (long long)c.hidden, (long long)width);
+    const uintptr_t q0 = reinterpret_cast<uintptr_t>(c.x);
+    const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.rows - 1) * (c.rows > 1 ? c.stride_x : 0) + width) * xs);
+    const void* weights[2] = {c.weight, c.weight2};
     const char* names[2] = {"q_weight", "k_weight"};
     for (int i = 0; i < (weightless ? 0 : 2); ++i) {
-        const uintptr_t w0 = reinterpret_cast<uintptr_t>(weights[i]), w1 = w0 + static_cast<uintptr_t>(c.head_dim * ws);
+        const uintptr_t w0 = reinterpret_cast<uintptr_t>(weights[i]), w1 = w0 + static_cast<uintptr_t>(c.hidden * ws);
         if (spans_meet(q0, q1, w0, w1))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "%s overlaps qkv; qkv is written in place and must not "
                         "share memory with %s", names[i], names[i]);
     }
     if (c.rope != nullptr) {
         int64_t rd = 0;
-        return validate_rope(*c.rope, c.dtype, rope_weight_dtype(c), c.tokens, c.head_dim, (c.flags & kFlagHf) != 0,
+        return validate_rope(*c.rope, c.x_dtype, rope_weight_dtype(c), c.rows, c.hidden, (c.flags & kFlagHf) != 0,
                              q0, q1, &rd);
     }
     return ADDRMSNORM_SUCCESS;
@@ -1105,12 +1100,12 @@ addrmsnorm_status check_scalar(const char* name, double v, bool positive) {
 
 }  // namespace
 
-addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* n) {
+addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
     // x_scale, post_weight and post_weight_offset came after the first struct: a 0.1 caller's struct ends before them.
-    if (addrmsnorm_status st = read_struct(args, &n->a, "addrmsnorm_norm_args", offsetof(addrmsnorm_norm_args, x_scale));
+    addrmsnorm_norm_args& a = *c;  // the caller's fields, read into the call
+    if (addrmsnorm_status st = read_struct(args, &a, "addrmsnorm_norm_args", offsetof(addrmsnorm_norm_args, x_scale));
         st != ADDRMSNORM_SUCCESS)
         return st;
-    addrmsnorm_norm_args& a = n->a;
     if (addrmsnorm_status st = check_scalar("eps", a.eps, true); st != ADDRMSNORM_SUCCESS) return st;
     if (addrmsnorm_status st = check_scalar("weight_offset", a.weight_offset, false); st != ADDRMSNORM_SUCCESS)
         return st;
@@ -1179,8 +1174,6 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
                            (a.numerics != ADDRMSNORM_NUMERICS_CONTRACT ? kFlagHf : 0u) |
                            (a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE ? kFlagRoundOnce : 0u) |
                            (weightless ? kFlagNoWeight : 0u);
-    const float x_scale = scaled ? static_cast<float>(a.x_scale) : 1.0f;
-    const float eps = static_cast<float>(a.eps), offset = static_cast<float>(a.weight_offset);
     const int64_t groups = a.groups > 1 ? a.groups : 1;
     ADDRMSNORM_REFUSE_IF(a.y != nullptr && a.quant == nullptr,
                          "y is the quantized calls' second output; with quant NULL it must be NULL");
@@ -1192,12 +1185,19 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
     const bool qk = a.weight2 != nullptr || (weightless && a.weight2_from_group != 0);
     ADDRMSNORM_REFUSE_IF(a.rope != nullptr && !qk,
                          "rope rotates the QK norm's heads: it needs weight2 (or, weightless, weight2_from_group)");
+    // The call as the kernels take it (Call's fields); the rules of its kind follow.
+    a.flags = flags;
+    a.eps = static_cast<float>(a.eps);
+    a.weight_offset = static_cast<float>(a.weight_offset);
+    a.post_weight_offset = static_cast<float>(a.post_weight_offset);
+    a.x_scale = scaled ? static_cast<float>(a.x_scale) : 1.0f;
+    a.groups = groups;
     if (a.quant != nullptr) {
-        n->kind = NormCallArgs::kQuant;
+        c->kind = Call::kQuant;
         ADDRMSNORM_REFUSE_IF(qk, "weight2 (the QK norm) has no quantized outputs; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(pair, "b (the pair) has no quantized outputs yet; quant must be NULL");
         ADDRMSNORM_REFUSE_IF(groups > 1, "quantized outputs take [rows, hidden] views: groups must be 0 or 1, got %lld",
-                             (long long)a.groups);
+                             (long long)groups);
         ADDRMSNORM_REFUSE_IF(a.numerics != ADDRMSNORM_NUMERICS_CONTRACT,
                              "quantized outputs take the contract's numerics (ADDRMSNORM_NUMERICS_CONTRACT), got %d",
                              (int)a.numerics);
@@ -1209,22 +1209,12 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
             return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "%s is %s; quantized outputs need x_dtype (%s)",
                         weightless && sandwich ? "post_weight's weight_dtype" : "weight_dtype",
                         dtype_name(a.weight_dtype), dtype_name(a.x_dtype));
-        n->quant_desc = *a.quant;
-        const bool plain = a.residual == nullptr;
-        n->quant = QuantCall{.x = a.x, .residual = plain ? a.x : a.residual, .weight = a.weight, .q = a.out,
-                             .residual_out = a.residual_out, .y = a.y, .rows = a.rows, .hidden = a.hidden,
-                             .stride_x = a.stride_x, .stride_residual = plain ? a.stride_x : a.stride_residual,
-                             .stride_q = a.stride_out, .stride_residual_out = a.stride_residual_out,
-                             .stride_y = a.stride_y, .x_dtype = a.x_dtype, .eps = eps, .weight_offset = offset,
-                             .quant = &n->quant_desc, .flags = flags, .plain = plain, .x_scale = x_scale,
-                             .post_weight = a.post_weight,
-                             .post_weight_offset = static_cast<float>(a.post_weight_offset), .z = a.z,
-                             .stride_z = a.stride_z, .gate_group_size = a.group_size, .gate = a.gate,
-                             .gate_first = a.gate_first};
-        return validate_quant(n->quant);
+        c->quant_desc = *a.quant;
+        a.quant = &c->quant_desc;
+        return validate_quant(*c);
     }
     if (qk) {
-        n->kind = NormCallArgs::kQk;
+        c->kind = Call::kQk;
         ADDRMSNORM_REFUSE_IF(gated, "z is the gated norm's gate; the QK norm (weight2) takes none");
         ADDRMSNORM_REFUSE_IF(pair, "b is the pair's second part; the QK norm (weight2) takes none");
         ADDRMSNORM_REFUSE_IF(a.residual != nullptr, "weight2 is the QK norm's k weight; the QK norm takes no residual");
@@ -1235,39 +1225,19 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, NormCallArgs* 
         ADDRMSNORM_REFUSE_IF(groups > 1 && a.stride_x_group != a.hidden,
                              "stride_x_group is %lld: the QK norm's heads are contiguous in qkv (hidden = head_dim = "
                              "%lld)", (long long)a.stride_x_group, (long long)a.hidden);
-        n->qk = QkCall{.qkv = a.x, .q_weight = a.weight, .k_weight = a.weight2, .tokens = a.rows,
-                       .num_q_heads = a.weight2_from_group, .num_kv_heads = groups - a.weight2_from_group,
-                       .head_dim = a.hidden, .stride_qkv = a.stride_x, .dtype = a.x_dtype,
-                       .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags,
-                       .rope = a.rope};
-        return validate_qk(n->qk);
+        return validate_qk(*c);
     }
     if (a.residual != nullptr) {
-        n->kind = NormCallArgs::kFused;
+        c->kind = Call::kFused;
         ADDRMSNORM_REFUSE_IF(groups > 1, "a residual needs [rows, hidden] views: groups must be 0 or 1, got %lld",
-                             (long long)a.groups);
+                             (long long)groups);
         ADDRMSNORM_REFUSE_IF(a.numerics == ADDRMSNORM_NUMERICS_HF_ROUND_ONCE,
                              "ADDRMSNORM_NUMERICS_HF_ROUND_ONCE is the plain and QK norms' (residual NULL); with a "
                              "residual, ADDRMSNORM_NUMERICS_HF");
-        n->fused = ForwardCall{.x = a.x, .residual = a.residual, .weight = a.weight, .out = a.out,
-                               .residual_out = a.residual_out, .rstd = a.rstd, .rows = a.rows, .hidden = a.hidden,
-                               .stride_x = a.stride_x, .stride_residual = a.stride_residual,
-                               .stride_out = a.stride_out, .stride_residual_out = a.stride_residual_out,
-                               .x_dtype = a.x_dtype, .residual_dtype = a.residual_dtype,
-                               .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags,
-                               .x_scale = x_scale, .post_weight = a.post_weight,
-                               .post_weight_offset = static_cast<float>(a.post_weight_offset)};
-        return validate_forward(n->fused);
+        return validate_forward(*c);
     }
-    n->kind = NormCallArgs::kPlain;
-    n->plain = NormCall{.x = a.x, .weight = a.weight, .out = a.out, .rstd = a.rstd, .rows = a.rows, .heads = groups,
-                        .hidden = a.hidden, .stride_x = a.stride_x, .stride_x_head = a.stride_x_group,
-                        .stride_out = a.stride_out, .stride_out_head = a.stride_out_group, .x_dtype = a.x_dtype,
-                        .weight_dtype = a.weight_dtype, .eps = eps, .weight_offset = offset, .flags = flags, .z = a.z,
-                        .stride_z = a.stride_z, .group_size = a.group_size, .gate = a.gate, .gate_first = a.gate_first,
-                        .b = a.b, .b_weight = a.b_weight, .b_out = a.b_out, .b_hidden = a.b_hidden,
-                        .stride_b = a.stride_b, .stride_b_out = a.stride_b_out};
-    return validate_rmsnorm(n->plain);
+    c->kind = Call::kPlain;
+    return validate_rmsnorm(*c);
 }
 
 addrmsnorm_status read_norm_backward(const addrmsnorm_norm_backward_args* args, addrmsnorm_norm_backward_args* out) {
