@@ -573,7 +573,10 @@ def _single_pass_rows(
     ROPE: tl.constexpr = False, POSITIONS: tl.constexpr = False, cos_ptr=None, sin_ptr=None, pos_ptr=None,
     stride_cos=0, stride_sin=0, rope_half=0, rope_style=0, cos_by_freq=0, max_position=0,
 ):
-    # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers.
+    # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers. The prologue builds h (the
+    # residual add and its scale, the sandwich norm's first norm, the gate's product), the reduction gives rstd,
+    # and the epilogues follow, each under its constexpr: the weight (the split's second weight, the gate's
+    # columns), the rotation, the gate, the store or the quantization, rstd.
     rows = (tl.program_id(0) - first_program).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
     cols = tl.arange(0, BLOCK_H)
     row_mask = rows < n_rows
@@ -581,47 +584,21 @@ def _single_pass_rows(
     mask = row_mask[:, None] & col_mask[None, :]
     rows_2d = rows[:, None]
     cols_2d = cols[None, :]
-    # Row offsets as the fused op has always computed them; GROUPED (the plain norm's two leading
-    # strides) only where it is compiled in. out's are computed at its store, not held across the row.
-    if GROUPED:
-        x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
-        if SPLIT:  # QK norm: a group's rows (a token's heads) from group_split on take weight2
-            r32 = rows.to(tl.int32)
-            second = (r32 - (r32 // group_rows) * group_rows) >= group_split
-        if GATED:  # z's row of the same (token, group), and the group's columns of the weight
-            g32 = rows.to(tl.int32)
-            tok = g32 // group_rows
-            part = (g32 - tok * group_rows).to(tl.int64) * stride_x_group
-            z_rows = (tok.to(tl.int64) * stride_z_row + part)[:, None]
-            w_cols = part[:, None] + cols_2d
-    else:
-        x_rows = rows_2d * stride_x_row
-
+    x_rows, second, z_rows, w_cols = _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group,
+                                                group_split, stride_z_row, GROUPED, SPLIT, GATED)
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
     # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
     x = tl.load(x_ptr + x_rows + cols_2d, mask=mask, other=0.0,
                 eviction_policy="evict_last" if EVICT_LAST else "")
     if RESIDUAL:
-        r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
-                    eviction_policy="evict_last" if EVICT_LAST else "")
-        if SANDWICH:  # x -> rmsnorm(x; post_weight): a reduction of its own before the add
-            wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=col_mask, other=0), weight_dtype) + post_weight_offset
-            xf = x.to(tl.float32)
-            rstd_x = _rstd_from_sum_sq(tl.sum(xf * xf, axis=1), H, eps, HF_NUMERICS)
-            x = _post_norm(x, rstd_x[:, None], wp[None, :], HF_NUMERICS)
-        h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add: the residual stream must not lose bits
-        h_stored = h.to(residual_out_ptr.dtype.element_ty)
-        tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
-        if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
-            h = h_stored.to(tl.float32)
+        h, rstd_x = _residual_prologue(x, residual_ptr, residual_out_ptr, rows_2d, cols, cols_2d, col_mask, mask,
+                                       stride_residual_row, stride_residual_out_row, H, eps, x_scale, weight_dtype,
+                                       post_weight_ptr, post_weight_offset, EVICT_LAST, SANDWICH, HF_NUMERICS)
+        g = 0.0
     else:  # the plain norm: h is x, exactly (no add, no rounding, nothing stored)
-        h = x.to(tl.float32)
-        if GATED:
-            g = _silu(tl.load(z_ptr + z_rows + cols_2d, mask=mask, other=0.0,
-                              eviction_policy="evict_last" if EVICT_LAST else ""))
-            if gate_first != 0:  # rmsnorm(x * silu(z)): the product in fp32, unrounded (HF's too)
-                h = h * g
+        h, g = _plain_prologue(x, z_ptr, z_rows, cols_2d, mask, gate_first, EVICT_LAST, GATED)
+        rstd_x = 0.0
 
     rstd = _rstd_from_sum_sq(tl.sum(h * h, axis=1), H, eps, HF_NUMERICS)
 
@@ -633,41 +610,149 @@ def _single_pass_rows(
             w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
         w = (_weight_f32(w_raw, weight_dtype) + w_off)[None, :]
     if SPLIT:
-        w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
-        w = tl.where(second[:, None], w2[None, :], w)
+        w = _split_weight(w, weight2_ptr, cols, col_mask, second, has_weight, weight_dtype, w_off)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
     if ROPE:  # ALIGN 1 (rmsnorm_fwd sends the vector's calls to _rope_halves): the normalized row rotated
-        r32 = rows.to(tl.int32)
-        tok = r32 // group_rows
-        if POSITIONS:  # a position outside the cache rotates nothing and writes nothing of its token
-            pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
-            in_cache = (pos >= 0) & (pos < max_position)
-            pos = tl.where(in_cache, pos, 0)
-            row_mask = row_mask & in_cache
-            mask = mask & in_cache[:, None]
-        else:
-            pos = tok.to(tl.int64)
-        # Any style, any rotary_dim (scalar accesses): the partner and the angles read at their indices; cos
-        # and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other), sin
-        # negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
-        partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
-        rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-        xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
-        a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
-        cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
-        sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0).to(tl.float32)
-        sin = tl.where(first[None, :], -sin, sin)
-        wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
-        if SPLIT:
-            wp2 = _weight_f32(_load_w(weight2_ptr, partner, col_mask, has_weight), weight_dtype) + w_off
-            wp = tl.where(second[:, None], wp2[None, :], wp)
-        yp = _scale(xp.to(tl.float32), rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
-        y = _rope(y, yp, cos, sin, out_ptr.dtype.element_ty, HF_NUMERICS)
+        y, row_mask, mask = _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, cols, row_mask,
+                                           col_mask, mask, rstd, second, group_rows, has_weight, weight_dtype,
+                                           w_off, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, rope_half,
+                                           rope_style, cos_by_freq, max_position, SPLIT, POSITIONS, HF_NUMERICS)
     if GATED:
-        if gate_first == 0:  # the norm, then the gate; HF rounds the weighted norm to x's dtype first
-            if HF_NUMERICS:
-                y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
-            y = y * g
+        y = _gate_epilogue(y, g, gate_first, out_ptr.dtype.element_ty, HF_NUMERICS)
+    _store_epilogue(y, out_ptr, y_ptr, rows, rows_2d, cols_2d, row_mask, mask, H, stride_out_row, stride_y_row,
+                    group_rows, stride_out_group, write_y, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
+                    stride_s_group, group_size, has_ub, ue8m0, swizzled, GROUPED, QUANT, ROWS_PER_PROGRAM, BLOCK_H)
+    # rstd last, in a branch after every other load and store: a branch in the middle would split the
+    # kernel for the scheduler (measured: +14 registers at H = 11111), and a predicated store there
+    # cost 2-7% at small, latency-bound shapes and 5% at 8184 x 4100 bf16/fp32 (registers).
+    if write_rstd != 0:
+        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+        if SANDWICH:
+            tl.store(rstd_ptr + n_rows + rows, rstd_x, mask=row_mask)
+
+
+@triton.jit
+def _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group, group_split, stride_z_row,
+               GROUPED: tl.constexpr, SPLIT: tl.constexpr, GATED: tl.constexpr):
+    """A tile's row offsets into x, as the fused op has always computed them (GROUPED, the plain norm's two leading
+    strides, only where it is compiled in; out's are computed at its store, not held across the row), and what the
+    variants need of each row: SPLIT, whether it takes weight2 (the QK norm: a group's rows, a token's heads, from
+    group_split on); GATED, z's row offsets (the same token and group) and the weight's columns of the row's
+    group. What a variant not compiled in would need is 0."""
+    second = 0
+    z_rows = 0
+    w_cols = 0
+    if GROUPED:
+        x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
+        if SPLIT:
+            r32 = rows.to(tl.int32)
+            second = (r32 - (r32 // group_rows) * group_rows) >= group_split
+        if GATED:
+            g32 = rows.to(tl.int32)
+            tok = g32 // group_rows
+            part = (g32 - tok * group_rows).to(tl.int64) * stride_x_group
+            z_rows = (tok.to(tl.int64) * stride_z_row + part)[:, None]
+            w_cols = part[:, None] + cols_2d
+    else:
+        x_rows = rows_2d * stride_x_row
+    return x_rows, second, z_rows, w_cols
+
+
+@triton.jit
+def _residual_prologue(x, residual_ptr, residual_out_ptr, rows_2d, cols, cols_2d, col_mask, mask,
+                       stride_residual_row, stride_residual_out_row, H, eps, x_scale, weight_dtype, post_weight_ptr,
+                       post_weight_offset, EVICT_LAST: tl.constexpr, SANDWICH: tl.constexpr,
+                       HF_NUMERICS: tl.constexpr):
+    """RESIDUAL: h = residual + x_scale * x in fp32, stored as the new residual; SANDWICH: x first normalized with
+    its own weight (post_weight), the rstd of x returned beside h (0 without)."""
+    r = tl.load(residual_ptr + rows_2d * stride_residual_row + cols_2d, mask=mask, other=0.0,
+                eviction_policy="evict_last" if EVICT_LAST else "")
+    rstd_x = 0.0
+    if SANDWICH:  # x -> rmsnorm(x; post_weight): a reduction of its own before the add
+        wp = _weight_f32(tl.load(post_weight_ptr + cols, mask=col_mask, other=0), weight_dtype) + post_weight_offset
+        xf = x.to(tl.float32)
+        rstd_x = _rstd_from_sum_sq(tl.sum(xf * xf, axis=1), H, eps, HF_NUMERICS)
+        x = _post_norm(x, rstd_x[:, None], wp[None, :], HF_NUMERICS)
+    h = _residual_add(x, r, x_scale, HF_NUMERICS)  # fp32 add: the residual stream must not lose bits
+    h_stored = h.to(residual_out_ptr.dtype.element_ty)
+    tl.store(residual_out_ptr + rows_2d * stride_residual_out_row + cols_2d, h_stored, mask=mask)
+    if HF_NUMERICS:  # HF normalizes the rounded residual it carries, not the fp32 sum
+        h = h_stored.to(tl.float32)
+    return h, rstd_x
+
+
+@triton.jit
+def _plain_prologue(x, z_ptr, z_rows, cols_2d, mask, gate_first, EVICT_LAST: tl.constexpr, GATED: tl.constexpr):
+    """The plain norm: h is x, exactly (no add, no rounding, nothing stored). GATED: silu(z) returned beside h (0
+    without), and with gate_first h = x * silu(z), the product in fp32, unrounded (HF's too)."""
+    h = x.to(tl.float32)
+    g = 0.0
+    if GATED:
+        g = _silu(tl.load(z_ptr + z_rows + cols_2d, mask=mask, other=0.0,
+                          eviction_policy="evict_last" if EVICT_LAST else ""))
+        if gate_first != 0:  # rmsnorm(x * silu(z))
+            h = h * g
+    return h, g
+
+
+@triton.jit
+def _split_weight(w, weight2_ptr, cols, col_mask, second, has_weight, weight_dtype, w_off):
+    """SPLIT (the QK norm): the rows from a group's group_split on (its k heads) take weight2."""
+    w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
+    return tl.where(second[:, None], w2[None, :], w)
+
+
+@triton.jit
+def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, cols, row_mask, col_mask, mask, rstd,
+                   second, group_rows, has_weight, weight_dtype, w_off, cos_ptr, sin_ptr, pos_ptr, stride_cos,
+                   stride_sin, rope_half, rope_style, cos_by_freq, max_position, SPLIT: tl.constexpr,
+                   POSITIONS: tl.constexpr, HF_NUMERICS: tl.constexpr):
+    """ROPE at ALIGN 1: each normalized row y rotated by its token's angles, any style, any rotary_dim (scalar
+    accesses: the partner and the angles read at their indices). Returns y and the masks: a position outside the
+    cache (POSITIONS) rotates nothing and writes nothing of its token."""
+    r32 = rows.to(tl.int32)
+    tok = r32 // group_rows
+    if POSITIONS:
+        pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
+        in_cache = (pos >= 0) & (pos < max_position)
+        pos = tl.where(in_cache, pos, 0)
+        row_mask = row_mask & in_cache
+        mask = mask & in_cache[:, None]
+    else:
+        pos = tok.to(tl.int64)
+    # cos and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other), sin
+    # negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
+    partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
+    rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
+    xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
+    a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
+    cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
+    sin = tl.load(sin_ptr + pos[:, None] * stride_sin + a_cols, mask=rot_mask, other=0.0).to(tl.float32)
+    sin = tl.where(first[None, :], -sin, sin)
+    wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
+    if SPLIT:
+        wp = _split_weight(wp, weight2_ptr, partner, col_mask, second, has_weight, weight_dtype, w_off)
+    yp = _scale(xp.to(tl.float32), rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
+    return _rope(y, yp, cos, sin, out_ptr.dtype.element_ty, HF_NUMERICS), row_mask, mask
+
+
+@triton.jit
+def _gate_epilogue(y, g, gate_first, out_dtype, HF_NUMERICS: tl.constexpr):
+    """GATED, gate_first 0: the norm, then the gate; HF rounds the weighted norm to x's dtype first."""
+    if gate_first == 0:
+        if HF_NUMERICS:
+            y = y.to(out_dtype).to(tl.float32)
+        y = y * g
+    return y
+
+
+@triton.jit
+def _store_epilogue(y, out_ptr, y_ptr, rows, rows_2d, cols_2d, row_mask, mask, H, stride_out_row, stride_y_row,
+                    group_rows, stride_out_group, write_y, scale_ptr, scales_ptr, scale_ub_ptr, stride_s_row,
+                    stride_s_group, group_size, has_ub, ue8m0, swizzled, GROUPED: tl.constexpr, QUANT: tl.constexpr,
+                    ROWS_PER_PROGRAM: tl.constexpr, BLOCK_H: tl.constexpr):
+    """The tile's output: y stored in out's dtype (QUANT 0), or quantized (configs.QUANT_MODES: static, per
+    token, per group, block-scaled) into q in out's place, with y too if write_y."""
     if QUANT == 0:
         tl.store(out_ptr + _out_rows(rows_2d, rows, stride_out_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                  y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -697,13 +782,6 @@ def _single_pass_rows(
         if write_y != 0:
             tl.store(y_ptr + _out_rows(rows_2d, rows, stride_y_row, group_rows, stride_out_group, GROUPED) + cols_2d,
                      y.to(y_ptr.dtype.element_ty), mask=mask)
-    # rstd last, in a branch after every other load and store: a branch in the middle would split the
-    # kernel for the scheduler (measured: +14 registers at H = 11111), and a predicated store there
-    # cost 2-7% at small, latency-bound shapes and 5% at 8184 x 4100 bf16/fp32 (registers).
-    if write_rstd != 0:
-        tl.store(rstd_ptr + rows, rstd, mask=row_mask)
-        if SANDWICH:
-            tl.store(rstd_ptr + n_rows + rows, rstd_x, mask=row_mask)
 
 
 @triton.jit
