@@ -835,7 +835,7 @@ TEST(Validate, PairRulesNameTheirField) {
 
 TEST(Dispatch, EverySandwichQuantizedCallHasAKernel) {
     using namespace addrmsnorm::detail;
-    // The sandwich norm's quantized outputs (configs.SANDWICH_QUANT), on its rows, as forward.cpp's launch_quant
+    // The sandwich norm's quantized outputs (configs.SANDWICH_QUANT), on its rows, as forward.cpp's forward_kernel
     // asks once the call is validated: every arch with fp8 has them.
     struct M { int mode; addrmsnorm_quant_dtype q; };
     const M modes[5] = {{ADDRMSNORM_QUANT_STATIC, ADDRMSNORM_QUANT_FLOAT8_E4M3},
@@ -857,7 +857,7 @@ TEST(Dispatch, EverySandwichQuantizedCallHasAKernel) {
 TEST(Dispatch, EveryGatedQuantizedCallHasAKernel) {
     using namespace addrmsnorm::detail;
     // The gated norm's quantized outputs (configs.GATED_QUANT): fp8 static and per token on its 16-bit rows, as
-    // forward.cpp's launch_quant asks once the call is validated.
+    // forward.cpp's forward_kernel asks once the call is validated.
     for (long long g : {8LL, 128LL, 1024LL, 4096LL, 8192LL})
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (int mode : {ADDRMSNORM_QUANT_STATIC, ADDRMSNORM_QUANT_PER_TOKEN}) {
@@ -911,7 +911,7 @@ TEST(Validate, GatedNormRulesNameTheirField) {
 TEST(Dispatch, EveryPlainNormCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
     // The sandwich norm: 16-bit x, residual and weights of its dtype, vector-aligned rows (as forward.cpp's
-    // launch_fused asks once the call is validated).
+    // forward_kernel asks once the call is validated).
     for (long long H : {8LL, 64LL, 1024LL, 4096LL, 5376LL, 8192LL, 16384LL, 262144LL})
         for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
             for (bool hf : {false, true})
