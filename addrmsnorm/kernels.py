@@ -244,6 +244,22 @@ def _rope(y, yp, cos, sin, out_dtype, HF_NUMERICS: tl.constexpr):
 
 
 @triton.jit
+def _token_positions(pos_ptr, tok, row_mask, mask, max_position, POSITIONS: tl.constexpr):
+    """The row of the angles of each row's token: its position (POSITIONS: pos_ptr's, into a cache of max_position
+    rows), else the token itself. A position outside the cache rotates nothing and writes nothing of its token: the
+    masks returned leave its rows out."""
+    if POSITIONS:
+        pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
+        in_cache = (pos >= 0) & (pos < max_position)
+        pos = tl.where(in_cache, pos, 0)
+        row_mask = row_mask & in_cache
+        mask = mask & in_cache[:, None]
+    else:
+        pos = tok.to(tl.int64)
+    return pos, row_mask, mask
+
+
+@triton.jit
 def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_rows, group_split,
                  stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype,
                  weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position,
@@ -270,14 +286,7 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_
     x_lo = tl.load(x_ptr + x_rows + cc, mask=m, other=0.0).to(tl.float32)
     x_hi = tl.load(x_ptr + x_rows + (cc + half), mask=m, other=0.0).to(tl.float32)
     rstd = _rstd_from_sum_sq(tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1), H, eps, HF_NUMERICS)
-    if POSITIONS:
-        pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
-        in_cache = (pos >= 0) & (pos < max_position)
-        pos = tl.where(in_cache, pos, 0)
-        row_mask = row_mask & in_cache
-        m = m & in_cache[:, None]
-    else:
-        pos = tok.to(tl.int64)
+    pos, row_mask, m = _token_positions(pos_ptr, tok, row_mask, m, max_position, POSITIONS)
     out_dtype = out_ptr.dtype.element_ty
     # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
     w_off = _weight_offset(weight_offset, has_weight)
@@ -712,14 +721,7 @@ def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, col
     cache (POSITIONS) rotates nothing and writes nothing of its token."""
     r32 = rows.to(tl.int32)
     tok = r32 // group_rows
-    if POSITIONS:
-        pos = tl.load(pos_ptr + tok, mask=row_mask, other=0).to(tl.int64)
-        in_cache = (pos >= 0) & (pos < max_position)
-        pos = tl.where(in_cache, pos, 0)
-        row_mask = row_mask & in_cache
-        mask = mask & in_cache[:, None]
-    else:
-        pos = tok.to(tl.int64)
+    pos, row_mask, mask = _token_positions(pos_ptr, tok, row_mask, mask, max_position, POSITIONS)
     # cos and sin as _rope takes them, in fp32: 1 and 0 past the rotated columns (the masked loads' other), sin
     # negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
     partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
