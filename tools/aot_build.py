@@ -75,6 +75,41 @@ ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # and H fit), strides 64-bit (a row stride may not).
 
 @dataclass(frozen=True)
+class Kind:
+    """A Spec kind: one kernel compiled with some of its constexpr flags on (the optional inputs its calls give),
+    its name in the host tests' enum (variants.inc), and whether its register cap has a plan of its own
+    (configs.max_registers; else its kernel's)."""
+    kernel: str   # "forward" (rmsnorm_fwd), "quant_forward" (rmsnorm_quant_fwd), "backward" (rmsnorm_bwd), "dweight"
+    flags: tuple  # the flags on
+    enum: str
+    own_plan: bool = False
+
+
+# Every kind, in the order of the host tests' KernelKind. The sandwich and gated norms' quantized kernels hold a
+# second row (x's beside h's, z's beside x's): the quantized forward's register plan is not theirs.
+KINDS = {
+    "forward": Kind("forward", ("RESIDUAL",), "Forward"),
+    "backward": Kind("backward", (), "Backward"),
+    "dweight": Kind("dweight", (), "Dweight"),
+    "quant_forward": Kind("quant_forward", ("RESIDUAL",), "QuantForward"),
+    "plain_forward": Kind("forward", ("GROUPED",), "PlainForward"),
+    "plain_quant_forward": Kind("quant_forward", (), "PlainQuantForward"),
+    "qk_forward": Kind("forward", ("GROUPED", "SPLIT"), "QkForward"),
+    "sandwich_forward": Kind("forward", ("RESIDUAL", "SANDWICH"), "SandwichForward"),
+    "gated_forward": Kind("forward", ("GROUPED", "GATED"), "GatedForward"),
+    "pair_forward": Kind("forward", ("PAIR",), "PairForward"),
+    "sandwich_quant_forward": Kind("quant_forward", ("RESIDUAL", "SANDWICH"), "SandwichQuantForward", own_plan=True),
+    "gated_quant_forward": Kind("quant_forward", ("GATED",), "GatedQuantForward", own_plan=True),
+    "rope_forward": Kind("forward", ("GROUPED", "SPLIT", "ROPE"), "RopeForward"),
+    "rope_backward": Kind("backward", ("ROPE",), "RopeBackward"),
+}
+# The flags each kernel is always given (False where off), in its order; a kind's other flags (the forward's
+# rotation) are given only where on.
+KERNEL_FLAGS = {"forward": ("RESIDUAL", "GROUPED", "SPLIT", "SANDWICH", "GATED", "PAIR"),
+                "quant_forward": ("RESIDUAL", "SANDWICH", "GATED"), "backward": ("ROPE",), "dweight": ()}
+
+
+@dataclass(frozen=True)
 class Spec:
     kind: str         # "forward" and "quant_forward" (rmsnorm_fwd, rmsnorm_quant_fwd), "backward" (rmsnorm_bwd),
                       # "dweight" (rmsnorm_dweight), and the plain norm's "plain_forward" and "plain_quant_forward"
@@ -96,12 +131,8 @@ class Spec:
 
     @property
     def base(self) -> str:
-        """The kernel kind: the plain norm's are the fused kernels', compiled with RESIDUAL off."""
-        return {"plain_forward": "forward", "qk_forward": "forward", "sandwich_forward": "forward",
-                "rope_forward": "forward",
-                "gated_forward": "forward", "pair_forward": "forward", "sandwich_quant_forward": "quant_forward",
-                "gated_quant_forward": "quant_forward",
-                "plain_quant_forward": "quant_forward", "rope_backward": "backward"}.get(self.kind, self.kind)
+        """The kernel it compiles (KINDS): "forward", "quant_forward", "backward" or "dweight"."""
+        return KINDS[self.kind].kernel
 
     @property
     def align_class(self) -> int:
@@ -338,12 +369,7 @@ def kernel_of(kind: str):
     """The @triton.jit kernel of a Spec kind."""
     k = _load("kernels")
     return {"forward": k.rmsnorm_fwd, "quant_forward": k.rmsnorm_quant_fwd, "backward": k.rmsnorm_bwd,
-            "rope_backward": k.rmsnorm_bwd,
-            "dweight": k.rmsnorm_dweight, "plain_forward": k.rmsnorm_fwd, "qk_forward": k.rmsnorm_fwd,
-            "rope_forward": k.rmsnorm_fwd,
-            "sandwich_forward": k.rmsnorm_fwd, "gated_forward": k.rmsnorm_fwd, "pair_forward": k.rmsnorm_fwd,
-            "sandwich_quant_forward": k.rmsnorm_quant_fwd, "gated_quant_forward": k.rmsnorm_quant_fwd,
-            "plain_quant_forward": k.rmsnorm_quant_fwd}[kind]
+            "dweight": k.rmsnorm_dweight}[KINDS[kind].kernel]
 
 
 def _pointer_types(spec: Spec) -> dict:
@@ -401,13 +427,11 @@ TOOL_VERSION = 9
 
 
 def spec_cap(spec: Spec, cfg, arch: int) -> int | None:
-    """The register cap a spec compiles with (configs.max_registers), as the JIT launcher has it. The sandwich
-    and gated norms' quantized kernels hold a second row (x's beside h's, z's beside x's): the quantized
-    forward's plan is not theirs."""
+    """The register cap a spec compiles with (configs.max_registers), as the JIT launcher has it: its kind's plan
+    or its kernel's (KINDS)."""
     if spec.kind == "dweight":
         return None
-    return configs.max_registers(spec.kind if spec.kind in ("sandwich_quant_forward", "gated_quant_forward")
-                                 else spec.base, cfg, arch)
+    return configs.max_registers(spec.kind if KINDS[spec.kind].own_plan else spec.base, cfg, arch)
 
 
 def compile_inputs(spec: Spec, cfg, arch: int):
@@ -428,25 +452,22 @@ def compile_inputs(spec: Spec, cfg, arch: int):
                      for a in aligned_args}
         if spec.base == "backward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
-                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages,
-                          "ROPE": spec.kind == "rope_backward"}
+                          "SEPARATE_DX": spec.x != spec.residual, "ALIGN": align, "STAGES": cfg.stages}
         elif spec.base == "quant_forward":
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "QUANT": spec.quant, "PDL": configs.pdl_compiled(arch),
-                          "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h,
-                          "RESIDUAL": spec.kind in ("quant_forward", "sandwich_quant_forward"),
-                          "SANDWICH": spec.kind == "sandwich_quant_forward", "GATED": spec.kind == "gated_quant_forward"}
+                          "WEIGHT_FIRST": cfg.weight_first, "EVICT_LAST": cfg.evict_last, "KEEP_H": cfg.keep_h}
         else:
             constexprs = {"BLOCK_H": cfg.block_h, "ROWS_PER_PROGRAM": cfg.rows_per_program, "LOOPED": cfg.looped,
                           "ALIGN": align, "HF_NUMERICS": spec.numerics, "PDL": configs.pdl_compiled(arch),
                           "WEIGHT_FIRST": cfg.weight_first, "REREAD": cfg.reread, "EVICT_LAST": cfg.evict_last,
-                          "KEEP_H": cfg.keep_h, "RESIDUAL": spec.kind in ("forward", "sandwich_forward"),
-                          "GROUPED": spec.kind in ("plain_forward", "qk_forward", "gated_forward", "rope_forward"),
-                          "SPLIT": spec.kind in ("qk_forward", "rope_forward"), "SANDWICH": spec.kind == "sandwich_forward",
-                          "GATED": spec.kind == "gated_forward", "PAIR": spec.kind == "pair_forward"}
-            if spec.kind == "rope_forward":
-                constexprs["ROPE"] = True
-                constexprs["POSITIONS"] = configs.ROPE_VARIANTS[spec.rope - 1][1] is not None
+                          "KEEP_H": cfg.keep_h}
+        # the kind's flags: its kernel's, on or off, then its others (on)
+        flags = KINDS[spec.kind].flags
+        constexprs.update({f: f in flags for f in KERNEL_FLAGS[spec.base]})
+        constexprs.update({f: True for f in flags if f not in KERNEL_FLAGS[spec.base]})
+        if "ROPE" in flags and spec.base == "forward":
+            constexprs["POSITIONS"] = configs.ROPE_VARIANTS[spec.rope - 1][1] is not None
         num_warps = cfg.num_warps
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
     cap = spec_cap(spec, cfg, arch)
@@ -601,12 +622,7 @@ def _call_rules(n_align_classes: int) -> list[str]:
         lines.append(f"    if (x_itemsize == {xs}) return {rule[table]}(H, {xs}, {xs}, 0, vector_typed{plain_arg});")
     lines += ["    return -1;", "}"]
     return lines
-# The Spec kinds as the host tests' KernelVariant::kind (variants.inc): an enum named in words.
-KINDS = {"forward": "Forward", "backward": "Backward", "dweight": "Dweight", "quant_forward": "QuantForward",
-         "plain_forward": "PlainForward", "plain_quant_forward": "PlainQuantForward", "qk_forward": "QkForward",
-         "sandwich_forward": "SandwichForward", "gated_forward": "GatedForward", "pair_forward": "PairForward",
-         "sandwich_quant_forward": "SandwichQuantForward", "gated_quant_forward": "GatedQuantForward",
-         "rope_forward": "RopeForward", "rope_backward": "RopeBackward"}
+
 
 
 
@@ -614,7 +630,7 @@ def _variants_header() -> list:
     """The head of variants.inc: what each variant of kernel_table.cpp is, in its order, for the host tests
     alone (the runtime reads only the dispatch indices). The array's rows follow."""
     return ["// Generated by tools/aot_build.py: kernel_table.cpp's variants, in order (tests/cpp/host_test.cpp).",
-            f"enum class KernelKind {{ {', '.join(KINDS.values())} }};",
+            f"enum class KernelKind {{ {', '.join(k.enum for k in KINDS.values())} }};",
             "struct KernelVariant {",
             "    KernelKind kind;",
             "    int config;            // index into kConfigs (the forwards) or kBackwardConfigs",
@@ -883,7 +899,7 @@ addrmsnorm_cubin_blob:
         weight = (weight_slot(s) if s.base in ("forward", "quant_forward") else -1 if s.base == "backward"
                   else DTYPE_INDEX[s.weight])
         q = configs.QUANT_DTYPES.index(s.q) if s.q else -1
-        variants.append(f"    {{KernelKind::{KINDS[s.kind]}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
+        variants.append(f"    {{KernelKind::{KINDS[s.kind].enum}, {s.config}, {DTYPE_INDEX[s.x]}, {DTYPE_INDEX[s.residual]}, "
                         f"{weight}, {s.align_class}, {s.numerics}, {s.quant}, {q}}},")
     variants.append("};")
     _write_if_changed(out / "variants.inc", "\n".join(variants) + "\n")
