@@ -169,7 +169,7 @@ extern "C" ADDRMSNORM_API addrmsnorm_status addrmsnorm_norm_backward(const addrm
         if (st != ADDRMSNORM_SUCCESS) return st;
     }
     if (dweight != nullptr) {  // column sums of the partials (zeros when rows == 0)
-        const int variant = kDweightIndex[c.weight_dtype];
+        const int variant = dweight_variant_index(c.weight_dtype);
         LoadedKernel k;
         st = get_kernel(*d, variant, &k);
         if (st != ADDRMSNORM_SUCCESS) return st;

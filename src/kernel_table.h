@@ -3,6 +3,7 @@
 #pragma once
 
 #include "addrmsnorm/addrmsnorm.h"
+#include "kernel_keys.h"
 
 namespace addrmsnorm {
 namespace detail {
@@ -37,35 +38,45 @@ extern const int kNumDtypes;
 extern const int kNumAlignClasses;   // forward ALIGN classes: ALIGN = 1 << class, class < kNumAlignClasses
 extern const int kNumWeightSlots;
 extern const int kNumNumerics;
-extern const short kVariantIndex[];  // [config][x][residual][weight slot][align_class][hf] -> variant | -1
 
-// The backward: its configs and dispatch rule, [config][x][residual][aligned] -> variant (one for
-// every weight dtype), and the dweight reduction's variant per weight dtype.
+// The one lookup of the built kernels: every kernel's key (kernel_keys.h's pack_kernel_key), ascending, and its
+// variant (the index of kImages' rows).
+extern const int kNumKernelKeys;
+extern const unsigned long long kKernelKeys[];
+extern const short kKeyVariants[];
+
+// The variant built for a key, or -1.
+inline int find_kernel(const KernelKey& key) {
+    const unsigned long long k = pack_kernel_key(key);
+    int lo = 0, hi = kNumKernelKeys;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (kKernelKeys[mid] < k) lo = mid + 1; else hi = mid;
+    }
+    return lo < kNumKernelKeys && kKernelKeys[lo] == k ? kKeyVariants[lo] : -1;
+}
+
+// The backward: its configs and dispatch rule, its kernel (one for every weight dtype, read by its runtime dtype),
+// and the dweight reduction's per weight dtype.
 extern const int kNumBackwardConfigs;
 extern const KernelConfig kBackwardConfigs[];
-extern const short kBackwardIndex[];
-extern const short kDweightIndex[];
 extern const int kNumQuantDtypes;
 extern const int kNumQuantModes;    // the QUANT constexpr: addrmsnorm_quant_mode's six modes, 1 to 6
-extern const short kQuantIndex[];   // [config][x][quant dtype][QUANT - 1] -> variant | -1
-// The plain norm (the forward with RESIDUAL off, always GROUPED): [config][x][weight slot][align_class]
-// [numerics] -> variant | -1, and its quantized forward, indexed as kQuantIndex.
-extern const short kPlainIndex[];
-extern const short kPlainQuantIndex[];
 extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
 inline int backward_variant_index(int config, int x, int residual, bool aligned) {
-    const int n = kNumDtypes;
-    return kBackwardIndex[((config * n + x) * n + residual) * 2 + (aligned ? 1 : 0)];
+    return find_kernel({KernelKind::Backward, config, x, residual, 0, aligned ? 1 : 0, 0, 0, 0, 0});
 }
-// The rotation's backward (rmsnorm_bwd with ROPE): [config][x][aligned] -> variant | -1, and its config
-// (configs.select_rope_backward_config: configs.ROPE_BACKWARD_TABLE's generated rule, 16-bit heads).
-extern const short kRopeBackwardIndex[];
+inline int dweight_variant_index(int weight) {
+    return find_kernel({KernelKind::Dweight, 0, ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32, weight, 0, 0, 0, 0, 0});
+}
+// The rotation's backward (rmsnorm_bwd with ROPE), and its config (configs.select_rope_backward_config:
+// configs.ROPE_BACKWARD_TABLE's generated rule, 16-bit heads).
 int select_rope_backward_table_config(long long H, int x_itemsize, int residual_itemsize);
 inline int select_rope_backward_config(long long H) { return select_rope_backward_table_config(H, 2, 2); }
 inline int rope_backward_variant_index(int config, int x, bool aligned) {
-    return kRopeBackwardIndex[(config * kNumDtypes + x) * 2 + (aligned ? 1 : 0)];
+    return find_kernel({KernelKind::RopeBackward, config, x, x, 0, aligned ? 1 : 0, 0, 0, 0, 0});
 }
 
 // The rules that pick a call's kernel, generated from configs.py as tables of its answers
@@ -123,65 +134,61 @@ inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsi
                          weight_is_x_dtype) * kNumNumerics + numerics];
 }
 
-// The place of a call in the tables of one residual dtype (kPlainIndex, kQkIndex, kSandwichIndex, kGatedIndex,
-// kPairIndex; kRopeIndex has one more dimension): [config][x][weight slot][align class][numerics].
-inline int variant_slot(int config, int x, int weight, int align_class, int numerics) {
-    return (((config * kNumDtypes + x) * kNumWeightSlots + weight_slot(x, weight)) * kNumAlignClasses + align_class) *
-               kNumNumerics + numerics;
+// A forward kernel of a kind (the fused, plain, QK, sandwich, gated or pair kernels) for a call's dtypes (weight:
+// its addrmsnorm_dtype, read as its weight slot), alignment class and numerics; the rotation's adds its variant.
+inline int forward_variant(KernelKind kind, int config, int x, int residual, int weight, int align_class,
+                           int numerics, int rope = 0) {
+    return find_kernel({kind, config, x, residual, weight_slot(x, weight), align_class, numerics, 0, 0, rope});
 }
 
 inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {
-    const int n = kNumDtypes;
-    return kVariantIndex[((((config * n + x) * n + residual) * kNumWeightSlots + weight_slot(x, weight)) *
-                              kNumAlignClasses + align_class) * kNumNumerics + numerics];
+    return forward_variant(KernelKind::Forward, config, x, residual, weight, align_class, numerics);
 }
 
-extern const short kSandwichQuantIndex[];  // the sandwich norm's quantized outputs, indexed as kQuantIndex
-extern const short kGatedQuantIndex[];     // the gated norm's quantized outputs, indexed as kQuantIndex
-
+// The quantized forward's kernel: fused, plain, the sandwich norm's or the gated norm's (16-bit x, its weight).
 inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bool plain = false,
                                bool sandwich = false, bool gated = false) {
-    return (gated ? kGatedQuantIndex : sandwich ? kSandwichQuantIndex : plain ? kPlainQuantIndex : kQuantIndex)[((config * kNumDtypes + x) * kNumQuantDtypes + quant_dtype) *
-                                                        kNumQuantModes + quant - 1];
+    const KernelKind kind = gated      ? KernelKind::GatedQuantForward
+                            : sandwich ? KernelKind::SandwichQuantForward
+                            : plain    ? KernelKind::PlainQuantForward
+                                       : KernelKind::QuantForward;
+    return find_kernel({kind, config, x, x, 0, 0, 0, quant, quant_dtype + 1, 0});
 }
 
-extern const short kQkIndex[];  // the QK norm (SPLIT), indexed as kPlainIndex
 extern const int kWeightlessDtype;  // configs.WEIGHTLESS_DTYPE: the backward's weight_dtype with no weight
 extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the QK norm is built for
 
 inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kQkIndex[variant_slot(config, x, weight, align_class, numerics)];
+    return forward_variant(KernelKind::QkForward, config, x, x, weight, align_class, numerics);
 }
-
-extern const short kSandwichIndex[];  // the sandwich norm (RESIDUAL and SANDWICH), indexed as kPlainIndex
 
 inline int sandwich_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kSandwichIndex[variant_slot(config, x, weight, align_class, numerics)];
+    return forward_variant(KernelKind::SandwichForward, config, x, x, weight, align_class, numerics);
 }
 
-extern const short kGatedIndex[];  // the gated norm (GROUPED and GATED), indexed as kPlainIndex
 extern const int kGatedMaxGroup;  // configs.GATED_MAX_GROUP: the widest group the gated norm is built for
 // configs.GATED_TABLE's rule (configs.select_gated_config), generated.
 int select_gated_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
 
 inline int gated_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kGatedIndex[variant_slot(config, x, weight, align_class, numerics)];
+    return forward_variant(KernelKind::GatedForward, config, x, x, weight, align_class, numerics);
 }
 
-inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics);
+inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {
+    return forward_variant(KernelKind::PlainForward, config, x, x, weight, align_class, numerics);
+}
 
 // The plain norm's kernel for a call (the QK norm's with qk), as the JIT launcher picks it: the alignment
 // class of the pointers, H and every stride (OR-ed into `strides`; 0 for a single row), the numerics,
 // then the config (*config) and the variant (-1: none built). The QK norm, like HF numerics and the
 // "w16" weight, is built for ALIGN 1 and the vector alone.
-extern const short kRopeIndex[];  // the rotation (ROPE on the QK norm's kernel): [...][rope variant]
 extern const int kNumRopeVariants;  // configs.ROPE_VARIANTS: (angle dtype x's or fp32) x (positions none, i32, i64)
 
 // The rotation's variant of a call (angle_x: the angles of x's dtype; positions: 0 none, 1 int32, 2 int64).
 inline int rope_variant_index(int config, int x, int weight, int align_class, int numerics, bool angle_x,
                               int positions) {
-    return kRopeIndex[variant_slot(config, x, weight, align_class, numerics) * kNumRopeVariants + (angle_x ? 0 : 3) +
-                      positions];
+    return forward_variant(KernelKind::RopeForward, config, x, x, weight, align_class, numerics,
+                           1 + (angle_x ? 0 : 3) + positions);
 }
 
 // configs.ROPE_TABLE's and ROPE_MISALIGNED_TABLE's rules, generated; configs.select_rope_config: heads on the
@@ -216,7 +223,6 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
               : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }
 
-extern const short kPairIndex[];  // the pair (PAIR: two parts of the same rows), indexed as kPlainIndex
 extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the pair is built for
 // The variants' admission rules, generated from configs.py (validation.py reads the same): VARIANT_ALIGN, the
 // sandwich norm's, the pair's and the rotation's dtypes (bits of addrmsnorm_dtype; the gated norm takes every
@@ -257,7 +263,7 @@ inline int pair_call_variant(const void* const* pointers, int n_pointers, long l
     const int numerics = numerics_mode(hf, weight_offset, 2);
     *config = select_pair_table_config(wider, 2, 2, 0, false);
     if (*config < 0) return -1;
-    return kPairIndex[variant_slot(*config, x_dtype, weight_dtype, align_class, numerics)];
+    return forward_variant(KernelKind::PairForward, *config, x_dtype, x_dtype, weight_dtype, align_class, numerics);
 }
 
 // The gated norm's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone are built
@@ -273,10 +279,6 @@ inline int gated_call_variant(const void* x, const void* weight, const void* z, 
     *config = select_gated_table_config(hidden, xs, xs, 0, false);
     if (*config < 0) return -1;
     return gated_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
-}
-
-inline int plain_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return kPlainIndex[variant_slot(config, x, weight, align_class, numerics)];
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 
 namespace {
 // What each variant is (KernelVariant, kVariants), in kernel_table.cpp's order: generated for these tests alone.
+using addrmsnorm::detail::KernelKind;
 #include "variants.inc"
 }  // namespace
 
@@ -372,9 +373,9 @@ TEST(Dispatch, EveryBackwardCallHasAKernelForEveryArch) {
             }
     EXPECT_LT(select_rope_backward_config(kQkMaxHeadDim + 1), 0);
     for (int w = 0; w < 3; ++w) {
-        ASSERT_GE(kDweightIndex[w], 0);
-        EXPECT_EQ(kVariants[kDweightIndex[w]].kind, KernelKind::Dweight);
-        EXPECT_EQ(kVariants[kDweightIndex[w]].weight, w);
+        ASSERT_GE(dweight_variant_index(w), 0);
+        EXPECT_EQ(kVariants[dweight_variant_index(w)].kind, KernelKind::Dweight);
+        EXPECT_EQ(kVariants[dweight_variant_index(w)].weight, w);
     }
 }
 
