@@ -35,6 +35,8 @@ struct ForwardViews {
     // residual_out; without the gate, z is x; without the pair, b is x and b_out out.
     const void *residual, *residual_out, *z, *b, *b_out;
     int64_t b_hidden;
+
+    int64_t kernel_rows() const { return rows * groups; }
 };
 
 ForwardViews forward_views(const Call& c) {
@@ -53,7 +55,7 @@ ForwardViews forward_views(const Call& c) {
     }
     if (qk) v.stride_x_group = v.stride_out_group = c.hidden;  // a token's heads, contiguous
     if (v.groups == 1) v.stride_x_group = v.stride_out_group = 0;
-    const bool one = v.rows * v.groups == 1;  // a single row has no stride
+    const bool one = v.kernel_rows() == 1;  // a single row has no stride (nor group: groups is 1)
     auto row = [one](int64_t stride) { return one ? 0 : stride; };
     v.stride_x = row(c.stride_x);
     v.stride_out = row(c.stride_out);
@@ -63,7 +65,6 @@ ForwardViews forward_views(const Call& c) {
     v.stride_z = gated ? row(c.stride_z) : 0;
     v.stride_b = pair ? row(c.stride_b) : 0;
     v.stride_b_out = pair ? row(c.stride_b_out) : 0;
-    if (one) v.stride_x_group = v.stride_out_group = 0;
     const bool sandwich = c.post_weight != nullptr;
     v.weight = c.weightless() ? (sandwich ? c.post_weight : c.x) : c.weight;
     v.weight2 = qk && !c.weightless() ? c.weight2 : v.weight;
@@ -184,7 +185,7 @@ void set_common(Params& p, const Call& c, const ForwardViews& v) {
     p.residual_ptr = devptr(v.residual);
     p.weight_ptr = devptr(v.weight);
     p.residual_out_ptr = devptr(v.residual_out);
-    p.n_rows = static_cast<int32_t>(v.rows * v.groups);
+    p.n_rows = static_cast<int32_t>(v.kernel_rows());
     p.H = static_cast<int32_t>(v.hidden);
     p.stride_x_row = v.stride_x;
     p.stride_residual_row = v.stride_residual;
@@ -261,8 +262,7 @@ void set_quant(QuantForwardParams& p, const Call& c, const ForwardViews& v) {
     // Block-scaled, swizzled: scales for the rows rounded up to 128; the grid's last program writes the padded
     // rows' zeros.
     const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
-    const int32_t n_rows = static_cast<int32_t>(v.rows * v.groups);
-    p.scale_rows = swizzled ? static_cast<int32_t>((c.rows + 127) / 128 * 128) : n_rows;
+    p.scale_rows = static_cast<int32_t>(swizzled ? (c.rows + 127) / 128 * 128 : v.kernel_rows());
     p.swizzled = swizzled ? 1 : 0;
 }
 
@@ -289,8 +289,8 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     st = get_built_kernel(*d, fk.variant, fk.what, &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const KernelConfig& cfg = kConfigs[fk.config];
-    const int64_t n_rows = v.rows * v.groups;
-    const unsigned part_grid = static_cast<unsigned>((n_rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    const unsigned part_grid =
+        static_cast<unsigned>((v.kernel_rows() + cfg.rows_per_program - 1) / cfg.rows_per_program);
     const bool pdl = (c.flags & ADDRMSNORM_FLAG_PDL) != 0;
     if (c.kind == Call::kQuant) {
         QuantForwardParams p;
