@@ -40,7 +40,7 @@ class NormArgs(ctypes.Structure):
                 ("group_size", ctypes.c_int64), ("gate", ctypes.c_int32), ("gate_first", ctypes.c_int32),
                 ("b", ctypes.c_void_p), ("b_weight", ctypes.c_void_p), ("b_out", ctypes.c_void_p),
                 ("b_hidden", ctypes.c_int64), ("stride_b", ctypes.c_int64), ("stride_b_out", ctypes.c_int64),
-                ("rope", ctypes.c_void_p)]
+                ("rope", ctypes.c_void_p), ("v_from_group", ctypes.c_int64)]
 
 
 class Rope(ctypes.Structure):
@@ -268,22 +268,23 @@ def rmsnorm(lib, x, weight, out, rstd=None, eps=1e-6, weight_offset=0.0, numeric
 
 
 def qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0, numerics=0,
-            flags=0, rope=None) -> NormArgs:
-    """The QK norm of a (tokens, width) buffer, in place: its q and k heads as groups of head_dim. rope: a Rope
-    (kept alive by the caller)."""
+            flags=0, rope=None, num_v_heads=0) -> NormArgs:
+    """The QK norm of a (tokens, width) buffer, in place: its q and k heads (then v's, weightless and not rotated)
+    as groups of head_dim. rope: a Rope (kept alive by the caller)."""
     T = qkv.shape[0]
-    heads = num_q_heads + num_kv_heads
+    heads = num_q_heads + num_kv_heads + num_v_heads
     view = torch.as_strided(qkv, (T, heads, head_dim), (qkv.stride(0) if T > 1 else qkv.shape[1], head_dim, 1))
     a = norm_args(view, q_weight, view, eps=eps, weight_offset=weight_offset, numerics=numerics, flags=flags,
                   weight2=k_weight, weight2_from_group=num_q_heads)
     a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p) if rope is not None else None
+    a.v_from_group = num_q_heads + num_kv_heads if num_v_heads else 0
     return a
 
 
 def qk_rmsnorm(lib, qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=1e-6, weight_offset=0.0,
-               numerics=0, flags=0, rope=None) -> None:
+               numerics=0, flags=0, rope=None, num_v_heads=0) -> None:
     launch(lib, qk_args(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps, weight_offset, numerics,
-                        flags, rope))
+                        flags, rope, num_v_heads))
 
 
 def rmsnorm_quant(lib, x, weight, q, y=None, eps=1e-6, weight_offset=0.0, flags=0, **quant) -> None:

@@ -813,6 +813,7 @@ def qk_rmsnorm_(
     weight_offset: float = 0.0,
     numerics: str = "contract",
     pdl: bool = False,
+    num_v_heads: int = 0,
 ):
     """Per-head q and k norms of a fused QKV buffer, in place, in one launch (Qwen3's and Gemma 3's
     ``q_norm`` and ``k_norm``, as vLLM and SGLang lay out q, k and v).
@@ -824,16 +825,19 @@ def qk_rmsnorm_(
     takes a row stride rather than a width, cannot tell the two apart either. Each head's row is normalized as ``rmsnorm`` does it, q's with
     ``q_weight`` and k's with ``k_weight`` (both ``(head_dim,)``, of one dtype): the same bits as
     ``rmsnorm_`` on ``qkv[:, :q_size].view(T, num_q_heads, head_dim)`` and on k's view. Both weights
-    None is the weightless QK norm (Llama 4's L2 norm of q and k). No autograd (in place). Returns qkv.
+    None is the weightless QK norm (Llama 4's L2 norm of q and k). ``num_v_heads`` (Gemma 4's ``v_norm``)
+    normalizes that many heads after k's too, with no weight (``rmsnorm_`` with weight None). No autograd (in
+    place). Returns qkv.
     """
     n = plain_numerics_index(numerics)
     if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
         _type_errors({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset, {"pdl": pdl})
     _type_errors({}, eps, weight_offset, {"pdl": pdl})
-    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
-        v.check_head_counts(num_q_heads, num_kv_heads, head_dim)  # the slow path: raise naming the argument
+    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int
+            and type(num_v_heads) is int):
+        v.check_head_counts(num_q_heads, num_kv_heads, head_dim, num_v_heads)  # the slow path: raise naming it
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=weight_offset,
-                    numerics=n, pdl=pdl)
+                    numerics=n, pdl=pdl, num_v_heads=num_v_heads)
     return qkv
 
 
@@ -856,10 +860,12 @@ def qk_rmsnorm_rope_(
     numerics: str = "contract",
     pdl: bool = False,
     check_positions: bool = True,
+    num_v_heads: int = 0,
 ):
     """The QK norm, then the rotation (RoPE) of every q and k head, in place in one pass over the fused QKV
     buffer (Qwen3's, Gemma 3's, GLM-4.5's and OLMo 2's attention: ``q_norm``, ``k_norm``, then
-    ``apply_rotary_pos_emb``). qkv, the weights and the head counts are ``qk_rmsnorm_``'s; v is not touched.
+    ``apply_rotary_pos_emb``). qkv, the weights and the head counts are ``qk_rmsnorm_``'s; v is not touched, or
+    with ``num_v_heads`` normalized with no weight and not rotated (Gemma 4's ``v_norm``).
 
     The angles come one of two ways:
 
@@ -884,8 +890,9 @@ def qk_rmsnorm_rope_(
     if not (isinstance(qkv, _Tensor) and isinstance(q_weight, _Tensor) and isinstance(k_weight, _Tensor)):
         _type_errors({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight}, eps, weight_offset, {"pdl": pdl})
     _type_errors({}, eps, weight_offset, {"pdl": pdl, "check_positions": check_positions})
-    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int):
-        v.check_head_counts(num_q_heads, num_kv_heads, head_dim)
+    if not (type(num_q_heads) is int and type(num_kv_heads) is int and type(head_dim) is int
+            and type(num_v_heads) is int):
+        v.check_head_counts(num_q_heads, num_kv_heads, head_dim, num_v_heads)
     rd = _rotary_dim(rotary_dim)
     rs = v.rope_style_index(style)
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
@@ -896,7 +903,7 @@ def qk_rmsnorm_rope_(
                                                 positions, cos_sin_cache, cos, sin, rd, rs, n != 0))
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=weight_offset,
                     numerics=n, pdl=pdl, positions=positions, cos_sin_cache=cos_sin_cache, cos=cos, sin=sin,
-                    rotary_dim=rd, rope_style=rs)
+                    rotary_dim=rd, rope_style=rs, num_v_heads=num_v_heads)
     return qkv
 
 

@@ -279,23 +279,26 @@ def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, 
 
 
 def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0,
-                pdl=False, positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0):
+                pdl=False, positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0,
+                num_v_heads=0):
     """addrmsnorm::qk_rmsnorm_: q's and k's heads of a fused QKV buffer normalized in place, in one launch
     (a token's q and k heads are one group of rows; from the q heads' count on, rows take k's weight), and
-    rotated where angles are given (positions with cos_sin_cache, or cos and sin)."""
+    rotated where angles are given (positions with cos_sin_cache, or cos and sin); v's heads after k's (num_v_heads)
+    normalized with no weight and not rotated."""
     call = v.check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
                               weight_offset=weight_offset, numerics=numerics, positions=positions,
                               cos_sin_cache=cos_sin_cache, cos=cos, sin=sin, rotary_dim=rotary_dim,
-                              rope_style=rope_style)
+                              rope_style=rope_style, num_v_heads=num_v_heads)
     _check_runnable(call.device)
     if call.tokens == 0:
         return
-    heads = num_q_heads + num_kv_heads  # a token's q heads, then its k heads: one group of rows
+    heads = num_q_heads + num_kv_heads + num_v_heads  # a token's q heads, then its k and v heads: one group of rows
     launch_forward(
         qkv, None, q_weight, qkv, None, None,
         n_rows=call.tokens * heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
         stride_residual_out=0, eps=call.eps, weight_offset=call.weight_offset, hf=call.hf, pdl=pdl,
         round_once=call.round_once, group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
         weight2=k_weight, group_split=num_q_heads if k_weight is not None else 0,
+        v_split=num_q_heads + num_kv_heads if num_v_heads else None,
         rope=call.rope.launch() if call.rope is not None else None,
     )

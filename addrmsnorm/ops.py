@@ -101,7 +101,7 @@ SCHEMAS = {
     # Per-head q and k norms of a fused QKV buffer, in place, in one launch (both weights None: weightless).
     "qk_rmsnorm_": "(Tensor(a!) qkv, Tensor? q_weight, Tensor? k_weight, float eps, int num_q_heads, "
                    "int num_kv_heads, int head_dim, float weight_offset=0., int numerics=0, bool pdl=False, "
-                   + _ROPE + ") -> ()",
+                   + _ROPE + ", int num_v_heads=0) -> ()",
 }
 BACKEND_ENV = "ADDRMSNORM_BACKEND"
 EXTENSION_ENV = "ADDRMSNORM_TORCH_EXT"
@@ -214,11 +214,11 @@ def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, c
 
 @torch.library.register_fake(f"{NAMESPACE}::qk_rmsnorm_")
 def _(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=0.0, numerics=0, pdl=False,
-      positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0):
+      positions=None, cos_sin_cache=None, cos=None, sin=None, rotary_dim=0, rope_style=0, num_v_heads=0):
     v.check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps=eps,
                             weight_offset=weight_offset, numerics=numerics, positions=positions,
                             cos_sin_cache=cos_sin_cache, cos=cos, sin=sin, rotary_dim=rotary_dim,
-                            rope_style=rope_style)
+                            rope_style=rope_style, num_v_heads=num_v_heads)
 
 
 # ----- backend selection ----------------------------------------------------------------------------

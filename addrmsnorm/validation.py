@@ -88,10 +88,11 @@ def check_weight_dtype(dtype) -> None:
         raise TypeError(f"dtype={dtype}: the weight's dtype must be one of {_DTYPE_NAMES}")
 
 
-def check_head_counts(num_q_heads, num_kv_heads, head_dim) -> None:
+def check_head_counts(num_q_heads, num_kv_heads, head_dim, num_v_heads=0) -> None:
     """The Python types of qk_rmsnorm_'s head counts: checked before the operator, whose schema would
     refuse a float with its own RuntimeError rather than a TypeError naming the argument."""
-    for name, n in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+    for name, n in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                    ("num_v_heads", num_v_heads)):
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"{name} must be an int, got {type(n).__name__}")
 
@@ -1644,8 +1645,8 @@ class QkCall:
     __slots__ = ("tokens", "stride", "device", "eps", "weight_offset", "hf", "round_once", "rope")
 
 
-def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim):
-    check_head_counts(num_q_heads, num_kv_heads, head_dim)
+def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads=0):
+    check_head_counts(num_q_heads, num_kv_heads, head_dim, num_v_heads)
     qkv = check_tensor("qkv", qkv)
     if (q_weight is None) != (k_weight is None):
         given, missing = ("q_weight", "k_weight") if k_weight is None else ("k_weight", "q_weight")
@@ -1663,16 +1664,17 @@ def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim):
         _check_weight(q_weight, head_dim, "q_weight")
         _check_weight(k_weight, head_dim, "k_weight")
     device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight} if weighted else {"qkv": qkv})
-    width = (num_q_heads + num_kv_heads) * head_dim
-    if num_q_heads >= 1 and num_kv_heads >= 1 and head_dim >= 1 and qkv.shape[1] < width:
-        raise ValueError(f"qkv has width {qkv.shape[1]}, less than the q and k heads' "
-                         f"({num_q_heads} + {num_kv_heads}) * {head_dim} = {width}")
+    width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim
+    if num_q_heads >= 1 and num_kv_heads >= 1 and num_v_heads >= 0 and head_dim >= 1 and qkv.shape[1] < width:
+        heads = (f"q, k and v heads' ({num_q_heads} + {num_kv_heads} + {num_v_heads})" if num_v_heads else
+                 f"q and k heads' ({num_q_heads} + {num_kv_heads})")
+        raise ValueError(f"qkv has width {qkv.shape[1]}, less than the {heads} * {head_dim} = {width}")
     if qkv.shape[1] > 1 and qkv.stride(1) != 1:
         raise ValueError(f"qkv: the last dimension must be contiguous (stride 1), got stride {qkv.stride(1)}")
     return device
 
 
-def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf):
+def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf, num_v_heads=0):
     """validate_qk's rules that read no pointer, in its order."""
     _check_hf_weight(hf, qkv, q_weight)
     if qkv.dtype not in (torch.float16, torch.bfloat16):
@@ -1684,18 +1686,20 @@ def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf):
                          f"the q and k views with rmsnorm_")
     if num_q_heads < 1 or num_kv_heads < 1:
         raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
+    if num_v_heads < 0:
+        raise ValueError(f"num_v_heads must be >= 0, got {num_v_heads}")
 
 
 def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
                           weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
-                          rotary_dim=0, rope_style=0):
+                          rotary_dim=0, rope_style=0, num_v_heads=0):
     """The checks of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
-    and k's heads: the columns after them (v, or nothing) are never read or written."""
-    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
+    and k's heads (and v's, num_v_heads): the columns after them are never read or written."""
+    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads)
     strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
     _, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_weightless(q_weight, weight_offset, "q_weight")
-    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf)
+    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf, num_v_heads)
     check_rope(qkv.dtype, qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
                rope_style, hf or nhf, strides=strides, meta=True,
                weight_dtype=q_weight.dtype if q_weight is not None else None)
@@ -1704,22 +1708,23 @@ def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, he
 
 def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
                      weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
-                     rotary_dim=0, rope_style=0) -> QkCall:
-    """Every check of qk_rmsnorm_: qkv's q and k heads are written in place, so neither weight may
-    share memory with them, nor may the rotation's angles or positions."""
-    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim)
+                     rotary_dim=0, rope_style=0, num_v_heads=0) -> QkCall:
+    """Every check of qk_rmsnorm_: qkv's q and k heads (and v's, num_v_heads) are written in place, so neither
+    weight may share memory with them, nor may the rotation's angles or positions."""
+    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads)
     strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
     eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
     check_weightless(q_weight, weight_offset, "q_weight")
     hf = hf or nhf
-    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf)
+    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf, num_v_heads)
     call = QkCall()
     call.tokens, call.device = qkv.shape[0], device
     call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
     call.stride = qkv.stride(0) if qkv.shape[0] > 1 else qkv.shape[1]
-    width = (num_q_heads + num_kv_heads) * head_dim
+    width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim
     if call.tokens > 1 and call.stride < width:
-        raise ValueError(f"qkv: row stride {call.stride} < the q and k heads' width {width}, so its rows overlap")
+        heads = "q, k and v heads'" if num_v_heads else "q and k heads'"
+        raise ValueError(f"qkv: row stride {call.stride} < the {heads} width {width}, so its rows overlap")
     if call.tokens:
         q0 = qkv.data_ptr()
         q1 = q0 + ((call.tokens - 1) * call.stride + width) * qkv.element_size()

@@ -218,6 +218,7 @@ void set_forward(ForwardParams& p, const Call& c, const ForwardViews& v, const A
     // The QK norm (SPLIT): a group's rows from weight2_from_group on take weight2.
     p.weight2_ptr = devptr(v.weight2);
     p.group_split = static_cast<int32_t>(c.kind == Call::kQk ? c.weight2_from_group : v.groups);
+    p.v_split = static_cast<int32_t>(c.kind == Call::kQk && c.v_from_group != 0 ? c.v_from_group : v.groups);
     // The pair (PAIR): programs from pair_split on take b's rows.
     p.b_ptr = devptr(v.b);
     p.b_weight_ptr = devptr(v.b_weight);

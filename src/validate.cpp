@@ -910,8 +910,11 @@ addrmsnorm_dtype rope_weight_dtype(const Call& c) { return c.weightless() ? c.x_
 }  // namespace
 
 addrmsnorm_status validate_qk(const Call& c) {
-    // A token's q heads, then its k heads, head_dim (hidden) wide, in place on qkv (x).
-    const int64_t num_q_heads = c.weight2_from_group, num_kv_heads = c.groups - c.weight2_from_group;
+    // A token's q heads, then its k heads (then, from v_from_group on, its v heads), head_dim (hidden) wide, in
+    // place on qkv (x).
+    const int64_t num_q_heads = c.weight2_from_group,
+                  num_kv_heads = (c.v_from_group != 0 ? c.v_from_group : c.groups) - c.weight2_from_group,
+                  num_v_heads = c.v_from_group != 0 ? c.groups - c.v_from_group : 0;
     if (addrmsnorm_status st = check_norm_dtypes(c.flags, c.x_dtype, c.weight_dtype, "x_dtype");
         st != ADDRMSNORM_SUCCESS)
         return st;
@@ -928,9 +931,12 @@ addrmsnorm_status validate_qk(const Call& c) {
     if (num_q_heads < 1 || num_kv_heads < 1)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_q_heads and num_kv_heads must be >= 1, got %lld and %lld",
                     (long long)num_q_heads, (long long)num_kv_heads);
+    ADDRMSNORM_REFUSE_IF(c.v_from_group != 0 && num_v_heads < 1,
+                         "v_from_group is %lld of %lld groups: the v heads start after the k heads and before the last "
+                         "group", (long long)c.v_from_group, (long long)c.groups);
     if (c.rows < 0) return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "tokens must be >= 0, got %lld", (long long)c.rows);
-    const int64_t heads = num_q_heads + num_kv_heads;
-    if (num_q_heads > INT32_MAX / c.hidden || num_kv_heads > INT32_MAX / c.hidden ||
+    const int64_t heads = num_q_heads + num_kv_heads + num_v_heads;
+    if (num_q_heads > INT32_MAX / c.hidden || num_kv_heads > INT32_MAX / c.hidden || num_v_heads > INT32_MAX / c.hidden ||
         heads > INT32_MAX / c.hidden || (c.rows > 0 && c.rows > INT32_MAX / heads))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "tokens * heads and (num_q_heads + num_kv_heads) * head_dim must be < 2^31");
@@ -947,12 +953,18 @@ addrmsnorm_status validate_qk(const Call& c) {
         if (addrmsnorm_status st = check_pointer("q_weight", c.weight, ws); st != ADDRMSNORM_SUCCESS) return st;
         if (addrmsnorm_status st = check_pointer("k_weight", c.weight2, ws); st != ADDRMSNORM_SUCCESS) return st;
     }
-    const int64_t width = (num_q_heads + num_kv_heads) * c.hidden;
-    if (c.rows > 1 && (c.stride_x < width || c.stride_x > INT64_MAX / 8))
+    const int64_t width = heads * c.hidden;
+    if (c.rows > 1 && (c.stride_x < width || c.stride_x > INT64_MAX / 8)) {
+        if (num_v_heads != 0)
+            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
+                        "stride_qkv=%lld is less than the q, k and v heads' width, (%lld + %lld + %lld) * %lld = %lld: "
+                        "rows would overlap", (long long)c.stride_x, (long long)num_q_heads, (long long)num_kv_heads,
+                        (long long)num_v_heads, (long long)c.hidden, (long long)width);
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "stride_qkv=%lld is less than the q and k heads' width, (%lld + %lld) * %lld = %lld: rows would "
                     "overlap", (long long)c.stride_x, (long long)num_q_heads, (long long)num_kv_heads,
                     (long long)c.hidden, (long long)width);
+    }
     const uintptr_t q0 = reinterpret_cast<uintptr_t>(c.x);
     const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.rows - 1) * (c.rows > 1 ? c.stride_x : 0) + width) * xs);
     const void* weights[2] = {c.weight, c.weight2};
@@ -1185,6 +1197,9 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
     const bool qk = a.weight2 != nullptr || (weightless && a.weight2_from_group != 0);
     ADDRMSNORM_REFUSE_IF(a.rope != nullptr && !qk,
                          "rope rotates the QK norm's heads: it needs weight2 (or, weightless, weight2_from_group)");
+    ADDRMSNORM_REFUSE_IF(a.v_from_group != 0 && !qk,
+                         "v_from_group is %lld: it starts the QK norm's v heads, and needs weight2 (or, weightless, "
+                         "weight2_from_group)", (long long)a.v_from_group);
     // The call as the kernels take it (Call's fields); the rules of its kind follow.
     a.flags = flags;
     a.eps = static_cast<float>(a.eps);

@@ -62,7 +62,7 @@ using QuantIntoFn = void(const Tensor&, const OptTensor&, const OptTensor&, cons
                          const OptTensor&, const OptTensor&, double, const OptTensor&, int64_t, const OptTensor&, bool,
                          double, bool, bool, double, const OptTensor&, double, const OptTensor&, int64_t, bool);
 using QkFn = void(const Tensor&, const OptTensor&, const OptTensor&, double, int64_t, int64_t, int64_t, double, int64_t,
-                  bool, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, int64_t, int64_t);
+                  bool, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&, int64_t, int64_t, int64_t);
 
 // The operators' names: each is the key of its own handle below.
 constexpr char kNorm[] = "addrmsnorm::norm";
@@ -430,7 +430,7 @@ void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const OptTe
                           const OptTensor& k_weight, double eps, int64_t num_q_heads, int64_t num_kv_heads,
                           int64_t head_dim, double weight_offset, int64_t numerics, bool pdl,
                           const OptTensor& positions, const OptTensor& cos_sin_cache, const OptTensor& cos,
-                          const OptTensor& sin, int64_t rotary_dim, int64_t rope_style) {
+                          const OptTensor& sin, int64_t rotary_dim, int64_t rope_style, int64_t num_v_heads) {
     const bool rotated = positions.has_value() || cos_sin_cache.has_value() || cos.has_value() || sin.has_value();
     refuse_grad("qk_rmsnorm_", {{"qkv", &qkv}, {"q_weight", &or_none(q_weight)}, {"k_weight", &or_none(k_weight)}},
                 rotated ? Form::kRope : Form::kQk);
@@ -438,7 +438,7 @@ void qk_rmsnorm__autograd(c10::DispatchKeySet ks, const Tensor& qkv, const OptTe
         at::AutoDispatchBelowADInplaceOrView below;
         op<QkFn, kQk>().redispatch(ks & c10::after_ADInplaceOrView_keyset, qkv, q_weight, k_weight, eps, num_q_heads,
                                    num_kv_heads, head_dim, weight_offset, numerics, pdl, positions, cos_sin_cache, cos,
-                                   sin, rotary_dim, rope_style);
+                                   sin, rotary_dim, rope_style, num_v_heads);
     }
     bump(qkv);
 }

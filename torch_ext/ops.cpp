@@ -796,7 +796,7 @@ bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptT
 void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTensor& k_weight, double eps,
                  int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim, double weight_offset, int64_t numerics,
                  bool pdl, const OptTensor& positions, const OptTensor& cos_sin_cache, const OptTensor& cos,
-                 const OptTensor& sin, int64_t rotary_dim, int64_t rope_style) {
+                 const OptTensor& sin, int64_t rotary_dim, int64_t rope_style, int64_t num_v_heads) {
     const addrmsnorm_dtype x_dtype = dtype_of("qkv", qkv);
     TORCH_CHECK_VALUE(q_weight.has_value() == k_weight.has_value(), q_weight ? "k_weight" : "q_weight",
                       " is None but ", q_weight ? "q_weight" : "k_weight",
@@ -817,20 +817,23 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
         same_device("k_weight", &*k_weight, qkv, "qkv");
     }
     cuda_device("qkv", qkv);
-    // The columns past the q and k heads (v, or nothing) are never touched; the C ABI checks the
+    // The columns past the q and k heads (and v's, num_v_heads) are never touched; the C ABI checks the
     // head counts and head_dim, then that the rows of that width are apart.
-    const int64_t width = (num_q_heads + num_kv_heads) * head_dim;
+    TORCH_CHECK_VALUE(num_v_heads >= 0, "num_v_heads must be >= 0, got ", num_v_heads);
+    const int64_t width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim;
     TORCH_CHECK_VALUE(num_q_heads < 1 || num_kv_heads < 1 || head_dim < 1 || qkv.size(1) >= width, "qkv has width ",
-                      qkv.size(1), ", less than the q and k heads' (", num_q_heads, " + ", num_kv_heads, ") * ",
-                      head_dim, " = ", width);
+                      qkv.size(1), ", less than the ", num_v_heads ? "q, k and v heads' (" : "q and k heads' (",
+                      num_q_heads, " + ", num_kv_heads, num_v_heads ? " + " + std::to_string(num_v_heads) : "",
+                      ") * ", head_dim, " = ", width);
     TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
                       "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
     const int64_t tokens = qkv.size(0);
     addrmsnorm_rope rope;
     const bool roped = rope_of(qkv, tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style, &rope);
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(data(qkv), weighted ? data(*q_weight) : nullptr,
-                                                     weighted ? data(*k_weight) : nullptr, tokens, num_q_heads,
-                                                     num_kv_heads, head_dim, tokens > 1 ? qkv.stride(0) : qkv.size(1));
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qkv(data(qkv), weighted ? data(*q_weight) : nullptr,
+                                                      weighted ? data(*k_weight) : nullptr, tokens, num_q_heads,
+                                                      num_kv_heads, num_v_heads, head_dim,
+                                                      tokens > 1 ? qkv.stride(0) : qkv.size(1));
     a.x_dtype = a.residual_dtype = x_dtype;
     a.weight_dtype = weight_dtype;
     a.eps = eps;

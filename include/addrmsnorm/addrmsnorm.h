@@ -253,6 +253,8 @@ typedef struct addrmsnorm_rope {
  *                 NULL too (a weightless QK norm), weight2_from_group alone marks the QK norm. The QK norm
  *                 runs in place (out == x), on fp16 or bf16, hidden (head_dim) <= 512, with no rstd,
  *                 and names x "qkv", weight "q_weight" and weight2 "k_weight" in its messages.
+ *                 v_from_group (0: none), after k's groups and before the last, starts v's heads (Gemma
+ *                 4's v_norm): normalized in the same launch with no weight (w = 1) and not rotated.
  *   out           of x_dtype, or with quant of quant->dtype (q). May be x exactly (in place), or with
  *                 a residual of x's dtype, residual exactly.
  *                 In-place, vLLM/FlashInfer style: out = x, residual_out = residual.
@@ -330,6 +332,8 @@ typedef struct addrmsnorm_norm_args {
     void *b_out;               /* with b: [rows, b_hidden] of x_dtype; may be b exactly */
     int64_t b_hidden, stride_b, stride_b_out;
     const addrmsnorm_rope *rope; /* NULL, or the rotation of each normalized head (above) */
+    int64_t v_from_group;        /* the QK norm: 0, or the groups from it on (after k's: Gemma 4's v heads),
+                                    normalized with no weight and not rotated (below) */
 } addrmsnorm_norm_args;
 
 /* The gated norm's activation of z. */
@@ -394,6 +398,7 @@ static inline void addrmsnorm_norm_args_set_x_scale(addrmsnorm_norm_args *a, dou
 
 /* The QK norm's layout, the one place it is written: q's heads, then k's, of a [tokens, width]
  * buffer as the groups of one in-place call (groups of head_dim, k_weight from num_q_heads on).
+ * addrmsnorm_norm_args_qkv adds v's heads after k's (Gemma 4's v_norm: no weight, no rotation).
  * stride_qkv is the buffer's row stride, in elements. The dtypes, eps, weight_offset, numerics and
  * flags are the caller's to set. */
 static inline addrmsnorm_norm_args addrmsnorm_norm_args_qk(const void *qkv, const void *q_weight, const void *k_weight,
@@ -412,6 +417,19 @@ static inline addrmsnorm_norm_args addrmsnorm_norm_args_qk(const void *qkv, cons
     a.stride_out = stride_qkv;
     a.stride_x_group = head_dim;
     a.stride_out_group = head_dim;
+    return a;
+}
+
+static inline addrmsnorm_norm_args addrmsnorm_norm_args_qkv(const void *qkv, const void *q_weight,
+                                                            const void *k_weight, int64_t tokens, int64_t num_q_heads,
+                                                            int64_t num_kv_heads, int64_t num_v_heads,
+                                                            int64_t head_dim, int64_t stride_qkv) {
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qk(qkv, q_weight, k_weight, tokens, num_q_heads, num_kv_heads,
+                                                     head_dim, stride_qkv);
+    if (num_v_heads != 0) {
+        a.v_from_group = num_q_heads + num_kv_heads;
+        a.groups += num_v_heads;
+    }
     return a;
 }
 
