@@ -292,13 +292,13 @@ def qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_di
     _check_runnable(call.device)
     if call.tokens == 0:
         return
-    heads = num_q_heads + num_kv_heads + num_v_heads  # a token's q heads, then its k and v heads: one group of rows
+    heads = num_q_heads + num_kv_heads  # a token's q heads, then its k heads: one group of rows (then its v heads')
     launch_forward(
         qkv, None, q_weight, qkv, None, None,
         n_rows=call.tokens * heads, H=head_dim, stride_x=call.stride, stride_residual=0, stride_out=call.stride,
         stride_residual_out=0, eps=call.eps, weight_offset=call.weight_offset, hf=call.hf, pdl=pdl,
         round_once=call.round_once, group_rows=heads, stride_x_group=head_dim, stride_out_group=head_dim,
         weight2=k_weight, group_split=num_q_heads if k_weight is not None else 0,
-        v_split=num_q_heads + num_kv_heads if num_v_heads else None,
+        v_rows=num_v_heads,
         rope=call.rope.launch() if call.rope is not None else None,
     )

@@ -262,7 +262,7 @@ def _token_positions(pos_ptr, tok, row_mask, mask, max_position, POSITIONS: tl.c
 @triton.jit
 def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_rows, group_split,
                  stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype,
-                 weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position, v_split,
+                 weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, half, max_position,
                  BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, POSITIONS: tl.constexpr,
                  HF_NUMERICS: tl.constexpr):
     """The QK norm with NeoX's rotation of every column (H = 2 * half <= BLOCK_H), one program's rows (a token's
@@ -273,8 +273,7 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_
     (HF's rotate_half), each y from its own column's h, rstd and weight. Everything a row needs (its token,
     position, weight) is computed in the halves' layout. A cache's row (POSITIONS) is half cosines then half
     sines, by frequency: cos_hi = cos_lo and sin_hi = sin_lo, read once; HF's cos and sin are by column, each half
-    read. A position outside the cache writes nothing. A group's rows from v_split on (Gemma 4's v heads) are
-    normalized with no weight (w 1) and not rotated."""
+    read. A position outside the cache writes nothing."""
     rows = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
     c = tl.arange(0, BLOCK_H // 2)
     cc = c[None, :]
@@ -292,31 +291,29 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_
     # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
     w_off = _weight_offset(weight_offset, has_weight)
     w_rows = tl.where((in_group >= group_split)[:, None], weight2_ptr, weight_ptr) + cc
-    v_row = (in_group >= v_split)[:, None]
-    wm = m & (has_weight != 0) & (v_row == 0)
-    w_lo = tl.where(v_row, 1.0, _weight_f32(tl.load(w_rows, mask=wm, other=0), weight_dtype) + w_off)
-    w_hi = tl.where(v_row, 1.0, _weight_f32(tl.load(w_rows + half, mask=wm, other=0), weight_dtype) + w_off)
+    wm = m & (has_weight != 0)
+    w_lo = _weight_f32(tl.load(w_rows, mask=wm, other=0), weight_dtype) + w_off
+    w_hi = _weight_f32(tl.load(w_rows + half, mask=wm, other=0), weight_dtype) + w_off
     y_lo = _scale(x_lo, rstd[:, None], w_lo, out_dtype, HF_NUMERICS)
     y_hi = _scale(x_hi, rstd[:, None], w_hi, out_dtype, HF_NUMERICS)
     a_row = pos[:, None] * stride_cos + cc
-    am = m & (v_row == 0)  # v's heads read no angles
     if POSITIONS:
-        cos_lo = tl.load(cos_ptr + a_row, mask=am, other=1.0).to(tl.float32)
-        sin_hi = tl.load(cos_ptr + (a_row + half), mask=am, other=0.0).to(tl.float32)
+        cos_lo = tl.load(cos_ptr + a_row, mask=m, other=1.0).to(tl.float32)
+        sin_hi = tl.load(cos_ptr + (a_row + half), mask=m, other=0.0).to(tl.float32)
         cos_hi = cos_lo
         sin_lo = sin_hi
     else:
         s_row = pos[:, None] * stride_sin + cc
-        cos_lo = tl.load(cos_ptr + a_row, mask=am, other=1.0).to(tl.float32)
-        cos_hi = tl.load(cos_ptr + (a_row + half), mask=am, other=1.0).to(tl.float32)
-        sin_lo = tl.load(sin_ptr + s_row, mask=am, other=0.0).to(tl.float32)
-        sin_hi = tl.load(sin_ptr + (s_row + half), mask=am, other=0.0).to(tl.float32)
+        cos_lo = tl.load(cos_ptr + a_row, mask=m, other=1.0).to(tl.float32)
+        cos_hi = tl.load(cos_ptr + (a_row + half), mask=m, other=1.0).to(tl.float32)
+        sin_lo = tl.load(sin_ptr + s_row, mask=m, other=0.0).to(tl.float32)
+        sin_hi = tl.load(sin_ptr + (s_row + half), mask=m, other=0.0).to(tl.float32)
     out_rows = _row_offset(rows, stride_out_row, group_rows, stride_out_group, True)[:, None]
-    # sin negated in fp32 (the interpreter negates bf16 wrongly); v's heads stored as normalized
-    out_lo = tl.where(v_row, y_lo, _rope(y_lo, y_hi, cos_lo, -sin_lo, out_dtype, HF_NUMERICS))
-    out_hi = tl.where(v_row, y_hi, _rope(y_hi, y_lo, cos_hi, sin_hi, out_dtype, HF_NUMERICS))
-    tl.store(out_ptr + out_rows + cc, out_lo.to(out_dtype), mask=m)
-    tl.store(out_ptr + out_rows + (cc + half), out_hi.to(out_dtype), mask=m)
+    # sin negated in fp32 (the interpreter negates bf16 wrongly)
+    tl.store(out_ptr + out_rows + cc, _rope(y_lo, y_hi, cos_lo, -sin_lo, out_dtype, HF_NUMERICS).to(out_dtype),
+             mask=m)
+    tl.store(out_ptr + out_rows + (cc + half), _rope(y_hi, y_lo, cos_hi, sin_hi, out_dtype, HF_NUMERICS).to(out_dtype),
+             mask=m)
 
 
 @triton.jit
@@ -584,8 +581,6 @@ def _single_pass_rows(
     # ROPE (GROUPED, no residual): each normalized row rotated (_rope), its token's angles from cos and sin.
     ROPE: tl.constexpr = False, POSITIONS: tl.constexpr = False, cos_ptr=None, sin_ptr=None, pos_ptr=None,
     stride_cos=0, stride_sin=0, rope_half=0, rope_style=0, cos_by_freq=0, max_position=0,
-    # SPLIT: a group's rows from v_split on (Gemma 4's v heads) normalized with no weight and not rotated.
-    v_split=0,
 ):
     # A [ROWS_PER_PROGRAM, BLOCK_H] tile: the whole of each row stays in registers. The prologue builds h (the
     # residual add and its scale, the sandwich norm's first norm, the gate's product), the reduction gives rstd,
@@ -598,9 +593,8 @@ def _single_pass_rows(
     mask = row_mask[:, None] & col_mask[None, :]
     rows_2d = rows[:, None]
     cols_2d = cols[None, :]
-    x_rows, second, v_row, z_rows, w_cols = _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows,
-                                                       stride_x_group, group_split, v_split, stride_z_row, GROUPED,
-                                                       SPLIT, GATED)
+    x_rows, second, z_rows, w_cols = _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group,
+                                                group_split, stride_z_row, GROUPED, SPLIT, GATED)
     if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
         w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
     # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
@@ -625,11 +619,11 @@ def _single_pass_rows(
             w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
         w = (_weight_f32(w_raw, weight_dtype) + w_off)[None, :]
     if SPLIT:
-        w = _split_weight(w, weight2_ptr, cols, col_mask, second, v_row, has_weight, weight_dtype, w_off)
+        w = _split_weight(w, weight2_ptr, cols, col_mask, second, has_weight, weight_dtype, w_off)
     y = _scale(h, rstd[:, None], w, out_ptr.dtype.element_ty, HF_NUMERICS)
     if ROPE:  # ALIGN 1 (rmsnorm_fwd sends the vector's calls to _rope_halves): the normalized row rotated
         y, row_mask, mask = _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, cols, row_mask,
-                                           col_mask, mask, rstd, second, v_row, group_rows, has_weight, weight_dtype,
+                                           col_mask, mask, rstd, second, group_rows, has_weight, weight_dtype,
                                            w_off, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, rope_half,
                                            rope_style, cos_by_freq, max_position, SPLIT, POSITIONS, HF_NUMERICS)
     if GATED:
@@ -647,24 +641,21 @@ def _single_pass_rows(
 
 
 @triton.jit
-def _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group, group_split, v_split, stride_z_row,
+def _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group, group_split, stride_z_row,
                GROUPED: tl.constexpr, SPLIT: tl.constexpr, GATED: tl.constexpr):
     """A tile's row offsets into x, as the fused op has always computed them (GROUPED, the plain norm's two leading
     strides, only where it is compiled in; out's are computed at its store, not held across the row), and what the
     variants need of each row: SPLIT, whether it takes weight2 (the QK norm: a group's rows, a token's heads, from
-    group_split on) and whether it takes no weight and no rotation (from v_split on: Gemma 4's v heads); GATED, z's row offsets (the same token and group) and the weight's columns of the row's
+    group_split on); GATED, z's row offsets (the same token and group) and the weight's columns of the row's
     group. What a variant not compiled in would need is 0."""
     second = 0
-    v_row = 0
     z_rows = 0
     w_cols = 0
     if GROUPED:
         x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, GROUPED)[:, None]
         if SPLIT:
             r32 = rows.to(tl.int32)
-            in_group = r32 - (r32 // group_rows) * group_rows
-            second = in_group >= group_split
-            v_row = in_group >= v_split
+            second = (r32 - (r32 // group_rows) * group_rows) >= group_split
         if GATED:
             g32 = rows.to(tl.int32)
             tok = g32 // group_rows
@@ -673,7 +664,7 @@ def _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group,
             w_cols = part[:, None] + cols_2d
     else:
         x_rows = rows_2d * stride_x_row
-    return x_rows, second, v_row, z_rows, w_cols
+    return x_rows, second, z_rows, w_cols
 
 
 @triton.jit
@@ -714,16 +705,15 @@ def _plain_prologue(x, z_ptr, z_rows, cols_2d, mask, gate_first, EVICT_LAST: tl.
 
 
 @triton.jit
-def _split_weight(w, weight2_ptr, cols, col_mask, second, v_row, has_weight, weight_dtype, w_off):
-    """SPLIT (the QK norm): the rows from a group's group_split on (its k heads) take weight2, and those from v_split
-    on (its v heads, Gemma 4's v_norm) no weight: w is 1."""
+def _split_weight(w, weight2_ptr, cols, col_mask, second, has_weight, weight_dtype, w_off):
+    """SPLIT (the QK norm): the rows from a group's group_split on (its k heads) take weight2."""
     w2 = _weight_f32(_load_w(weight2_ptr, cols, col_mask, has_weight), weight_dtype) + w_off
-    return tl.where(v_row[:, None], 1.0, tl.where(second[:, None], w2[None, :], w))
+    return tl.where(second[:, None], w2[None, :], w)
 
 
 @triton.jit
 def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, cols, row_mask, col_mask, mask, rstd,
-                   second, v_row, group_rows, has_weight, weight_dtype, w_off, cos_ptr, sin_ptr, pos_ptr, stride_cos,
+                   second, group_rows, has_weight, weight_dtype, w_off, cos_ptr, sin_ptr, pos_ptr, stride_cos,
                    stride_sin, rope_half, rope_style, cos_by_freq, max_position, SPLIT: tl.constexpr,
                    POSITIONS: tl.constexpr, HF_NUMERICS: tl.constexpr):
     """ROPE at ALIGN 1: each normalized row y rotated by its token's angles, any style, any rotary_dim (scalar
@@ -736,8 +726,6 @@ def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, col
     # negated on each pair's first column (after the conversion: the interpreter negates bf16 wrongly).
     partner, freq, first, rotated = _rope_columns(cols, rope_half, rope_style)
     rot_mask = row_mask[:, None] & (rotated & col_mask)[None, :]
-    if SPLIT:  # v's heads read no angles
-        rot_mask = rot_mask & (v_row == 0)[:, None]
     xp = tl.load(x_ptr + x_rows + partner[None, :], mask=mask, other=0.0)
     a_cols = tl.where(cos_by_freq != 0, freq, cols)[None, :]
     cos = tl.load(cos_ptr + pos[:, None] * stride_cos + a_cols, mask=rot_mask, other=1.0).to(tl.float32)
@@ -745,12 +733,9 @@ def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, col
     sin = tl.where(first[None, :], -sin, sin)
     wp = (_weight_f32(_load_w(weight_ptr, partner, col_mask, has_weight), weight_dtype) + w_off)[None, :]
     if SPLIT:
-        wp = _split_weight(wp, weight2_ptr, partner, col_mask, second, v_row, has_weight, weight_dtype, w_off)
+        wp = _split_weight(wp, weight2_ptr, partner, col_mask, second, has_weight, weight_dtype, w_off)
     yp = _scale(xp.to(tl.float32), rstd[:, None], wp, out_ptr.dtype.element_ty, HF_NUMERICS)
-    y_rot = _rope(y, yp, cos, sin, out_ptr.dtype.element_ty, HF_NUMERICS)
-    if SPLIT:  # v's heads stored as normalized
-        y_rot = tl.where(v_row[:, None], y, y_rot)
-    return y_rot, row_mask, mask
+    return _rope(y, yp, cos, sin, out_ptr.dtype.element_ty, HF_NUMERICS), row_mask, mask
 
 
 @triton.jit
@@ -1053,7 +1038,7 @@ def rmsnorm_fwd(
     rope_style: tl.int32,     # ROPE: 0 NeoX (rotate_half), 1 GPT-J (interleaved pairs)
     cos_by_freq: tl.int32,    # ROPE: 1 cos and sin indexed by frequency (a cache), 0 by column (HF's cos, sin)
     max_position: tl.int64,   # ROPE, POSITIONS: the cache's rows; a token's position must be below it
-    v_split: tl.int32,        # SPLIT: a group's rows from it on (Gemma 4's v heads) take no weight and no rotation
+    v_rows: tl.int32,         # SPLIT: each group's rows after its group_rows (Gemma 4's v heads), 0 for none
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -1099,7 +1084,20 @@ def rmsnorm_fwd(
     if ROPE:  # the angles' rows, and rotary_dim, on the same promise (launcher.py's align_elems call)
         stride_cos = _aligned(stride_cos, ALIGN)
         stride_sin = _aligned(stride_sin, ALIGN)
-    if LOOPED and REREAD:
+    v_program = False
+    if SPLIT:  # the programs past the q and k heads' take the v heads (v_rows of them after each group's)
+        v_program = tl.program_id(0) >= tl.cdiv(n_rows, ROWS_PER_PROGRAM)
+    if v_program:
+        # Gemma 4's v_norm: the weightless plain norm (no rotation) of the rows from group_rows on in each group,
+        # rows of their own so that q's and k's rows run as they do without them
+        _single_pass_rows(x_ptr + group_rows * stride_x_group, x_ptr, weight_ptr,
+                          out_ptr + group_rows * stride_out_group, out_ptr, n_rows // group_rows * v_rows, H,
+                          stride_x_row, 0, stride_out_row, 0, eps, 0.0, weight_dtype,
+                          BLOCK_H, ROWS_PER_PROGRAM, WEIGHT_FIRST, EVICT_LAST, False, HF_NUMERICS=HF_NUMERICS,
+                          GROUPED=True, group_rows=v_rows, stride_x_group=stride_x_group,
+                          stride_out_group=stride_out_group, has_weight=has_weight * 0,
+                          first_program=tl.cdiv(n_rows, ROWS_PER_PROGRAM))
+    elif LOOPED and REREAD:
         _reread_row(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, rstd_ptr,
                     H, stride_x_row, stride_residual_row, stride_out_row, stride_residual_out_row,
                     eps, weight_offset, write_rstd, weight_dtype, BLOCK_H, HF_NUMERICS,
@@ -1122,7 +1120,7 @@ def rmsnorm_fwd(
         _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_rows, group_split,
                      stride_x_row, stride_x_group, stride_out_row, stride_out_group, has_weight, weight_dtype,
                      weight_offset, cos_ptr, sin_ptr, pos_ptr, stride_cos, stride_sin, _aligned(rope_half, ALIGN),
-                     max_position, v_split, BLOCK_H, ROWS_PER_PROGRAM, POSITIONS, HF_NUMERICS)
+                     max_position, BLOCK_H, ROWS_PER_PROGRAM, POSITIONS, HF_NUMERICS)
     else:
         _single_pass_rows(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
                           n_rows, H,
@@ -1139,7 +1137,7 @@ def rmsnorm_fwd(
                           first_program=first_program, ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
                           sin_ptr=sin_ptr, pos_ptr=pos_ptr, stride_cos=stride_cos, stride_sin=stride_sin,
                           rope_half=rope_half, rope_style=rope_style, cos_by_freq=cos_by_freq,
-                          max_position=max_position, v_split=v_split)
+                          max_position=max_position)
 
 
 rmsnorm_fwd = triton.jit(rmsnorm_fwd, do_not_specialize=_runtime_ints(rmsnorm_fwd))

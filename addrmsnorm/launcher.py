@@ -75,7 +75,7 @@ def launch_forward(
     stride_x: int, stride_residual: int, stride_out: int, stride_residual_out: int,
     eps: float, weight_offset: float, hf: bool = False, pdl: bool = False, round_once: bool = False,
     group_rows: int = 1, stride_x_group: int = 0, stride_out_group: int = 0,
-    weight2: torch.Tensor | None = None, group_split: int = 0, v_split: int | None = None, x_scale: float = 1.0,
+    weight2: torch.Tensor | None = None, group_split: int = 0, v_rows: int = 0, x_scale: float = 1.0,
     post_weight: torch.Tensor | None = None, post_weight_offset: float = 0.0,
     gate: tuple[torch.Tensor, int, int] | None = None,
     pair: tuple | None = None,
@@ -89,8 +89,8 @@ def launch_forward(
     ``(r // group_rows) * stride_x + (r % group_rows) * stride_x_group`` (out likewise), the rows of a
     3-D view with two leading strides (group_rows 1: rows of one stride). ``weight2`` (SPLIT) gives
     a group's rows from ``group_split`` on their own weight (QK norm: a token's q heads, then its k
-    heads, each with theirs), and from ``v_split`` on (None: none) no weight and no rotation (Gemma 4's v heads,
-    after k's). ``weight`` None is the weightless norm (x stands in for it, unread:
+    heads, each with theirs); ``v_rows`` more rows after each group's (Gemma 4's v heads, after k's) take no weight
+    and no rotation, in programs of their own past the group rows'. ``weight`` None is the weightless norm (x stands in for it, unread:
     _weightless). ``x_scale`` scales x in the residual add. ``post_weight`` (with a residual) is the
     sandwich norm: h = residual + rmsnorm(x; post_weight + post_weight_offset), and rstd, if given,
     is (2, n_rows): h's, then x's. ``gate`` (z, stride_z, gate_first), without a residual, is the gated
@@ -115,11 +115,9 @@ def launch_forward(
         residual, residual_out, stride_residual, stride_residual_out = x, out, 0, 0
     else:
         group_rows, stride_x_group, stride_out_group, weight2 = 1, 0, 0, None
-    split = weight2 is not None
-    if not split:
+    split = weight2 is not None or v_rows > 0  # SPLIT: the QK norm's weights, or its v heads' programs (weightless)
+    if weight2 is None:
         weight2, group_split = weight, group_rows
-    if v_split is None:
-        v_split = group_rows
     if group_rows == 1:
         stride_x_group = stride_out_group = 0
     xs, rs = x.element_size(), residual.element_size()
@@ -194,7 +192,7 @@ def launch_forward(
         extra["ROPE"] = True
         extra["POSITIONS"] = rope[2] is not None
     pair_split = cfg.grid(n_rows) if paired else 0
-    grid = (cfg.grid(n_rows) * (2 if paired else 1),)
+    grid = (cfg.grid(n_rows) * (2 if paired else 1) + (cfg.grid(n_rows // group_rows * v_rows) if v_rows else 0),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = rmsnorm_fwd if align > 1 else rmsnorm_fwd_unaligned
@@ -208,7 +206,7 @@ def launch_forward(
             post_arg, post_weight_offset, z, stride_z, gate_first,
             b, b_weight if b_weight is weight else _forward_weight(x, b_weight)[0], b_out, H_b, stride_b, stride_b_out,
             pair_split, cos, sin, positions, stride_cos, stride_sin, rotary_dim // 2, style, by_freq, max_position,
-            v_split,
+            v_rows,
             BLOCK_H=cfg.block_h,
             ROWS_PER_PROGRAM=cfg.rows_per_program,
             LOOPED=cfg.looped,

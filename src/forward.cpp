@@ -23,8 +23,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlignme
 // alignment rule's answer the same on both paths.
 struct ForwardViews {
     // The kernel's rows: `rows` of `groups` rows each, `hidden` wide. The gated norm's groups are a row's groups of
-    // group_size columns; the QK norm's, a token's heads; the pair's b rows are a second grid of the same rows.
-    int64_t rows, groups, hidden;
+    // group_size columns; the QK norm's, a token's q and k heads; the pair's b rows are a second grid of the same rows.
+    // The QK norm's v heads (Gemma 4's v_norm) are v_groups more rows after each group's, in programs of their own.
+    int64_t rows, groups, hidden, v_groups;
     // Row strides (elements; 0 for a single row) and the group strides (0 for one group).
     int64_t stride_x, stride_residual, stride_out, stride_residual_out, stride_y, stride_z, stride_b, stride_b_out;
     int64_t stride_x_group, stride_out_group;
@@ -54,6 +55,10 @@ ForwardViews forward_views(const Call& c) {
         v.stride_x_group = v.stride_out_group = v.hidden;
     }
     if (qk) v.stride_x_group = v.stride_out_group = c.hidden;  // a token's heads, contiguous
+    if (qk && c.v_from_group != 0) {
+        v.groups = c.v_from_group;
+        v.v_groups = c.groups - c.v_from_group;
+    }
     if (v.groups == 1) v.stride_x_group = v.stride_out_group = 0;
     const bool one = v.kernel_rows() == 1;  // a single row has no stride (nor group: groups is 1)
     auto row = [one](int64_t stride) { return one ? 0 : stride; };
@@ -218,7 +223,7 @@ void set_forward(ForwardParams& p, const Call& c, const ForwardViews& v, const A
     // The QK norm (SPLIT): a group's rows from weight2_from_group on take weight2.
     p.weight2_ptr = devptr(v.weight2);
     p.group_split = static_cast<int32_t>(c.kind == Call::kQk ? c.weight2_from_group : v.groups);
-    p.v_split = static_cast<int32_t>(c.kind == Call::kQk && c.v_from_group != 0 ? c.v_from_group : v.groups);
+    p.v_rows = static_cast<int32_t>(v.v_groups);  // the programs past the parts' take them
     // The pair (PAIR): programs from pair_split on take b's rows.
     p.b_ptr = devptr(v.b);
     p.b_weight_ptr = devptr(v.b_weight);
@@ -290,8 +295,10 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     st = get_built_kernel(*d, fk.variant, fk.what, &k);
     if (st != ADDRMSNORM_SUCCESS) return st;
     const KernelConfig& cfg = kConfigs[fk.config];
-    const unsigned part_grid =
-        static_cast<unsigned>((v.kernel_rows() + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    auto programs = [&cfg](int64_t rows) {
+        return static_cast<unsigned>((rows + cfg.rows_per_program - 1) / cfg.rows_per_program);
+    };
+    const unsigned part_grid = programs(v.kernel_rows());
     const bool pdl = (c.flags & ADDRMSNORM_FLAG_PDL) != 0;
     if (c.kind == Call::kQuant) {
         QuantForwardParams p;
@@ -300,7 +307,8 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     }
     ForwardParams p;
     set_forward(p, c, v, angles, part_grid);
-    return launch_with(*d, k, part_grid * (c.b != nullptr ? 2u : 1u), p, stream, pdl);
+    return launch_with(*d, k, part_grid * (c.b != nullptr ? 2u : 1u) + programs(v.rows * v.v_groups), p, stream,
+                       pdl);
 }
 
 }  // namespace
