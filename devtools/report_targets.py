@@ -446,6 +446,7 @@ ROPE_MIN_OF_QK = 0.95          # issue 66: bulk, our speed against the QK norm a
 ROPE_MAX_DECODE_RATIO = 0.6    # issue 45: decode chain, against our QK norm plus a separate rotation
 ROPE_MAX_DECODE_OVER_QK = 1.15  # issues 45 and 66: and against the QK norm alone
 ROPE_MIN_BACKWARD_PCT = 85.0   # the backward, of the roofline by its byte model
+ROPE_V_MAX_OVER_TWO = 1.0      # issue 67: q, k and v in one launch, against our two launches (time ratio)
 
 
 def rope_targets(rows: list[dict]) -> str:
@@ -506,9 +507,20 @@ def rope_targets(rows: list[dict]) -> str:
                 if alone:
                     line(f"decode ≤ {ROPE_MAX_DECODE_OVER_QK}× the QK norm alone", shape, mine, alone,
                          ROPE_MAX_DECODE_OVER_QK)
+    for shape in dict.fromkeys(r["H"] for r in rows if r["section"] == "rope_v"):
+        group = [r for r in rows if r["section"] == "rope_v" and r["H"] == shape]
+        mine, two = best(group, [rope.V_ONE]), best(group, [rope.V_TWO])
+        if mine:
+            ok = mine["pct_roofline"] >= ROPE_MIN_PCT
+            met, total = met + ok, total + 1
+            t.append(f"| with v: ≥ {ROPE_MIN_PCT:.0f}% of the roofline | {shape} | {mine['gbs']:.0f} GB/s, "
+                     f"{mine['pct_roofline']:.1f}% | | {_mark(ok)} |")
+        if mine and two:
+            line(f"with v: ≤ {ROPE_V_MAX_OVER_TWO}× our two launches", shape, mine, two, ROPE_V_MAX_OVER_TWO)
     if total == 0:
         return ""
-    return "\n".join([f"Targets (issues 45 and 66, the QK norm with the rotation): met at {met} of {total}.", "", *t])
+    return "\n".join([f"Targets (issues 45, 66 and 67, the QK norm with the rotation): met at {met} of {total}.", "",
+                      *t])
 
 
 def report(header: dict, rows: list[dict]) -> str:

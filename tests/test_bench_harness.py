@@ -472,6 +472,20 @@ def test_rope_targets_mark_each_goal_from_the_rows():
     assert _report_targets().rope_targets([]) == ""
 
 
+def test_rope_v_rows_give_the_one_launch_against_the_two_and_its_targets():
+    from addrmsnorm.bench import rope
+
+    shape = "T = 16384, 16 + 8 + 8 × 256"
+    rows = [dict(section="rope_v", impl=n, N=16384, H=shape, gbs=g, pct_roofline=p, us_median=u, note="")
+            for n, g, p, u in ((rope.V_ONE, 2900.0, 96.0, 100.0), (rope.V_TWO, 2500.0, 83.0, 116.0),
+                               (rope.V_COMPILED, 1500.0, 50.0, 190.0))]
+    t = rope.table(rows)
+    assert "| T = 16384, 16 + 8 + 8 × 256 | 2900 · 96% · 100.0 µs |" in t and "| 1.16× | 1.90× |" in t
+    rows[0]["us_median"] = 120.0  # slower than the two launches: missed
+    t = _report_targets().rope_targets(rows)
+    assert "met at 1 of 2" in t and "(1.03× the time) | **missed** |" in t
+
+
 @pytest.mark.parametrize("flag, rows", [("--variants-only", "gated norm, groups of 128"),
                                         ("--rope-only", "gptj, rotary_dim 64, cache, q")])
 def test_no_gpu_path_runs_the_sections_demo(flag, rows):

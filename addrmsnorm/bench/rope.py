@@ -8,6 +8,7 @@ Byte model (bytes the one pass must move at the least, per call; xs the activati
                  (v untouched); the angles and weights are not counted (a cache row is 1/80 of a
                  token's q and k at 32 + 8 heads of 128)
     backward     read x and dy, write dx                      3 * xs per element of q and k
+    with v       read and write q's, k's and v's heads        2 * xs per element of q, k and v, in place
 
 Shapes: bf16, NeoX rotation over the whole head, angles by positions (random, as a batch of sequences) into
 an fp32 cos_sin_cache of 131072 positions, or as HF's cos and sin (bf16, a row a token). Bulk: T = 8192 and
@@ -16,7 +17,9 @@ and 32768 of 64 + 4 heads of 128 (a wide model's grouped query attention): issue
 decode: T = 1 and 64 at 32 + 8 × 128, a chain of CHAIN dependent in-place calls in one CUDA graph (µs per
 call; PDL where the implementation has it). Backward at T = 8192: the functional form's first-order backward
 (the backward operator with the rotation, one pass for q's heads and one for k's, the cache's rows gathered
-first), beside the same gradient in torch operations (its create_graph form), eager and compiled.
+first), beside the same gradient in torch operations (its create_graph form), eager and compiled. With v (Gemma
+4's v_norm): T = 16384 of 16 + 8 + 8 heads of 256, q, k and v normalized in one launch (num_v_heads), beside our
+two launches (the rotation's call, then rmsnorm_ of v's heads with no weight) and torch.compile of all three.
 
 Every implementation is first checked against the one reference (reference.qk_rmsnorm_rope_ref) and marked
 where it differs; v must come back untouched.
@@ -30,7 +33,7 @@ import torch
 
 import addrmsnorm
 from addrmsnorm import autograd
-from addrmsnorm.reference import TOLERANCES, qk_rmsnorm_rope_ref
+from addrmsnorm.reference import TOLERANCES, qk_rmsnorm_rope_ref, rmsnorm_ref
 
 from .plain import CHAIN, OURS, _bandwidth, _fail, _live
 from .timing import sets_for_cold_l2, time_graph
@@ -40,11 +43,15 @@ MAX_POSITION = 131072  # the cache's rows (random positions in it)
 BULK = ((8192, 32, 8, 128), (65536, 32, 8, 128), (16384, 16, 8, 256), (32768, 64, 4, 128))
 DECODE = ((1, 32, 8, 128), (64, 32, 8, 128))
 BACKWARD = ((8192, 32, 8, 128), (8192, 16, 8, 256))
+V_NORM = ((16384, 16, 8, 8, 256),)  # (T, q, kv and v heads, head_dim)
 OURS_CACHE = OURS + ", cache"
 OURS_COS_SIN = OURS + ", cos/sin"
 QK_ALONE = "QK norm alone (ours, no rotation)"
 TWO_STEP = "our QK norm, then torch.compile's rotation"
 COMPILED = "torch.compile (norm and rotation)"
+V_ONE = OURS + ", q, k and v in one launch"
+V_TWO = OURS + ", the rotation's call, then rmsnorm_ of v"
+V_COMPILED = "torch.compile (the norms and the rotation)"
 
 
 def _views(qkv, nq, nk, D):
@@ -271,8 +278,87 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
     return rows
 
 
+def v_impls(nq, nk, nv, D) -> dict:
+    """name -> make() -> step(qkv, wq, wk, positions, cache): q's and k's heads normalized and rotated and v's
+    normalized with no weight, in place, or returned as (q, k, v) (V_COMPILED)."""
+    heads = dict(num_q_heads=nq, num_kv_heads=nk, head_dim=D)
+    v0, v1 = (nq + nk) * D, (nq + nk + nv) * D
+
+    def one():
+        return lambda qkv, wq, wk, p, cache: addrmsnorm.qk_rmsnorm_rope_(
+            qkv, wq, wk, EPS, **heads, positions=p, cos_sin_cache=cache, check_positions=False, num_v_heads=nv)
+
+    def two():
+        def step(qkv, wq, wk, p, cache):
+            addrmsnorm.qk_rmsnorm_rope_(qkv, wq, wk, EPS, **heads, positions=p, cos_sin_cache=cache,
+                                        check_positions=False)
+            addrmsnorm.rmsnorm_(qkv[:, v0:v1].unflatten(1, (nv, D)), None, EPS)
+        return step
+
+    def compiled():
+        def f(qkv, wq, wk, p, cache):
+            c, s = _angles(p, cache)
+            out = []
+            for v, w in zip(_views(qkv, nq, nk, D), (wq, wk)):
+                vf = v.float()
+                n = vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+                out.append(_rotate(n, c, s).to(v.dtype))
+            vf = qkv[:, v0:v1].unflatten(1, (nv, D)).float()
+            out.append((vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS)).to(qkv.dtype))
+            return tuple(out)
+        return torch.compile(f, dynamic=False, fullgraph=True)
+
+    return {V_ONE: one, V_TWO: two, V_COMPILED: compiled}
+
+
+def _v_note(step, qkv, wq, wk, p, cache, nq, nk, nv, D) -> str:
+    """q's and k's heads against the reference, v's against the weightless norm's (float64), each within the
+    library's tolerance; the columns after v untouched."""
+    got = qkv.clone()
+    returned = step(got, wq, wk, p, cache)
+    torch.cuda.synchronize()
+    v0, v1 = (nq + nk) * D, (nq + nk + nv) * D
+    want = (*qk_rmsnorm_rope_ref(qkv, wq, wk, EPS, nq, nk, D, positions=p, cos_sin_cache=cache),
+            rmsnorm_ref(qkv[:, v0:v1].unflatten(1, (nv, D)), None, EPS).y)
+    parts = returned if returned is not None else (*_views(got, nq, nk, D), got[:, v0:v1].unflatten(1, (nv, D)))
+    tol = TOLERANCES[qkv.dtype]
+    for part, g, w in zip("qkv", parts, want):
+        w = w.double()
+        err = ((g.double() - w).abs() / (tol.atol + tol.rtol * w.abs())).max().item()
+        if err > 1.0:
+            return f"{part} off the reference by {err:.1f}x the tolerance"
+    if returned is None and not torch.equal(got[:, v1:], qkv[:, v1:]):
+        return "the columns after v were written"
+    return ""
+
+
+def run_v_norm(roofline: float, log=print, shapes=V_NORM) -> list[dict]:
+    rows = []
+    for T, nq, nk, nv, D in shapes:
+        shape = f"T = {T}, {nq} + {nk} + {nv} × {D}"
+        nbytes = 2 * 2 * T * (nq + nk + nv) * D
+        n_sets = sets_for_cold_l2(nbytes)
+        gen = torch.Generator(device="cuda").manual_seed(T + D + 2)
+        wq, wk = _weights(D, gen)
+        cache = _cache(D, gen)
+        for name, step in _live(v_impls(nq, nk, nv, D), log)[0].items():
+            base = dict(section="rope_v", impl=name, N=T, H=shape, x_dtype="bf16", residual_dtype="-")
+            try:
+                sets = [_inputs(T, nq, nk, D, gen) for _ in range(n_sets)]  # q, k, then v's nk heads
+                note = _v_note(step, sets[0][0], wq, wk, sets[0][1], cache, nq, nk, nv, D)
+                calls = [lambda s=s: step(s[0], wq, wk, s[1], cache) for s in sets]
+                _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
+            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+                _fail(rows, base, e)
+            finally:
+                sets = None
+            torch.cuda.empty_cache()
+        log(_summary(f"rope with v {shape}", [r for r in rows if r["H"] == shape]))
+    return rows
+
+
 def run(roofline: float, log=print) -> list[dict]:
-    return run_forward(roofline, log) + run_decode(log) + run_backward(roofline, log)
+    return run_forward(roofline, log) + run_decode(log) + run_backward(roofline, log) + run_v_norm(roofline, log)
 
 
 # ----- tables ------------------------------------------------------------------------------------------
@@ -327,4 +413,10 @@ def table(rows: list[dict]) -> str:
     if sel:
         parts += ["QK norm with the rotation, backward (GB/s by the backward's byte model · % of roofline · µs):", "",
                   _table(sel, _gbs, []), ""]
+    sel = [r for r in rows if r["section"] == "rope_v"]
+    if sel:
+        parts += ["QK norm with the rotation and Gemma 4's v_norm, in place, bf16 (GB/s · % of roofline · µs; "
+                  "time ratios of the one launch against each):", "",
+                  _table(sel, _gbs, [("vs our two launches", [V_ONE], [V_TWO]),
+                                     ("vs torch.compile", [V_ONE], [V_COMPILED])]), ""]
     return "\n".join(parts)
