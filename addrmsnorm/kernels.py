@@ -1038,7 +1038,7 @@ def rmsnorm_fwd(
     rope_style: tl.int32,     # ROPE: 0 NeoX (rotate_half), 1 GPT-J (interleaved pairs)
     cos_by_freq: tl.int32,    # ROPE: 1 cos and sin indexed by frequency (a cache), 0 by column (HF's cos, sin)
     max_position: tl.int64,   # ROPE, POSITIONS: the cache's rows; a token's position must be below it
-    v_rows: tl.int32,         # SPLIT: each group's rows after its group_rows (Gemma 4's v heads), 0 for none
+    v_rows: tl.int32,         # V_HEADS: each group's rows after its group_rows (Gemma 4's v heads)
     BLOCK_H: tl.constexpr,           # columns per tile: >= H when single-pass, the chunk when looped
     ROWS_PER_PROGRAM: tl.constexpr,  # rows per program (single-pass only; 1 when looped)
     LOOPED: tl.constexpr,            # two passes over a row too wide to keep in registers
@@ -1057,6 +1057,7 @@ def rmsnorm_fwd(
     PAIR: tl.constexpr = False,      # single pass, no residual: two parts' rows (x, then b) in one launch
     ROPE: tl.constexpr = False,      # GROUPED, single pass, no residual: each normalized head rotated (RoPE)
     POSITIONS: tl.constexpr = False,  # ROPE: a token's angles at the row pos_ptr gives (else its own row)
+    V_HEADS: tl.constexpr = False,   # SPLIT: v_rows more rows after each group's (Gemma 4's v heads), weightless
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
@@ -1085,7 +1086,7 @@ def rmsnorm_fwd(
         stride_cos = _aligned(stride_cos, ALIGN)
         stride_sin = _aligned(stride_sin, ALIGN)
     v_program = False
-    if SPLIT:  # the programs past the q and k heads' take the v heads (v_rows of them after each group's)
+    if V_HEADS:  # the programs past the q and k heads' take the v heads (v_rows of them after each group's)
         v_program = tl.program_id(0) >= tl.cdiv(n_rows, ROWS_PER_PROGRAM)
     if v_program:
         # Gemma 4's v_norm: the weightless plain norm (no rotation) of the rows from group_rows on in each group,

@@ -187,6 +187,8 @@ def launch_forward(
         extra["SANDWICH"] = True
     if gated:
         extra["GATED"] = True
+    if v_rows:
+        extra["V_HEADS"] = True
     if roped:  # one kernel for the QK norm's rotation and the weightless one's (SPLIT: rows past group_split, none)
         extra["SPLIT"] = True
         extra["ROPE"] = True

@@ -177,7 +177,7 @@ ForwardKernel forward_kernel(const Call& c, const ForwardViews& v, const Angles&
     const int variant = plain_call_variant(
         c.x, v.weight, v.weight2, c.out, v.hidden,
         v.stride_x | v.stride_out | v.stride_x_group | v.stride_out_group | angle_strides, c.x_dtype, c.weight_dtype,
-        offset, c.hf(), (c.flags & kFlagRoundOnce) != 0, qk, &config, rope_variant, angles_aligned);
+        offset, c.hf(), (c.flags & kFlagRoundOnce) != 0, qk, &config, rope_variant, angles_aligned, v.v_groups != 0);
     return {config, variant,
             rope != nullptr ? "QK-norm + RoPE kernel" : qk ? "QK-norm kernel" : "plain-norm kernel"};
 }

@@ -158,8 +158,10 @@ inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bo
 extern const int kWeightlessDtype;  // configs.WEIGHTLESS_DTYPE: the backward's weight_dtype with no weight
 extern const int kQkMaxHeadDim;  // configs.QK_MAX_HEAD_DIM: the widest head the QK norm is built for
 
-inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics) {
-    return forward_variant(KernelKind::QkForward, config, x, x, weight, align_class, numerics);
+// v_heads: the kernel that also normalizes v's heads (Gemma 4's v_norm; V_HEADS).
+inline int qk_variant_index(int config, int x, int weight, int align_class, int numerics, bool v_heads = false) {
+    return forward_variant(v_heads ? KernelKind::QkvForward : KernelKind::QkForward, config, x, x, weight, align_class,
+                           numerics);
 }
 
 inline int sandwich_variant_index(int config, int x, int weight, int align_class, int numerics) {
@@ -186,9 +188,9 @@ extern const int kNumRopeVariants;  // configs.ROPE_VARIANTS: (angle dtype x's o
 
 // The rotation's variant of a call (angle_x: the angles of x's dtype; positions: 0 none, 1 int32, 2 int64).
 inline int rope_variant_index(int config, int x, int weight, int align_class, int numerics, bool angle_x,
-                              int positions) {
-    return forward_variant(KernelKind::RopeForward, config, x, x, weight, align_class, numerics,
-                           1 + (angle_x ? 0 : 3) + positions);
+                              int positions, bool v_heads = false) {
+    return forward_variant(v_heads ? KernelKind::RopeVForward : KernelKind::RopeForward, config, x, x, weight,
+                           align_class, numerics, 1 + (angle_x ? 0 : 3) + positions);
 }
 
 // configs.ROPE_TABLE's and ROPE_MISALIGNED_TABLE's rules, generated; configs.select_rope_config: heads on the
@@ -203,11 +205,11 @@ inline int select_rope_config(long long H, bool aligned) {
 
 // rope: -1 for no rotation, else its variant's last index (rope_variant_index's (angle_x ? 0 : 3) + positions);
 // angles_aligned: the rotation's cos and sin pointers are 16-byte aligned (their strides and rotary_dim are OR-ed
-// into `strides`).
+// into `strides`); v_heads: the QK norm's kernels that also normalize v's heads.
 inline int plain_call_variant(const void* x, const void* weight, const void* weight2, const void* out, long long hidden,
                               long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
                               float weight_offset, bool hf, bool round_once, bool qk, int* config, int rope = -1,
-                              bool angles_aligned = true) {
+                              bool angles_aligned = true, bool v_heads = false) {
     auto aligned = [](const void* p) { return reinterpret_cast<unsigned long long>(p) % kAlignmentBytes == 0; };
     const bool pointers_aligned = aligned(x) && aligned(weight) && aligned(weight2) && aligned(out) && angles_aligned;
     const bool ends_only = hf || qk || rope >= 0 || weight_slot(x_dtype, weight_dtype) == 2;
@@ -218,8 +220,8 @@ inline int plain_call_variant(const void* x, const void* weight, const void* wei
     *config = rope >= 0 ? select_rope_config(hidden, align_class > 0) : select_plain_config(hidden, xs, vector_typed);
     if (*config < 0) return -1;
     if (rope >= 0)
-        return rope_variant_index(*config, x_dtype, weight_dtype, align_class, numerics, rope < 3, rope % 3);
-    return qk ? qk_variant_index(*config, x_dtype, weight_dtype, align_class, numerics)
+        return rope_variant_index(*config, x_dtype, weight_dtype, align_class, numerics, rope < 3, rope % 3, v_heads);
+    return qk ? qk_variant_index(*config, x_dtype, weight_dtype, align_class, numerics, v_heads)
               : plain_variant_index(*config, x_dtype, weight_dtype, align_class, numerics);
 }
 

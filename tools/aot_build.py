@@ -104,6 +104,8 @@ KINDS = {
     "gated_quant_forward": Kind("quant_forward", ("GATED",), "GatedQuantForward", own_plan=True),
     "rope_forward": Kind("forward", ("GROUPED", "SPLIT", "ROPE"), "RopeForward"),
     "rope_backward": Kind("backward", ("ROPE",), "RopeBackward"),
+    "qkv_forward": Kind("forward", ("GROUPED", "SPLIT", "V_HEADS"), "QkvForward"),
+    "rope_v_forward": Kind("forward", ("GROUPED", "SPLIT", "ROPE", "V_HEADS"), "RopeVForward"),
 }
 # The flags each kernel is always given (False where off), in its order; a kind's other flags (the forward's
 # rotation) are given only where on.
@@ -118,8 +120,9 @@ class Spec:
                       # (the two forwards with RESIDUAL off, plain_forward GROUPED), "qk_forward" (SPLIT too), and
                       # "sandwich_forward" (rmsnorm_fwd with SANDWICH), "gated_forward" (the plain forward
                       # GATED), "pair_forward" (the plain forward PAIR, rows of one stride), "rope_forward"
-                      # (the QK norm's kernel with ROPE: the rotation of each normalized head) and
-                      # "rope_backward" (rmsnorm_bwd with ROPE: the plain norm's backward of rotated heads)
+                      # (the QK norm's kernel with ROPE: the rotation of each normalized head),
+                      # "rope_backward" (rmsnorm_bwd with ROPE: the plain norm's backward of rotated heads), and
+                      # "qkv_forward" and "rope_v_forward" (the QK norm's two with V_HEADS: Gemma 4's v heads)
     config: int       # index into the deduplicated config list of its kind (0 for "dweight")
     x: str
     residual: str
@@ -255,9 +258,9 @@ def all_specs(cfgs, bcfgs):
             continue
         for x in ("fp16", "bf16"):
             for align in configs.align_classes(2, 2, ends_only=True):
-                specs += [Spec("qk_forward", ci, x, x, w, align) for w in (x, "fp32")]
-                specs += [Spec("qk_forward", ci, x, x, x, align, numerics=m)
-                          for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
+                for kind in ("qk_forward", "qkv_forward"):  # with Gemma 4's v heads too
+                    specs += [Spec(kind, ci, x, x, w, align) for w in (x, "fp32")]
+                    specs += [Spec(kind, ci, x, x, x, align, numerics=m) for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     specs += _rope_specs(cfgs)
     specs += _sandwich_specs(cfgs) + _gated_specs(cfgs) + _pair_specs(cfgs) + _sandwich_quant_specs(cfgs)
     specs += _gated_quant_specs(cfgs)
@@ -299,10 +302,11 @@ def _rope_specs(cfgs) -> list:
                 for vi, (angles, pos) in enumerate(configs.ROPE_VARIANTS):
                     # fp32 weights: training, HF's cos and sin (configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS)
                     weights = (x, "fp32") if pos is None or configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS else (x,)
-                    specs += [Spec("rope_forward", ci, x, x, w, align, rope=vi + 1) for w in weights]
-                    if angles == "x" and pos is None:
-                        specs += [Spec("rope_forward", ci, x, x, x, align, numerics=m, rope=vi + 1)
-                                  for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
+                    for kind in ("rope_forward", "rope_v_forward"):  # with Gemma 4's v heads too
+                        specs += [Spec(kind, ci, x, x, w, align, rope=vi + 1) for w in weights]
+                        if angles == "x" and pos is None:
+                            specs += [Spec(kind, ci, x, x, x, align, numerics=m, rope=vi + 1)
+                                      for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     return specs
 
 
@@ -1156,6 +1160,7 @@ def main():
                   f"{kinds['dweight']} dweight reduction, {kinds['quant_forward']} quantized forward, "
                   f"{kinds['plain_forward']} plain norm, "
                   f"{kinds['qk_forward']} QK norm, {kinds['rope_forward']} QK norm + RoPE, {kinds['rope_backward']} its backward, "
+                  f"{kinds['qkv_forward']} and {kinds['rope_v_forward']} of those with v heads, "
                   f"{kinds['plain_quant_forward']} plain quantized, "
                   f"{kinds['sandwich_forward']} sandwich norm, {kinds['gated_forward']} gated norm, "
                   f"{kinds['pair_forward']} pair, {kinds['sandwich_quant_forward']} sandwich quantized, "

@@ -317,6 +317,7 @@ def _v_note(step, qkv, wq, wk, p, cache, nq, nk, nv, D) -> str:
     got = qkv.clone()
     returned = step(got, wq, wk, p, cache)
     torch.cuda.synchronize()
+    returned = returned if isinstance(returned, tuple) else None  # the compiled path's (q, k, v); ours return qkv
     v0, v1 = (nq + nk) * D, (nq + nk + nv) * D
     want = (*qk_rmsnorm_rope_ref(qkv, wq, wk, EPS, nq, nk, D, positions=p, cos_sin_cache=cache),
             rmsnorm_ref(qkv[:, v0:v1].unflatten(1, (nv, D)), None, EPS).y)

@@ -971,17 +971,19 @@ TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
             for (int w : {x, static_cast<int>(ADDRMSNORM_FLOAT32)})
                 for (int align_class : {0, kNumAlignClasses - 1})
                     for (bool hf : {false, true})
-                        for (float offset : {0.0f, 1.0f}) {
-                            if (hf && w != x) continue;
-                            const int numerics = numerics_mode(hf, offset, 2);
-                            const bool vt = is_vector_typed(align_class, 2, 2, w == x, numerics);
-                            const int cfg = select_plain_config(D, 2, vt);
-                            ASSERT_FALSE(kConfigs[cfg].looped) << "D=" << D;
-                            const int v = qk_variant_index(cfg, x, w, align_class, numerics);
-                            ASSERT_GE(v, 0) << "D=" << D << " x " << x << " weight " << w << " class " << align_class;
-                            EXPECT_EQ(kVariants[v].kind, KernelKind::QkForward);
-                            for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
-                        }
+                        for (float offset : {0.0f, 1.0f})
+                            for (bool v_heads : {false, true}) {  // with Gemma 4's v heads too
+                                if (hf && w != x) continue;
+                                const int numerics = numerics_mode(hf, offset, 2);
+                                const bool vt = is_vector_typed(align_class, 2, 2, w == x, numerics);
+                                const int cfg = select_plain_config(D, 2, vt);
+                                ASSERT_FALSE(kConfigs[cfg].looped) << "D=" << D;
+                                const int v = qk_variant_index(cfg, x, w, align_class, numerics, v_heads);
+                                ASSERT_GE(v, 0) << "D=" << D << " x " << x << " weight " << w << " class "
+                                                << align_class << " v heads " << v_heads;
+                                EXPECT_EQ(kVariants[v].kind, v_heads ? KernelKind::QkvForward : KernelKind::QkForward);
+                                for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
+                            }
 }
 
 TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
@@ -995,14 +997,17 @@ TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
                 for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
                     for (addrmsnorm_dtype w : {x, ADDRMSNORM_FLOAT32})
                         for (bool hf : {false, true})
-                            for (bool qk : {false, true}) {
+                            for (int qk : {0, 1, 2}) {  // 2: the QK norm with v heads
                                 if (hf && w != x) continue;
                                 int config = -1;
                                 const int v = plain_call_variant(buf + offset, buf, buf, buf + offset, H, strides, x,
-                                                                 w, 0.0f, hf, false, qk, &config);
+                                                                 w, 0.0f, hf, false, qk != 0, &config, -1, true,
+                                                                 qk == 2);
                                 ASSERT_GE(v, 0) << "H=" << H << " strides " << strides << " offset " << offset
                                                 << " qk " << qk;
-                                EXPECT_EQ(kVariants[v].kind, qk ? KernelKind::QkForward : KernelKind::PlainForward);
+                                EXPECT_EQ(kVariants[v].kind, qk == 2   ? KernelKind::QkvForward
+                                                             : qk == 1 ? KernelKind::QkForward
+                                                                       : KernelKind::PlainForward);
                             }
 }
 
