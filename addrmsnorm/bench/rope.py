@@ -110,15 +110,8 @@ def impls(nq, nk, D, pdl: bool = False) -> dict:
         return step
 
     def compiled():
-        def f(qkv, wq, wk, p, cache):
-            c, s = _angles(p, cache)
-            out = []
-            for v, w in zip(_views(qkv, nq, nk, D), (wq, wk)):
-                vf = v.float()
-                n = vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
-                out.append(_rotate(n, c, s).to(v.dtype))
-            return tuple(out)
-        f = torch.compile(f, dynamic=False, fullgraph=True)
+        f = torch.compile(lambda qkv, wq, wk, p, cache: _torch_qk(qkv, wq, wk, p, cache, nq, nk, D),
+                          dynamic=False, fullgraph=True)
         return lambda qkv, wq, wk, p, cache, c, s: f(qkv, wq, wk, p, cache)
 
     out = {OURS_CACHE + suffix: ours_cache, OURS_COS_SIN + suffix: ours_cos_sin, QK_ALONE + suffix: alone,
@@ -126,6 +119,20 @@ def impls(nq, nk, D, pdl: bool = False) -> dict:
     if not pdl:
         out[COMPILED] = compiled
     return out
+
+
+def _torch_norm(v, w=None):
+    """The norm in torch operations (the torch.compile paths), in fp32; returned in v's dtype when not weighted
+    (else left in fp32 for the rotation)."""
+    vf = v.float()
+    n = vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS)
+    return n.to(v.dtype) if w is None else n * w.float()
+
+
+def _torch_qk(qkv, wq, wk, p, cache, nq, nk, D):
+    """q's and k's heads normalized and rotated in torch operations, as new tensors (HF's apply_rotary_pos_emb)."""
+    c, s = _angles(p, cache)
+    return tuple(_rotate(_torch_norm(v, w), c, s).to(v.dtype) for v, w in zip(_views(qkv, nq, nk, D), (wq, wk)))
 
 
 def _inputs(T, nq, nk, D, gen, xd=torch.bfloat16):
@@ -297,15 +304,7 @@ def v_impls(nq, nk, nv, D) -> dict:
 
     def compiled():
         def f(qkv, wq, wk, p, cache):
-            c, s = _angles(p, cache)
-            out = []
-            for v, w in zip(_views(qkv, nq, nk, D), (wq, wk)):
-                vf = v.float()
-                n = vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
-                out.append(_rotate(n, c, s).to(v.dtype))
-            vf = qkv[:, v0:v1].unflatten(1, (nv, D)).float()
-            out.append((vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + EPS)).to(qkv.dtype))
-            return tuple(out)
+            return (*_torch_qk(qkv, wq, wk, p, cache, nq, nk, D), _torch_norm(qkv[:, v0:v1].unflatten(1, (nv, D))))
         return torch.compile(f, dynamic=False, fullgraph=True)
 
     return {V_ONE: one, V_TWO: two, V_COMPILED: compiled}
