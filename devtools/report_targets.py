@@ -523,6 +523,32 @@ def rope_targets(rows: list[dict]) -> str:
                       *t])
 
 
+PREFILL_MIN_OF_PEER = 1.00  # issue 68: every prefill chunk, fused and plain, against the fastest peer (time ratio)
+
+
+def prefill_targets(rows: list[dict]) -> str:
+    """Issue 68's prefill-chunk targets, one line a cell and kind: the better of ours against the fastest of the
+    peers (bench/prefill.py), each marked met or missed."""
+    from addrmsnorm.bench import prefill
+
+    cells = sorted({(r.get("mode"), r["H"], r["N"]) for r in rows if r["section"] == "prefill"})
+    t = ["| kind | shape | ours | the fastest peer | |", "|---|---|---|---|---|"]
+    met = total = 0
+    for kind, H, N in cells:
+        mine, peer = prefill.best_pair(rows, kind, N, H)
+        if not (mine and peer):
+            continue
+        r = peer["us_median"] / mine["us_median"]
+        ok = r >= PREFILL_MIN_OF_PEER
+        met, total = met + ok, total + 1
+        t.append(f"| {kind} | {N} × {H} | {mine['impl']} {mine['us_median']:.2f} µs | {peer['impl']} "
+                 f"{peer['us_median']:.2f} µs ({r:.2f}×) | {_mark(ok)} |")
+    if total == 0:
+        return ""
+    return "\n".join([f"Targets (issue 68, prefill chunks ≥ {PREFILL_MIN_OF_PEER:.2f}× the fastest peer): met at "
+                      f"{met} of {total}.", "", *t])
+
+
 def report(header: dict, rows: list[dict]) -> str:
     """Every section of targets that the rows allow, as markdown."""
     out = []
@@ -533,7 +559,8 @@ def report(header: dict, rows: list[dict]) -> str:
                         ("Targets (issue 35)", block_targets(rows)),
                         ("Targets (issue 44)", gated_targets(rows)),
                         ("Targets (issue 44)", pair_targets(rows)),
-                        ("Targets (issues 45 and 66)", rope_targets(rows))):
+                        ("Targets (issues 45 and 66)", rope_targets(rows)),
+                        ("Targets (issue 68)", prefill_targets(rows))):
         if text:
             out += [f"#### {title}", "", text, ""]
     return "\n".join(out)

@@ -486,6 +486,35 @@ def test_rope_v_rows_give_the_one_launch_against_the_two_and_its_targets():
     assert "met at 1 of 2" in t and "(1.03× the time) | **missed** |" in t
 
 
+def _prefill_rows():
+    from addrmsnorm.bench import prefill
+
+    rows = []
+    for kind, times in (("fused", {prefill.OURS_FUNCTIONAL: 12.0, prefill.OURS_PDL: 10.0, prefill.COMPILED: 11.0,
+                                   prefill.LIGER: 9.0}),
+                        ("plain", {prefill.OURS_FUNCTIONAL: 6.0, prefill.OURS_PDL: 8.0, prefill.COMPILED: 7.5,
+                                   prefill.FLASHINFER_PDL: 6.6})):
+        rows += [dict(section="prefill", impl=n, N=512, H=4096, x_dtype="bf16", mode=kind, gbs=1000.0 / u,
+                      pct_roofline=30.0 / u, us_median=u, note="") for n, u in times.items()]
+    return rows
+
+
+def test_prefill_table_gives_ours_over_the_fastest_peer_and_its_targets():
+    from addrmsnorm.bench import prefill
+
+    rows = _prefill_rows()
+    t = prefill.table(rows)
+    # fused: ours' best 10.0 (in place, PDL) against Liger 9.0: 0.90; plain: ours 6.0 against FlashInfer 6.6: 1.10
+    assert "| 512 | 0.90 / 1.10 |" in t
+    assert "| fused | 512 × 4096 | 83 · 2% · 12.00 µs | 100 · 3% · 10.00 µs |" in t
+    rows.append(dict(rows[0], impl=prefill.LIGER, mode="plain", us_median=1.0, note="y off the reference"))
+    assert "| 512 | 0.90 / 1.10 |" in prefill.table(rows)  # a peer off the reference does not count
+    tg = _report_targets().prefill_targets(rows)
+    assert "met at 1 of 2" in tg and "(0.90×) | **missed** |" in tg and "(1.10×) | met |" in tg
+    assert _report_targets().prefill_targets([]) == ""
+    assert "#### Prefill chunks" in writers.markdown_report(HEADER, rows, [], {}, None)
+
+
 @pytest.mark.parametrize("flag, rows", [("--variants-only", "gated norm, groups of 128"),
                                         ("--rope-only", "gptj, rotary_dim 64, cache, q")])
 def test_no_gpu_path_runs_the_sections_demo(flag, rows):

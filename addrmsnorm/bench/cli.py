@@ -203,10 +203,14 @@ def run(args) -> int:
     command = "python -m addrmsnorm.bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.block_quant_only:  # no other section
         args.plain_only = args.no_plain = args.no_quant = args.no_variants = args.no_rope = True
+        args.no_prefill = True
     if args.variants_only:
         args.plain_only = args.no_plain = args.no_quant = args.no_rope = True
+        args.no_prefill = True
     if args.rope_only:
-        args.plain_only = args.no_plain = args.no_quant = args.no_variants = True
+        args.plain_only = args.no_plain = args.no_quant = args.no_variants = args.no_prefill = True
+    if args.prefill_only:
+        args.plain_only = args.no_plain = args.no_quant = args.no_variants = args.no_rope = True
     impls = all_impls()
     if args.impls:
         wanted = [s.strip().lower() for s in args.impls.split(",")]
@@ -277,6 +281,13 @@ def run(args) -> int:
         rows += rope.run(roof.gbs, log=_log)
         _log("rotation rows done")
         if args.rope_only:
+            shapes = []
+    if not args.no_prefill:
+        from addrmsnorm.bench import prefill
+
+        rows += prefill.run(roof.gbs, log=_log)
+        _log("prefill-chunk rows done")
+        if args.prefill_only:
             shapes = []
     if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
@@ -434,6 +445,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants-only", action="store_true", help="only the norm variants' rows")
     ap.add_argument("--no-rope", action="store_true", help="skip the rows of the QK norm with the rotation (RoPE)")
     ap.add_argument("--rope-only", action="store_true", help="only the rows of the QK norm with the rotation")
+    ap.add_argument("--no-prefill", action="store_true", help="skip the prefill-chunk rows (N 256 to 4096 at H 2048, "
+                                                                 "4096 and 8192, fused and plain, against the peers)")
+    ap.add_argument("--prefill-only", action="store_true", help="only the prefill-chunk rows")
     ap.add_argument("--update-docs", action="store_true",
                     help="write the report into the results section of docs/report.md")
     ap.add_argument("--render", metavar="DIR[,DIR...]",

@@ -11,6 +11,7 @@ from .backward import __doc__ as backward_doc, table as backward_table
 from .cells import cell as _cell
 from .block_quant import __doc__ as block_quant_doc, table as block_quant_table
 from .plain import __doc__ as plain_doc, table as plain_table
+from .prefill import __doc__ as prefill_doc, table as prefill_table
 from .rope import __doc__ as rope_doc, table as rope_table
 from .variants import __doc__ as variants_doc, table as variants_table
 from .quant import __doc__ as quant_doc, table as quant_table
@@ -176,6 +177,11 @@ def markdown_report(header: dict, rows: list[dict], impl_names: list[str], unava
         model = variants_doc.split("Byte model")[1].split("Shapes:")[0].strip()
         lines += ["#### The norm variants: the sandwich norm, the gated norm, the latent pair", "", "Byte model " + model,
                   "", vt]
+    ft = prefill_table(rows)
+    if ft:
+        model = prefill_doc.split("Byte model")[1].split("Implementations.")[0].strip()
+        lines += ["#### Prefill chunks: the fused op and the plain norm at 256 to 4096 rows", "", "Byte model " + model,
+                  "", ft]
     rt = rope_table(rows)
     if rt:
         model = rope_doc.split("Byte model")[1].split("Shapes:")[0].strip()
