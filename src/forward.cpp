@@ -276,6 +276,33 @@ void set_quant(QuantForwardParams& p, const Call& c, const ForwardViews& v) {
 // built, touching no driver.
 enum class Launch { kRun, kCheck };
 
+addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream stream, Launch how);
+
+// Gemma 4's v heads are built at the vector alone (tools/aot_build.py's _qk_kinds): a QK call with them off it (ALIGN
+// 1) runs as two, q's and k's heads, then v's as the weightless plain norm of their [tokens, v heads, hidden] view,
+// the bits of the one launch.
+addrmsnorm_status qk_then_v(const Call& c, const addrmsnorm_norm_args* args, addrmsnorm_stream stream, Launch how) {
+    addrmsnorm_norm_args qk = *args;
+    qk.groups = c.v_from_group;
+    qk.v_from_group = 0;
+    const int64_t offset = c.v_from_group * c.hidden * (c.x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2);
+    addrmsnorm_norm_args v = addrmsnorm_norm_args_init();
+    v.x = static_cast<const char*>(c.x) + offset;
+    v.out = static_cast<char*>(c.out) + offset;
+    v.rows = c.rows;
+    v.groups = c.groups - c.v_from_group;
+    v.hidden = c.hidden;
+    v.stride_x = args->stride_x;
+    v.stride_out = args->stride_out;
+    v.stride_x_group = v.stride_out_group = c.hidden;
+    v.x_dtype = v.weight_dtype = c.x_dtype;
+    v.numerics = args->numerics;
+    v.eps = args->eps;
+    v.flags = args->flags;
+    if (addrmsnorm_status st = norm_call(&qk, stream, how); st != ADDRMSNORM_SUCCESS) return st;
+    return norm_call(&v, stream, how);
+}
+
 // The one call, validated: its kernel launched, or (Launch::kCheck) only found among the built ones. A call of no
 // rows launches nothing and needs no kernel.
 addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream stream, Launch how) {
@@ -285,6 +312,7 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     const ForwardViews v = forward_views(c);
     const Angles angles = angles_of(c);
     const ForwardKernel fk = forward_kernel(c, v, angles);
+    if (fk.variant < 0 && v.v_groups != 0) return qk_then_v(c, args, stream, how);
     // No config: the quantized calls' rule says it as "not built" (built_kernel), the others' as no configuration.
     if (fk.config < 0 && c.kind != Call::kQuant)
         return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "no kernel configuration for these dtypes");

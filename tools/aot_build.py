@@ -258,7 +258,7 @@ def all_specs(cfgs, bcfgs):
             continue
         for x in ("fp16", "bf16"):
             for align in configs.align_classes(2, 2, ends_only=True):
-                for kind in ("qk_forward", "qkv_forward"):  # with Gemma 4's v heads too
+                for kind in _qk_kinds(align):
                     specs += [Spec(kind, ci, x, x, w, align) for w in (x, "fp32")]
                     specs += [Spec(kind, ci, x, x, x, align, numerics=m) for m in (configs.HF_LLAMA, configs.HF_GEMMA)]
     specs += _rope_specs(cfgs)
@@ -272,6 +272,15 @@ def all_specs(cfgs, bcfgs):
                 for q in configs.quant_dtypes_of(mode):
                     specs += [Spec(k, ci, x, res, x, configs.vector_elems(2, 2), quant=mode, q=q) for k in kinds]
     return specs
+
+
+def _qk_kinds(align: int, rope: bool = False) -> tuple:
+    """The QK norm's kinds at an alignment: with Gemma 4's v heads (V_HEADS) at the vector alone, where every model's
+    projection puts its heads. At ALIGN 1 too they took sm_100 to 41.1 MiB, over configs.AOT_MAX_MIB_PER_ARCH (37.8
+    without them; the v programs' scalar code nearly doubles an ALIGN 1 QK kernel); the C runtime runs such a call
+    as two launches, q's and k's heads and then v's (forward.cpp's qk_then_v), with the bits of the one."""
+    base = ("rope_forward", "rope_v_forward") if rope else ("qk_forward", "qkv_forward")
+    return base if align > 1 else base[:1]
 
 
 def _rope_backward_specs(bcfgs) -> list:
@@ -302,7 +311,7 @@ def _rope_specs(cfgs) -> list:
                 for vi, (angles, pos) in enumerate(configs.ROPE_VARIANTS):
                     # fp32 weights: training, HF's cos and sin (configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS)
                     weights = (x, "fp32") if pos is None or configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS else (x,)
-                    for kind in ("rope_forward", "rope_v_forward"):  # with Gemma 4's v heads too
+                    for kind in _qk_kinds(align, rope=True):
                         specs += [Spec(kind, ci, x, x, w, align, rope=vi + 1) for w in weights]
                         if angles == "x" and pos is None:
                             specs += [Spec(kind, ci, x, x, x, align, numerics=m, rope=vi + 1)

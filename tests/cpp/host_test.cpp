@@ -979,6 +979,10 @@ TEST(Dispatch, EveryQkNormCallHasAKernelForEveryArch) {
                                 const int cfg = select_plain_config(D, 2, vt);
                                 ASSERT_FALSE(kConfigs[cfg].looped) << "D=" << D;
                                 const int v = qk_variant_index(cfg, x, w, align_class, numerics, v_heads);
+                                if (v_heads && align_class == 0) {  // the vector alone: forward.cpp's qk_then_v
+                                    EXPECT_LT(v, 0) << "D=" << D;
+                                    continue;
+                                }
                                 ASSERT_GE(v, 0) << "D=" << D << " x " << x << " weight " << w << " class "
                                                 << align_class << " v heads " << v_heads;
                                 EXPECT_EQ(kVariants[v].kind, v_heads ? KernelKind::QkvForward : KernelKind::QkForward);
@@ -1003,6 +1007,15 @@ TEST(Dispatch, EveryPlainAndQkCallFindsItsKernelAtAnyAlignment) {
                                 const int v = plain_call_variant(buf + offset, buf, buf, buf + offset, H, strides, x,
                                                                  w, 0.0f, hf, false, qk != 0, &config, -1, true,
                                                                  qk == 2);
+                                if (qk == 2) {  // v heads at the vector alone (else forward.cpp's qk_then_v)
+                                    const int without = plain_call_variant(buf + offset, buf, buf, buf + offset, H,
+                                                                           strides, x, w, 0.0f, hf, false, true,
+                                                                           &config);
+                                    ASSERT_GE(without, 0);
+                                    EXPECT_EQ(v >= 0, kVariants[without].align_class > 0)
+                                        << "H=" << H << " strides " << strides << " offset " << offset;
+                                    if (v < 0) continue;
+                                }
                                 ASSERT_GE(v, 0) << "H=" << H << " strides " << strides << " offset " << offset
                                                 << " qk " << qk;
                                 EXPECT_EQ(kVariants[v].kind, qk == 2   ? KernelKind::QkvForward
