@@ -112,6 +112,18 @@ def _fail(rows, base, e):
     rows.append(dict(base, note=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"))
 
 
+def _measured(rows, base, nbytes, roofline, n_sets, setup):
+    """One row: setup() gives the calls on their buffer sets and the correctness note; a failure is reported in
+    the row, not raised. The buffers are freed before the next row."""
+    try:
+        calls, note = setup()
+        _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
+    except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+        _fail(rows, base, e)
+    calls = None
+    torch.cuda.empty_cache()
+
+
 def run_plain(roofline: float, log=print, shapes=None, dtypes=("bf16", "fp16")) -> list[dict]:
     impls, _ = _live(plain_impls(), log)
     rows = []

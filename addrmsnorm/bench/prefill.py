@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .byte_model import forward_bytes
-from .plain import EPS, _bandwidth, _fail, _live, _y_note
+from .plain import EPS, _live, _measured, _y_note
 from .timing import sets_for_cold_l2
 
 PREFILL_N = (256, 512, 1024, 2048, 4096)
@@ -103,25 +103,18 @@ def run(roofline: float, log=print, ns=PREFILL_N, hs=PREFILL_H) -> list[dict]:
                 for name, fn in impls.items():
                     base = dict(section="prefill", impl=name, N=N, H=H, x_dtype="bf16", mode=kind,
                                 residual_dtype="bf16" if kind == FUSED else "-")
-                    try:
+
+                    def setup(kind=kind, fn=fn, n_sets=n_sets):
                         if kind == FUSED:
                             sets = [(torch.randn(N, H, device="cuda", generator=gen).to(xd),
                                      (4 * torch.randn(N, H, device="cuda", generator=gen)).to(xd))
                                     for _ in range(n_sets)]
-                            note = _fused_note(fn, *sets[0], w)
-                            calls = [lambda s=s: fn(s[0], s[1], w) for s in sets]
-                        else:
-                            sets = [torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
-                            y = sets[0].clone()
-                            out = fn(y, w)
-                            note = _y_note(y if out is None else out, sets[0], w)
-                            calls = [lambda x=x: fn(x, w) for x in sets]
-                        _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
-                    except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
-                        _fail(rows, base, e)
-                    finally:
-                        sets = None
-                    torch.cuda.empty_cache()
+                            return [lambda s=s: fn(s[0], s[1], w) for s in sets], _fused_note(fn, *sets[0], w)
+                        sets = [torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
+                        y = sets[0].clone()
+                        out = fn(y, w)
+                        return [lambda x=x: fn(x, w) for x in sets], _y_note(y if out is None else out, sets[0], w)
+                    _measured(rows, base, nbytes, roofline, n_sets, setup)
             log(f"prefill {N}x{H}: " + "; ".join(f"{kind} {r:.2f}" for kind, r in
                                                   ((k, ratio(rows, k, N, H)) for k in (FUSED, PLAIN)) if r))
     return rows

@@ -35,7 +35,7 @@ import addrmsnorm
 from addrmsnorm import autograd
 from addrmsnorm.reference import TOLERANCES, qk_rmsnorm_rope_ref, rmsnorm_ref
 
-from .plain import CHAIN, OURS, _bandwidth, _fail, _live
+from .plain import CHAIN, OURS, _bandwidth, _fail, _live, _measured
 from .timing import sets_for_cold_l2, time_graph
 
 EPS = 1e-6
@@ -343,16 +343,12 @@ def run_v_norm(roofline: float, log=print, shapes=V_NORM) -> list[dict]:
         cache = _cache(D, gen)
         for name, step in _live(v_impls(nq, nk, nv, D), log)[0].items():
             base = dict(section="rope_v", impl=name, N=T, H=shape, x_dtype="bf16", residual_dtype="-")
-            try:
+
+            def setup(step=step):
                 sets = [_inputs(T, nq, nk, D, gen) for _ in range(n_sets)]  # q, k, then v's nk heads
-                note = _v_note(step, sets[0][0], wq, wk, sets[0][1], cache, nq, nk, nv, D)
-                calls = [lambda s=s: step(s[0], wq, wk, s[1], cache) for s in sets]
-                _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
-            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
-                _fail(rows, base, e)
-            finally:
-                sets = None
-            torch.cuda.empty_cache()
+                return ([lambda s=s: step(s[0], wq, wk, s[1], cache) for s in sets],
+                        _v_note(step, sets[0][0], wq, wk, sets[0][1], cache, nq, nk, nv, D))
+            _measured(rows, base, nbytes, roofline, n_sets, setup)
         log(_summary(f"rope with v {shape}", [r for r in rows if r["H"] == shape]))
     return rows
 
