@@ -1316,10 +1316,16 @@ def _bwd_rope_halves(
     row as its two halves, [R, BLOCK_H / 2] tiles of one layout, so that a thread holds both columns of its pairs.
     The forward's out_lo = y_lo cos_lo - y_hi sin_lo, out_hi = y_hi cos_hi + y_lo sin_hi give y's gradient
     g_lo = dy_lo cos_lo + dy_hi sin_hi, g_hi = dy_hi cos_hi - dy_lo sin_lo; then the norm's backward over both
-    halves, rstd from h and eps (the rotation's forward stores none). cos and sin are rows by column."""
+    halves, rstd from h and eps (the rotation's forward stores none). cos and sin are rows by column.
+
+    A tile's rows are one token's heads (a token's group_rows heads in tiles of ROWS_PER_PROGRAM, the last one
+    masked where they do not divide), so the token's cos and sin are read once a tile, as vectors: read a head at
+    a time they were twice the bytes of its dy and h, from L2. Where ROWS_PER_PROGRAM divides group_rows the tiles
+    are the rows' ranges they always were."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
-    n_blocks = tl.cdiv(n_rows, ROWS_PER_PROGRAM)
+    chunks = tl.cdiv(group_rows, ROWS_PER_PROGRAM)  # a token's tiles
+    n_blocks = tl.cdiv(n_rows, group_rows) * chunks
     blocks_per_program = tl.cdiv(n_blocks, n_programs)
     c = tl.arange(0, BLOCK_H // 2)
     c_mask = c < half
@@ -1330,23 +1336,24 @@ def _bwd_rope_halves(
     dw_hi = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
     first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
     for block in tl.range(first, tl.minimum(first + blocks_per_program, n_blocks), num_stages=STAGES):
-        rows = block * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-        row_mask = rows < n_rows
+        tok = block // chunks
+        in_tok = (block - tok * chunks) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+        rows = tok * group_rows + in_tok
+        row_mask = (in_tok < group_rows) & (rows < n_rows)
         m = row_mask[:, None] & c_mask[None, :]
         rows_2d = rows[:, None]
-        tok = (rows.to(tl.int32) // group_rows).to(tl.int64)[:, None]
         dy_row = dy_ptr + rows_2d * stride_dy_row + cc
         h_row = h_ptr + rows_2d * stride_h_row + cc
         dy_lo = tl.load(dy_row, mask=m, other=0.0).to(tl.float32)
         dy_hi = tl.load(dy_row + half, mask=m, other=0.0).to(tl.float32)
         h_lo = tl.load(h_row, mask=m, other=0.0).to(tl.float32)
         h_hi = tl.load(h_row + half, mask=m, other=0.0).to(tl.float32)
-        cos_row = cos_ptr + tok * stride_cos + cc
-        sin_row = sin_ptr + tok * stride_sin + cc
-        cos_lo = tl.load(cos_row, mask=m, other=1.0).to(tl.float32)
-        cos_hi = tl.load(cos_row + half, mask=m, other=1.0).to(tl.float32)
-        sin_lo = tl.load(sin_row, mask=m, other=0.0).to(tl.float32)
-        sin_hi = tl.load(sin_row + half, mask=m, other=0.0).to(tl.float32)
+        cos_row = cos_ptr + tok * stride_cos + c
+        sin_row = sin_ptr + tok * stride_sin + c
+        cos_lo = tl.load(cos_row, mask=c_mask, other=1.0).to(tl.float32)[None, :]
+        cos_hi = tl.load(cos_row + half, mask=c_mask, other=1.0).to(tl.float32)[None, :]
+        sin_lo = tl.load(sin_row, mask=c_mask, other=0.0).to(tl.float32)[None, :]
+        sin_hi = tl.load(sin_row + half, mask=c_mask, other=0.0).to(tl.float32)[None, :]
         g_lo = dy_lo * cos_lo + dy_hi * sin_hi
         g_hi = dy_hi * cos_hi - dy_lo * sin_lo
         rstd = _rstd_from_sum_sq(tl.sum(h_lo * h_lo, axis=1) + tl.sum(h_hi * h_hi, axis=1), H, eps, 0)[:, None]
