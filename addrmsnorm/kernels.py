@@ -282,11 +282,14 @@ def _rope_halves(x_ptr, weight_ptr, weight2_ptr, out_ptr, n_rows, H, eps, group_
     tok = r32 // group_rows
     in_group = r32 - tok * group_rows
     m = row_mask[:, None] & (c < half)[None, :]
+    # The position's gather first: a cache's row waits on it, and the head's loads do not (they keep m; the rows
+    # whose position is outside the cache, left out of m_a, are read and never written).
+    pos, _, m_a = _token_positions(pos_ptr, tok, row_mask, m, max_position, POSITIONS)
     x_rows = _row_offset(rows, stride_x_row, group_rows, stride_x_group, True)[:, None]
     x_lo = tl.load(x_ptr + x_rows + cc, mask=m, other=0.0).to(tl.float32)
     x_hi = tl.load(x_ptr + x_rows + (cc + half), mask=m, other=0.0).to(tl.float32)
     rstd = _rstd_from_sum_sq(tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1), H, eps, HF_NUMERICS)
-    pos, row_mask, m = _token_positions(pos_ptr, tok, row_mask, m, max_position, POSITIONS)
+    m = m_a
     out_dtype = out_ptr.dtype.element_ty
     # the weight of each row's part (q's or k's) as a tile: one layout with x's halves, no conversion
     w_off = _weight_offset(weight_offset, has_weight)
@@ -1335,9 +1338,12 @@ def _bwd_rope_halves(
     dw_lo = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
     dw_hi = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
     first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
+    first32 = pid * blocks_per_program
     for block in tl.range(first, tl.minimum(first + blocks_per_program, n_blocks), num_stages=STAGES):
-        tok = block // chunks
-        in_tok = (block - tok * chunks) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+        b32 = (block - first).to(tl.int32) + first32  # a 32-bit division: the blocks are at most n_rows
+        tok32 = b32 // chunks
+        in_tok = (b32 - tok32 * chunks) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+        tok = tok32.to(tl.int64)
         rows = tok * group_rows + in_tok
         row_mask = (in_tok < group_rows) & (rows < n_rows)
         m = row_mask[:, None] & c_mask[None, :]
