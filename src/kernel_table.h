@@ -45,6 +45,16 @@ extern const int kNumKernelKeys;
 extern const unsigned long long kKernelKeys[];
 extern const short kKeyVariants[];
 
+// A key of a kind, a config and the dtypes; its other fields are 0 (none) until a caller sets them by name.
+inline KernelKey kernel_key(KernelKind kind, int config, int x, int residual) {
+    KernelKey k{};
+    k.kind = kind;
+    k.config = config;
+    k.x = x;
+    k.residual = residual;
+    return k;
+}
+
 // The variant built for a key, or -1.
 inline int find_kernel(const KernelKey& key) {
     const unsigned long long k = pack_kernel_key(key);
@@ -66,17 +76,23 @@ extern const int kDweightBlockC;
 int select_backward_config(long long H, int x_itemsize, int residual_itemsize);
 
 inline int backward_variant_index(int config, int x, int residual, bool aligned) {
-    return find_kernel({KernelKind::Backward, config, x, residual, 0, aligned ? 1 : 0, 0, 0, 0, 0});
+    KernelKey k = kernel_key(KernelKind::Backward, config, x, residual);
+    k.align_class = aligned ? 1 : 0;
+    return find_kernel(k);
 }
 inline int dweight_variant_index(int weight) {
-    return find_kernel({KernelKind::Dweight, 0, ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32, weight, 0, 0, 0, 0, 0});
+    KernelKey k = kernel_key(KernelKind::Dweight, 0, ADDRMSNORM_FLOAT32, ADDRMSNORM_FLOAT32);
+    k.weight = weight;
+    return find_kernel(k);
 }
 // The rotation's backward (rmsnorm_bwd with ROPE), and its config (configs.select_rope_backward_config:
 // configs.ROPE_BACKWARD_TABLE's generated rule, 16-bit heads).
 int select_rope_backward_table_config(long long H, int x_itemsize, int residual_itemsize);
 inline int select_rope_backward_config(long long H) { return select_rope_backward_table_config(H, 2, 2); }
 inline int rope_backward_variant_index(int config, int x, bool aligned) {
-    return find_kernel({KernelKind::RopeBackward, config, x, x, 0, aligned ? 1 : 0, 0, 0, 0, 0});
+    KernelKey k = kernel_key(KernelKind::RopeBackward, config, x, x);
+    k.align_class = aligned ? 1 : 0;
+    return find_kernel(k);
 }
 
 // The rules that pick a call's kernel, generated from configs.py as tables of its answers
@@ -138,7 +154,12 @@ inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsi
 // its addrmsnorm_dtype, read as its weight slot), alignment class and numerics; the rotation's adds its variant.
 inline int forward_variant(KernelKind kind, int config, int x, int residual, int weight, int align_class,
                            int numerics, int rope = 0) {
-    return find_kernel({kind, config, x, residual, weight_slot(x, weight), align_class, numerics, 0, 0, rope});
+    KernelKey k = kernel_key(kind, config, x, residual);
+    k.weight = weight_slot(x, weight);
+    k.align_class = align_class;
+    k.numerics = numerics;
+    k.rope = rope;
+    return find_kernel(k);
 }
 
 inline int variant_index(int config, int x, int residual, int weight, int align_class, int numerics) {
@@ -152,7 +173,10 @@ inline int quant_variant_index(int config, int x, int quant_dtype, int quant, bo
                             : sandwich ? KernelKind::SandwichQuantForward
                             : plain    ? KernelKind::PlainQuantForward
                                        : KernelKind::QuantForward;
-    return find_kernel({kind, config, x, x, 0, 0, 0, quant, quant_dtype + 1, 0});
+    KernelKey k = kernel_key(kind, config, x, x);
+    k.quant = quant;
+    k.q = quant_dtype + 1;
+    return find_kernel(k);
 }
 
 extern const int kWeightlessDtype;  // configs.WEIGHTLESS_DTYPE: the backward's weight_dtype with no weight
