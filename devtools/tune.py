@@ -157,9 +157,10 @@ def _plain_candidates(H: int) -> list[KernelConfig]:
             for w in (1, 2, 4, 8, 16):
                 per_thread = b * rows // (32 * w)
                 if 16 <= per_thread <= 64 and rows * b <= 32768:
-                    c = KernelConfig(b, rows, w, False, evict_last=True)
-                    if c not in out:
-                        out.append(c)
+                    for evict in (True, False):  # evict-last pays at bulk and costs at prefill chunks (issue 68)
+                        c = KernelConfig(b, rows, w, False, evict_last=evict)
+                        if c not in out:
+                            out.append(c)
     if H >= 8192:
         for chunk, w in ((2048, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 8), (16384, 16),
                          (8192, 32), (16384, 32)):
