@@ -42,6 +42,13 @@ passes (rows per program and warps at 16 to 64 elements per thread) and, from 81
 QK norm (a QKV buffer's q and k heads, 32 + 8 of 128, T = 8192, in place) over rows per program and
 warps. It moves half the fused forward's bytes per row, so it wants more rows (bytes) per program.
 
+variants: the gated norm (issue 68's rows: 65536 x 4096 in groups of 4096 and 1024, 16384 x 2048 in groups of
+128, 4096 x 8192 in one group), the latent pair (1536 + 512 of a 2112-wide buffer, 16384 and 2048 rows, in place)
+and the sandwich norm (Gemma's 1 + w, 16384 x 4096 and x 5376), each through its public call on the Triton JIT
+backend with its config rule patched to each candidate: single passes at 8 to 64 elements a thread (rows per
+program and warps), with and without evict-last, and --extra; bf16, cold L2, graph replay. Each candidate's
+output is checked against the table config's (allclose: another config may sum in another order).
+
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
 PDL, and with other warp counts.
@@ -547,9 +554,104 @@ def once(shape, dtype):
     print(f"{shape} {dtype}: {_tag(cfg)}")
 
 
+def _variant_candidates(width: int, chosen: KernelConfig, extra=()) -> list[KernelConfig]:
+    """The table's config first, then single passes at 8 to 64 elements a thread, with and without evict-last."""
+    b = triton.next_power_of_2(width)
+    out = [chosen]
+    for rows in (1, 2, 4, 8, 16, 32):
+        for w in (1, 2, 4, 8, 16, 32):
+            if 8 <= b * rows // (32 * w) <= 64 and rows * b <= 32768:
+                for evict in (True, False):
+                    c = KernelConfig(b, rows, w, False, evict_last=evict)
+                    if c not in out:
+                        out.append(c)
+    return out + [c for c in extra if c not in out]
+
+
+# variants' shapes (a smoke test shrinks them)
+VARIANT_SHAPES = {"gated": ((65536, 4096, 4096), (65536, 4096, 1024), (16384, 2048, 128), (4096, 8192, 8192)),
+                  "pair": (16384, 2048), "sandwich": ((16384, 4096), (16384, 5376))}
+
+
+def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda") -> None:
+    """See the module docstring: the gated norm, the pair and the sandwich norm under each candidate config."""
+    import addrmsnorm
+    from addrmsnorm.bench.variants import EPS, OFFSET, PAIR_WIDTHS
+
+    if device == "cuda" and addrmsnorm.backend() != "triton":
+        raise SystemExit("tune.py variants patches the JIT launcher's config rules: run it with ADDRMSNORM_BACKEND=triton")
+    xd, dev = torch.bfloat16, device
+    cases = []  # (name, select rule's name, width the rule takes, nbytes, make(gen) -> (call, check))
+    if "gated" in which:
+        for N, H, g in VARIANT_SHAPES["gated"]:
+            def make(gen, N=N, H=H, g=g):
+                x, z = (torch.randn(N, H, device=dev, generator=gen).to(xd) for _ in range(2))
+                w = (1 + 0.1 * torch.randn(H, device=dev, generator=gen)).to(xd)
+                call = lambda: addrmsnorm.gated_rmsnorm(x, z, w, EPS, group_size=g)  # noqa: E731
+                return call, call
+            cases.append((f"gated {N}x{H} g{g}", "select_gated_config", g, 3 * 2 * N * H, make))
+    if "pair" in which:
+        Ha, Hb, buf_width = PAIR_WIDTHS
+        for N in VARIANT_SHAPES["pair"]:
+            def make(gen, N=N):  # in place: the check normalizes a copy of the first input
+                u = torch.randn(N, buf_width, device=dev, generator=gen).to(xd)
+                u0 = u.clone()
+                wa, wb = ((1 + 0.1 * torch.randn(h, device=dev, generator=gen)).to(xd) for h in (Ha, Hb))
+
+                def on(v):
+                    addrmsnorm.rmsnorm_pair_(v[:, :Ha], wa, v[:, Ha:Ha + Hb], wb, EPS)
+                    return v
+                return (lambda: on(u)), (lambda: on(u0.clone()))
+            cases.append((f"pair {N}x({Ha}+{Hb})", "select_pair_config", max(Ha, Hb), 2 * 2 * N * (Ha + Hb), make))
+    if "sandwich" in which:
+        for N, H in VARIANT_SHAPES["sandwich"]:
+            def make(gen, N=N, H=H):
+                x, r = (torch.randn(N, H, device=dev, generator=gen).to(xd) for _ in range(2))
+                pw, w = ((0.1 * torch.randn(H, device=dev, generator=gen)).to(xd) for _ in range(2))
+                call = lambda: addrmsnorm.sandwich_rmsnorm(x, r, pw, w, EPS, weight_offset=OFFSET)[0]  # noqa: E731
+                return call, call
+            cases.append((f"sandwich {N}x{H}", "select_sandwich_config", H, forward_bytes(N, H, 2, 2, 2), make))
+    print("| case | config | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|", file=out, flush=True)
+    for name, rule, width, nbytes, make in cases:
+        saved = getattr(configs, rule)
+        chosen = saved(width, 2)
+        gen = torch.Generator(device=dev).manual_seed(width)
+        n_sets = sets_for_cold_l2(nbytes)
+        made = [make(gen) for _ in range(n_sets)]
+        calls, check = [m[0] for m in made], made[0][1]
+        want = None
+        best = (0.0, "")
+        for cfg in _variant_candidates(width, chosen, extra):
+            setattr(configs, rule, lambda *_, cfg=cfg: cfg)
+            try:
+                got = check()
+                if want is None:
+                    want = got.float().clone()
+                elif not torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2):
+                    print(f"| {name} | {_tag(cfg)} | off the table config's output | | |", file=out, flush=True)
+                    continue
+                t = time_graph(lambda i: calls[i](), n_sets)
+            except Exception as e:  # noqa: BLE001 - out of registers or shared memory, or a rule that refuses it
+                print(f"| {name} | {_tag(cfg)} | failed: {type(e).__name__}: {str(e)[:120]} | | |", file=out, flush=True)
+                continue
+            finally:
+                setattr(configs, rule, saved)
+            gbs = nbytes / t.median_us / 1e3
+            best = max(best, (gbs, _tag(cfg)))
+            mark = "**table** " if cfg == chosen else ""
+            print(f"| {name} | {mark}{_tag(cfg)} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+                  file=out, flush=True)
+        print(f"| {name} | **best**: {best[1]} | | {best[0]:.0f} | {100 * best[0] / roof:.1f}% |", file=out, flush=True)
+        made = calls = check = None
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd", "plain"])
+    ap.add_argument("what", choices=["bulk", "decode", "weight", "once", "caps", "quant", "bwd", "plain",
+                                       "variants"])
+    ap.add_argument("--which", default="gated,pair,sandwich", help="variants: which of gated, pair, sandwich")
     ap.add_argument("--caps", default="0,32,40", help="caps: register caps to time (0: none)")
     ap.add_argument("--modes", default="", help="quant: only the modes whose names contain one of these "
                     "comma-separated words (e.g. group,int8); default every mode")
@@ -587,6 +689,8 @@ def main():
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",
           file=out)
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
+    if args.what == "variants":
+        return variants(roof.gbs, out, args.which.split(","), extra)
     if args.what == "plain":
         return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out, args.rows,
                      qk=not args.no_qk)

@@ -1,0 +1,48 @@
+"""devtools/tune.py variants, on small shapes under the Triton interpreter: every case's sweep runs its table
+config and each candidate through the public call with the config rule patched, and none is refused or off the
+table config's output (a sweep that silently measured nothing would read as "no better config")."""
+
+import io
+
+import pytest
+
+from addrmsnorm.launcher import INTERPRETED
+from helpers import load_devtool
+
+pytestmark = pytest.mark.skipif(not INTERPRETED, reason="the sweep's smoke runs on CPU tensors, under the interpreter")
+
+
+class _Timing:
+    median_us = 1.0
+
+
+def test_the_variants_sweep_times_every_candidate(monkeypatch):
+    tune = load_devtool("tune")
+    import addrmsnorm.bench.variants as bench_variants
+    monkeypatch.setattr(tune, "time_graph", lambda f, n: (f(0), _Timing())[1])
+    monkeypatch.setattr(tune, "sets_for_cold_l2", lambda nbytes: 1)
+    monkeypatch.setattr(tune, "VARIANT_SHAPES", {"gated": ((4, 256, 128),), "pair": (3,), "sandwich": ((2, 64),)})
+    monkeypatch.setattr(bench_variants, "PAIR_WIDTHS", (96, 32, 136))
+    every = tune._variant_candidates
+    monkeypatch.setattr(tune, "_variant_candidates", lambda width, chosen, extra=(): every(width, chosen, extra)[:3])
+    out = io.StringIO()
+    tune.variants(1000.0, out, ["gated", "pair", "sandwich"], device="cpu")
+    rows = [r for r in out.getvalue().splitlines() if r.startswith("| ") and not r.startswith("| case")]
+    for case in ("gated 4x256 g128", "pair 3x(96+32)", "sandwich 2x64"):
+        mine = [r for r in rows if r.startswith(f"| {case} |")]
+        assert len(mine) == 4, (case, mine)  # the table's config, two candidates, the best
+        assert "**table**" in mine[0] and "**best**" in mine[-1], mine
+        assert not any("failed" in r or "off the table" in r for r in mine), mine
+
+
+def test_the_candidates_hold_8_to_64_elements_a_thread_with_and_without_evict_last():
+    tune = load_devtool("tune")
+    from addrmsnorm import configs
+    chosen = configs.select_gated_config(8192, 2)
+    cands = tune._variant_candidates(8192, chosen)
+    assert cands[0] == chosen
+    for c in cands[1:]:
+        assert 8 <= c.block_h * c.rows_per_program // (32 * c.num_warps) <= 64 and not c.looped
+    shape = lambda c: (c.block_h, c.rows_per_program, c.num_warps)  # noqa: E731
+    for k in {shape(c) for c in cands[1:]}:  # the table's config may stand for one of the pair
+        assert {c.evict_last for c in cands if shape(c) == k} == {True, False}, k
