@@ -7,6 +7,7 @@
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py plain  [--h 128,4096] [--dtypes bf16]     # the plain norm (no residual)
+    PYTHONPATH=. ADDRMSNORM_BACKEND=triton python devtools/tune.py variants [--which gated,pair,sandwich]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
 
