@@ -109,6 +109,17 @@ QK_FIELDS = {"x": "qkv", "hidden": "qkv", "weight": "q_weight"}
 QUANT_FIELDS = {"hidden": "x"}
 
 
+def c_library_or_skip():
+    """The C++ runtime through ctypes (addrmsnorm.c_library), or skip the test where it is not built."""
+    import pytest
+
+    from addrmsnorm import c_library
+    path = c_library.library_path()
+    if path is None:
+        pytest.skip("no C++ library")
+    return c_library.load(path)
+
+
 def load_devtool(name: str):
     """devtools/<name>.py as a module (devtools is a folder of scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "devtools" / f"{name}.py")

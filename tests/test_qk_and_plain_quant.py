@@ -15,7 +15,7 @@ import addrmsnorm
 from addrmsnorm import configs, jit_backend, validation
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
-from helpers import DTYPES, assert_refused, bits
+from helpers import DTYPES, assert_refused, bits, c_library_or_skip
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -209,10 +209,7 @@ def test_opcheck_and_compile():
 @gpu_only
 def test_c_abi_and_both_backends_give_the_same_bits():
     from addrmsnorm import c_library
-    lib_path = c_library.library_path()
-    if lib_path is None:
-        pytest.skip("no C++ library")
-    lib = c_library.load(lib_path)
+    lib = c_library_or_skip()
     for T, nq, nk, D in ((1, 32, 8, 128), (300, 16, 4, 128), (77, 8, 2, 256)):
         qkv = _qkv(T, nq, nk, D, torch.bfloat16, seed=T)
         wq, wk = _weights(D, torch.bfloat16)

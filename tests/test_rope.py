@@ -18,7 +18,7 @@ from addrmsnorm import jit_backend
 from addrmsnorm.reference import qk_rmsnorm_rope_ref, assert_close
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
-from helpers import DTYPES, assert_refused, bits, y_tolerance
+from helpers import DTYPES, assert_refused, bits, c_library_or_skip, y_tolerance
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -376,10 +376,7 @@ def test_hf_numerics_are_hfs_formulas(family, dtype, capsys):
 @gpu_only
 def test_c_abi_and_both_backends_give_the_same_bits():
     from addrmsnorm import c_library
-    lib_path = c_library.library_path()
-    if lib_path is None:
-        pytest.skip("no C++ library")
-    lib = c_library.load(lib_path)
+    lib = c_library_or_skip()
     for T, nq, nk, D, rd, style, pd, pad in ((1, 32, 8, 128, 128, 0, torch.int64, 0),
                                              (300, 16, 4, 128, 64, 1, torch.int32, 0),
                                              (77, 8, 2, 256, 256, 0, torch.int64, 0),

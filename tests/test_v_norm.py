@@ -13,7 +13,7 @@ import addrmsnorm
 from addrmsnorm import jit_backend
 
 from conftest import DEVICE, gpu_only, needs_kernels
-from helpers import assert_refused, bits
+from helpers import assert_refused, bits, c_library_or_skip
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -96,10 +96,7 @@ def test_refusals_name_num_v_heads_and_write_nothing():
 @gpu_only
 def test_c_abi_and_both_backends_give_the_same_bits():
     from addrmsnorm import c_library
-    lib_path = c_library.library_path()
-    if lib_path is None:
-        pytest.skip("no C++ library")
-    lib = c_library.load(lib_path)
+    lib = c_library_or_skip()
     for T, nq, nk, nv, D, start in ((1, 8, 4, 4, 256, 0), (300, 16, 8, 8, 256, 0), (77, 8, 1, 1, 512, 0),
                                     (300, 16, 8, 8, 256, 1)):  # start 1: misaligned, two launches in C
         qkv = _qkv(T, nq, nk, nv, D, torch.bfloat16, seed=T)[:, start:]
