@@ -998,14 +998,22 @@ def _map_backward(dy, dresidual_out, h, rstd, weight):
 
 
 def _backward_rules(dy, h, H, weight_offset, weight):
-    """The C runtime's first backward rules: weight_offset, the weightless norm's, the dtype pairing, H."""
+    """The C runtime's first backward rules (validate_norm_backward's, before the rotation's): weight_offset and
+    the weightless norm's."""
     weight_offset = check_scalar("weight_offset", weight_offset, positive=False) if weight_offset is not None else None
     check_weightless(weight, weight_offset)
+    return weight_offset
+
+
+def _backward_pairing(dy, h, H, rstd, rope) -> None:
+    """The C runtime's backward rules after the rotation's (validate_backward's): the dtype pairing, H, and rstd
+    where there is no rotation."""
     if h.dtype not in (dy.dtype, torch.float32):
         raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
     if H == 0:
         raise ValueError("dy has H = 0 (an empty last dimension); H must be > 0")
-    return weight_offset
+    if not rope and rstd is None:
+        raise ValueError("rstd is None: the backward needs the forward's rstd (None only with the rotation)")
 
 
 def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None,
@@ -1020,6 +1028,7 @@ def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=Non
     _backward_rules(dy, h, H, weight_offset, weight)
     _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
                          rope_style, eps, strides, meta=True)
+    _backward_pairing(dy, h, H, rstd, strides is not None)
     return device
 
 
@@ -1038,6 +1047,7 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, co
     weight_offset = _backward_rules(dy, h, H, weight_offset, weight)
     rope = _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
                                 rope_style, eps, strides)
+    _backward_pairing(dy, h, H, rstd, strides is not None)
     return device, rows, weight_offset, rope
 
 
@@ -1059,15 +1069,16 @@ def _map_backward_rope(n_rows, H, device, cos, sin, groups, rotary_dim, style):
 
 def _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, groups, rotary_dim, style, eps,
                          strides, meta=False):
-    """The C runtime's rules of the rotation's backward (src/validate.cpp's check_backward_rope, in its order);
-    without a rotation, rstd is required. Returns launcher.launch_backward's rope tuple, or None."""
+    """The C runtime's rules of the rotation's backward (src/validate.cpp's check_backward_rope, in its order).
+    Returns launcher.launch_backward's rope tuple, or None (no rotation)."""
     if strides is None:
-        if rstd is None:
-            raise ValueError("rstd is None: the backward needs the forward's rstd (None only with the rotation)")
         return None
-    if dresidual_out is not None or h.dtype != dy.dtype:
-        raise ValueError("the rotation's backward is the plain norm's of rotated heads: no dresidual_out, and h "
-                         "(the heads' x) of dy's dtype")
+    if dresidual_out is not None:
+        raise ValueError("dresidual_out must be None with the rotation: the backward of the plain norm of rotated "
+                         "heads")
+    if h.dtype != dy.dtype:
+        raise ValueError(f"h has dtype {h.dtype}; with the rotation it must be dy's dtype ({dy.dtype}): h is the "
+                         f"heads' x")
     angles = cos if cos is not None else sin
     if angles.dtype != torch.float32:
         raise TypeError(f"cos has dtype {angles.dtype}; the backward's angles are float32")

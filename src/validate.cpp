@@ -1270,10 +1270,16 @@ namespace {
 // The rotation's backward (rope given): the plain norm's backward of a part's heads, its angles by column.
 addrmsnorm_status check_backward_rope(const addrmsnorm_norm_backward_args& a, int64_t* rotary_dim) {
     const addrmsnorm_rope& r = *a.rope;
-    ADDRMSNORM_REFUSE_IF(a.dresidual_out != nullptr || a.dresidual != nullptr || a.dx == nullptr ||
-                             a.residual_dtype != a.x_dtype,
-                         "rope is the backward of the plain norm of rotated heads: dresidual_out and dresidual must be "
-                         "NULL, dx given, and residual_dtype x_dtype (h is the heads' x)");
+    // rope is the backward of the plain norm of rotated heads: each refusal names the field it is about.
+    ADDRMSNORM_REFUSE_IF(a.dresidual_out != nullptr,
+                         "dresidual_out must be NULL with rope: the backward of the plain norm of rotated heads");
+    ADDRMSNORM_REFUSE_IF(a.dresidual != nullptr || a.dx == nullptr,
+                         "dx must be given and dresidual NULL with rope: the backward of the plain norm of rotated "
+                         "heads writes dx");
+    ADDRMSNORM_REFUSE_IF(a.residual_dtype != a.x_dtype,
+                         "residual_dtype must be x_dtype with rope (h is the heads' x), got %s and %s",
+                         dtype_size(a.residual_dtype) ? dtype_name(a.residual_dtype) : "invalid",
+                         dtype_size(a.x_dtype) ? dtype_name(a.x_dtype) : "invalid");
     ADDRMSNORM_REFUSE_IF(r.positions != nullptr || r.cos_sin_cache != nullptr,
                          "the backward rotates by cos and sin by column, not positions into a cos_sin_cache (gather "
                          "the cache's rows first)");

@@ -624,3 +624,126 @@ def test_random_qk_norm_calls_get_the_same_verdict():
         _assert_same_argument(lib, py, QK_FIELDS, f"T={T} nq={nq} nk={nk} D={D} stride={stride} x={xd} w={wd} hf={hf}")
         seen[py] += 1
     assert all(v >= 15 for v in seen.values()), seen
+
+
+ROPE_FIELDS = {**QK_FIELDS, "angle": "cos", "positions": "positions", "style": "rope_style"}
+
+
+def test_random_rotation_calls_get_the_same_verdict():
+    """The QK norm with the rotation: positions into a cos_sin_cache or cos and sin by token, of every dtype,
+    each source alone, both, half of one or none; rotary_dim whole, partial, odd or wider than the head; both
+    styles and a bad one; angles in the buffer the call writes; HF's numerics; float32 weights with positions;
+    heads wider than the kernels take. Every tensor has the shape and dtype its mapping asks (positions int32 or
+    int64, sin of cos's dtype: the mapping's own rules, which the C struct cannot carry, are the torch tests'), so
+    that the two validators see the same call."""
+    lib = c_library.load(LIB_PATH)
+    rng = random.Random(11)
+    buf = torch.zeros(1 << 18, dtype=torch.uint8, device=DEVICE)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    for _ in range(1200):
+        T, nq, nk = rng.choice([1, 3, 4]), rng.choice([1, 4]), rng.choice([1, 2])
+        D = rng.choice([8, 16, 64, 64, 520])
+        xd = rng.choice([torch.bfloat16, torch.bfloat16, torch.float16, torch.float32])
+        wd = rng.choice([xd, xd, torch.float32])
+        width = (nq + nk) * D
+        item = torch.tensor([], dtype=xd).element_size()
+        qkv_off = rng.randrange(0, 2048, 16)
+        qkv = torch.as_strided(buf[qkv_off:].view(xd), (T, width), (width, 1))
+        q_end = qkv_off + T * width * item
+        wq = torch.as_strided(buf[150000:].view(wd), (D,), (1,))
+        wk = torch.as_strided(buf[160000:].view(wd), (D,), (1,))
+        rotary_dim = rng.choice([0, 0, 0, D, D // 2, D - 1, D + 2])
+        style = rng.choice([0, 0, 1, 2])
+        rd = D if rotary_dim == 0 else rotary_dim
+        ad = rng.choice([torch.float32, xd, xd, torch.float16, torch.bfloat16])
+
+        def angles(rows, dt=None):  # rows of rd angles, apart from qkv or (sometimes) inside what it writes
+            dt = dt or ad
+            start = rng.randrange(qkv_off, max(q_end - 16, qkv_off + 1), 16) if rng.random() < 0.1 \
+                else rng.randrange(170000, 180000, 16)
+            return torch.as_strided(buf[start:].view(dt), (rows, rd), (rd, 1))
+
+        source = rng.choice(["cache", "cache", "cols", "cols", "both", "cos only", "positions only", "none"])
+        positions = cache = cos = sin = None
+        if source in ("cache", "both", "positions only"):
+            pd = rng.choice([torch.int64, torch.int32])
+            positions = torch.as_strided(buf[240000:].view(pd), (T,), (1,))
+        if source in ("cache", "both"):
+            cache = angles(rng.choice([1, 16]))
+        if source in ("cols", "both", "cos only"):
+            cos = angles(T)
+            if source != "cos only":
+                sin = angles(T)
+        if source == "none":  # rotary_dim or a style without angles: the mapping's rule (ops.cpp's rope_of)
+            rotary_dim, style = 0, 0
+        hf = rng.random() < 0.2
+        kw = dict(positions=positions, cos_sin_cache=cache, cos=cos, sin=sin, rotary_dim=rotary_dim, rope_style=style)
+        try:
+            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=1e-6, numerics=int(hf), **kw)
+            py = "ok"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
+        rope = None
+        if any(t is not None for t in (positions, cache, cos, sin)) or rotary_dim or style:
+            rope = c_library.rope_desc(positions=positions, cos_sin_cache=cache, cos=cos, sin=sin,
+                                       rotary_dim=rotary_dim, style=style)
+        st = c_library.check(lib, c_library.qk_args(qkv, wq, wk, nq, nk, D, 1e-6, numerics=int(hf), rope=rope))
+        c = {0: "ok", 1: "value", 2: "type"}[st]
+        context = (f"T={T} nq={nq} nk={nk} D={D} x={xd} w={wd} source={source} angles={ad} rotary_dim={rotary_dim} "
+                   f"style={style} hf={hf} positions={None if positions is None else positions.dtype}")
+        assert py == c, f"Python says {py} ({_LAST_PYTHON[0]}), C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+        _assert_same_argument(lib, py, ROPE_FIELDS, context)
+        seen[py] += 1
+    assert all(v >= 30 for v in seen.values()), seen
+
+
+def test_random_rotation_backward_calls_get_the_same_verdict():
+    """The rotation's backward (the plain norm's backward of a part's rotated heads, rows of rope_groups heads a
+    token): angles of every dtype, rotary_dim and style drawn as above, rope_groups that divide the rows or not,
+    a dresidual_out or an rstd where none is taken, h of another dtype, eps from the whole range."""
+    lib = c_library.load(LIB_PATH)
+    rng = random.Random(12)
+    buf = torch.zeros(1 << 18, dtype=torch.uint8, device=DEVICE)
+    ws = torch.empty(1 << 18, dtype=torch.float32, device=DEVICE)
+    seen = {"ok": 0, "value": 0, "type": 0}
+    for _ in range(1000):
+        T, heads, D = rng.choice([1, 2, 3]), rng.choice([1, 2, 4]), rng.choice([8, 64, 520])
+        N = T * heads
+        xd = rng.choice([torch.bfloat16, torch.float16, torch.float32])
+        hd = xd if rng.random() < 0.9 else rng.choice(DTYPES)
+        dy = torch.as_strided(buf[0:].view(xd), (N, D), (D, 1))
+        h = torch.as_strided(buf[40000:].view(hd), (N, D), (D, 1))
+        dx = torch.as_strided(buf[80000:].view(xd), (N, D), (D, 1))
+        dro = torch.as_strided(buf[120000:].view(hd), (N, D), (D, 1)) if rng.random() < 0.1 else None
+        rstd = torch.as_strided(buf[160000:].view(torch.float32), (N,), (1,)) if rng.random() < 0.1 else None
+        w = torch.as_strided(buf[170000:].view(rng.choice([xd, torch.float32])), (D,), (1,))
+        dweight = torch.as_strided(buf[175000:].view(w.dtype), (D,), (1,))
+        groups = heads if rng.random() < 0.85 else rng.choice([0, N + 1])
+        rotary_dim = rng.choice([0, 0, 0, D, D // 2, D - 1, D + 2])
+        style = rng.choice([0, 0, 1, 2])
+        rd = D if rotary_dim == 0 else rotary_dim
+        ad = rng.choice([torch.float32, torch.float32, torch.float32, xd, torch.bfloat16])
+        tokens = N // groups if groups > 0 and N % groups == 0 else T
+        cos = torch.as_strided(buf[180000:].view(ad), (tokens, rd), (rd, 1))
+        sin = torch.as_strided(buf[220000:].view(ad), (tokens, rd), (rd, 1))
+        eps = 1e-6 if rng.random() < 0.85 else _scalar(rng)
+        try:
+            validation.check_backward(dy, dro, h, rstd, w, weight_offset=0.0, cos=cos, sin=sin, rope_groups=groups,
+                                      rotary_dim=rotary_dim, rope_style=style, eps=eps)
+            py = "ok"
+        except (TypeError, ValueError) as e:
+            _LAST_PYTHON[0] = str(e)
+            py = "type" if isinstance(e, TypeError) else "value"
+        rope = c_library.rope_desc(cos=cos, sin=sin, rotary_dim=rotary_dim, style=style)
+        # dweight and a workspace the call cannot outgrow: the verdict is about the inputs
+        st = c_library.check(lib, c_library.backward_args(dy, h, rstd, w, dresidual_out=dro, dx=dx, rope=rope,
+                                                          rope_groups=groups, eps=eps, dweight=dweight, workspace=ws,
+                                                          workspace_bytes=ws.numel() * 4))
+        c = {0: "ok", 1: "value", 2: "type"}[st]
+        context = (f"T={T} heads={heads} D={D} dy={xd} h={hd} dro={dro is not None} rstd={rstd is not None} "
+                   f"groups={groups} angles={ad} rotary_dim={rotary_dim} style={style} eps={eps}")
+        assert py == c, f"Python says {py} ({_LAST_PYTHON[0]}), C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+        _assert_same_argument(lib, py, {**_BACKWARD_FIELDS, "angle": "cos", "style": "rope_style"}, context)
+        seen[py] += 1
+    assert all(v >= 30 for v in seen.values()), seen

@@ -1296,7 +1296,13 @@ TEST(BackwardValidation, TheRotationsBackwardAndItsRefusals) {
     b = args(&r);
     b.dresidual = b.dx;
     b.dx = nullptr;
-    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "plain norm of rotated heads");
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dx must be given and dresidual NULL with rope");
+    b = args(&r);
+    b.dresidual_out = b.dy;
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "dresidual_out must be NULL with rope");
+    b = args(&r);
+    b.residual_dtype = ADDRMSNORM_FLOAT32;
+    refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_dtype must be x_dtype with rope");
     b = args(&r);
     b.eps = 0.0;
     refused(b, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "eps");
