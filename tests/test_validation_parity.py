@@ -629,6 +629,16 @@ def test_random_qk_norm_calls_get_the_same_verdict():
 ROPE_FIELDS = {**QK_FIELDS, "angle": "cos", "positions": "positions", "style": "rope_style"}
 
 
+def _verdict_of(check) -> str:
+    """The Python validator's verdict on a call (its message kept for _assert_same_argument)."""
+    try:
+        check()
+        return "ok"
+    except (TypeError, ValueError) as e:
+        _LAST_PYTHON[0] = str(e)
+        return "type" if isinstance(e, TypeError) else "value"
+
+
 def test_random_rotation_calls_get_the_same_verdict():
     """The QK norm with the rotation: positions into a cos_sin_cache or cos and sin by token, of every dtype,
     each source alone, both, half of one or none; rotary_dim whole, partial, odd or wider than the head; both
@@ -678,12 +688,7 @@ def test_random_rotation_calls_get_the_same_verdict():
             rotary_dim, style = 0, 0
         hf = rng.random() < 0.2
         kw = dict(positions=positions, cos_sin_cache=cache, cos=cos, sin=sin, rotary_dim=rotary_dim, rope_style=style)
-        try:
-            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=1e-6, numerics=int(hf), **kw)
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=1e-6, numerics=int(hf), **kw))
         rope = None
         if any(t is not None for t in (positions, cache, cos, sin)) or rotary_dim or style:
             rope = c_library.rope_desc(positions=positions, cos_sin_cache=cache, cos=cos, sin=sin,
@@ -728,13 +733,9 @@ def test_random_rotation_backward_calls_get_the_same_verdict():
         cos = torch.as_strided(buf[180000:].view(ad), (tokens, rd), (rd, 1))
         sin = torch.as_strided(buf[220000:].view(ad), (tokens, rd), (rd, 1))
         eps = 1e-6 if rng.random() < 0.85 else _scalar(rng)
-        try:
-            validation.check_backward(dy, dro, h, rstd, w, weight_offset=0.0, cos=cos, sin=sin, rope_groups=groups,
-                                      rotary_dim=rotary_dim, rope_style=style, eps=eps)
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_backward(dy, dro, h, rstd, w, weight_offset=0.0, cos=cos, sin=sin,
+                                                           rope_groups=groups, rotary_dim=rotary_dim, rope_style=style,
+                                                           eps=eps))
         rope = c_library.rope_desc(cos=cos, sin=sin, rotary_dim=rotary_dim, style=style)
         # dweight and a workspace the call cannot outgrow: the verdict is about the inputs
         st = c_library.check(lib, c_library.backward_args(dy, h, rstd, w, dresidual_out=dro, dx=dx, rope=rope,
