@@ -168,8 +168,8 @@ addrmsnorm_quant_dtype quant_dtype_of(c10::ScalarType t, bool of_out) {
     if (t == c10::ScalarType::Float8_e4m3fn) return ADDRMSNORM_QUANT_FLOAT8_E4M3;
     if (t == c10::ScalarType::Float4_e2m1fn_x2) return ADDRMSNORM_QUANT_FLOAT4_E2M1;
     constexpr const char* kDtypes = "torch.float8_e4m3fn, torch.int8 or torch.float4_e2m1fn_x2";
-    if (of_out) TORCH_CHECK_TYPE(false, "out has dtype ", dtype_str(t), "; the quantized output must be ", kDtypes);
-    TORCH_CHECK_TYPE(false, "quant_dtype must be ", kDtypes, ", got ", dtype_str(t));
+    TORCH_CHECK_TYPE(false, of_out ? "out has dtype " + dtype_str(t) + "; the quantized output must be " + kDtypes
+                                   : "quant_dtype must be " + std::string(kDtypes) + ", got " + dtype_str(t));
 }
 
 // 2. An output whose dtype the struct takes from its input.
@@ -183,6 +183,22 @@ void weight_of(const char* name, const at::Tensor& w, int64_t H) {
     TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == H, name, " has shape ", shape_str(w.sizes()), ", expected (", H,
                       ",)");
     TORCH_CHECK_VALUE(H <= 1 || w.stride(0) == 1, name, " must be contiguous, got stride ", w.stride(0));
+}
+
+// 3. The tensor whose last dimension is the struct's hidden (x, dy): at least one dimension. Returns hidden.
+int64_t hidden_of(const char* name, const at::Tensor& t) {
+    TORCH_CHECK_VALUE(t.dim() > 0, name, " must have at least one dimension (..., H)");
+    return t.size(-1);
+}
+
+// 3 and 5. A view's shape, and its last dimension contiguous (a dimension of one element has any stride).
+void shape_is(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
+    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ", shape_str(shape));
+}
+void last_contiguous(const char* name, const at::Tensor& t) {
+    const int64_t d = t.dim();
+    TORCH_CHECK_VALUE(d == 0 || t.size(d - 1) <= 1 || t.stride(d - 1) == 1, name,
+                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
 }
 
 // 3. rstd: contiguous float32 of x's leading shape.
@@ -229,10 +245,9 @@ struct RowView {
 };
 
 RowView as_rows(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
-    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ", shape_str(shape));
+    shape_is(name, t, shape);
+    last_contiguous(name, t);
     const int64_t d = t.dim(), H = shape[d - 1];
-    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
-                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
     auto [ok, rows, stride] = flatten(t, d - 1);
     TORCH_CHECK_VALUE(ok, name, ": the leading dimensions of a tensor with strides ", shape_str(t.strides()),
                       " cannot be flattened into rows of one stride; pass a contiguous tensor or a row-strided view");
@@ -254,10 +269,9 @@ struct Grouped {
 };
 
 Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape) {
-    TORCH_CHECK_VALUE(t.sizes() == shape, name, " has shape ", shape_str(t.sizes()), ", expected ", shape_str(shape));
+    shape_is(name, t, shape);
+    last_contiguous(name, t);
     const int64_t d = t.dim(), H = shape[d - 1];
-    TORCH_CHECK_VALUE(H <= 1 || t.stride(d - 1) == 1, name,
-                      ": the last dimension must be contiguous (stride 1), got stride ", t.stride(d - 1));
     auto [one, rows, stride] = flatten(t, d - 1);
     if (one) return {rows, 1, rows > 1 && stride >= 0 ? stride : std::max<int64_t>(H, 1), 0};
     // d >= 3 here: a 2-D tensor always flattens.
@@ -298,8 +312,7 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
     if (out != nullptr) dtype_of("out", *out);
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
-    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
-    const int64_t H = x.size(-1);
+    const int64_t H = hidden_of("x", x);
     if (out != nullptr) dtype_is("out", *out, "x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (weight) weight_of("weight", *weight, H);
@@ -317,7 +330,6 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
         dtype_of("z", *z);
         dtype_is("z", *z, "x", x);
         same_device("z", &*z, x);
-        TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
         a.z = data(*z);
         a.stride_z = as_rows("z", *z, x.sizes()).stride;
     }
@@ -336,7 +348,7 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
         same_device("b", b, x);
         if (b_weight) same_device("b_weight", &*b_weight, x);
         same_device("b_out", b_out, x);
-        TORCH_CHECK_VALUE(x.dim() > 0 && b->dim() == x.dim() && b->sizes().slice(0, x.dim() - 1) ==
+        TORCH_CHECK_VALUE(b->dim() == x.dim() && b->sizes().slice(0, x.dim() - 1) ==
                                                                        x.sizes().slice(0, x.dim() - 1),
                           "b has shape ", shape_str(b->sizes()), "; it must have x's rows, ",
                           shape_str(x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1)), " + (width,)");
@@ -463,8 +475,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     a.residual_dtype = dtype_of("h", h);
     a.weight_dtype = weight ? dtype_of("weight", *weight) : a.residual_dtype;
     if (dro != nullptr) dtype_of("dresidual_out", *dro);
-    TORCH_CHECK_VALUE(dy.dim() > 0, "dy must have at least one dimension (..., H)");
-    const int64_t H = dy.size(-1);
+    const int64_t H = hidden_of("dy", dy);
     if (dro != nullptr) dtype_is("dresidual_out", *dro, "h", h);
     if (weight) weight_of("weight", *weight, H);
     same_device("h", &h, dy, "dy");
@@ -600,8 +611,7 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     if (y != nullptr) dtype_of("y", *y);
-    TORCH_CHECK_VALUE(x.dim() > 0, "x must have at least one dimension (..., H)");
-    const int64_t H = x.size(-1);
+    const int64_t H = hidden_of("x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (y != nullptr) dtype_is("y", *y, "x", x);
     if (weight) weight_of("weight", *weight, H);
@@ -775,8 +785,7 @@ bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptT
                           angles[i].name, " has shape ", shape_str(t.sizes()), "; it must be (",
                           cache_rows ? std::string("max_position") : std::to_string(angles[i].rows), ", ", rd,
                           "), a row of rotary_dim angles ", cache_rows ? "a position" : "a token");
-        TORCH_CHECK_VALUE(rd <= 1 || t.stride(1) == 1, angles[i].name,
-                          ": the last dimension must be contiguous (stride 1), got stride ", t.stride(1));
+        last_contiguous(angles[i].name, t);
         strides[i] = t.size(0) > 1 ? t.stride(0) : rd;
     }
     same_device("positions", positions ? &*positions : nullptr, qkv, "qkv");
@@ -825,8 +834,7 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
                       qkv.size(1), ", less than the ", num_v_heads ? "q, k and v heads' (" : "q and k heads' (",
                       num_q_heads, " + ", num_kv_heads, num_v_heads ? " + " + std::to_string(num_v_heads) : "",
                       ") * ", head_dim, " = ", width);
-    TORCH_CHECK_VALUE(qkv.size(1) <= 1 || qkv.stride(1) == 1,
-                      "qkv: the last dimension must be contiguous (stride 1), got stride ", qkv.stride(1));
+    last_contiguous("qkv", qkv);
     const int64_t tokens = qkv.size(0);
     addrmsnorm_rope rope;
     const bool roped = rope_of(qkv, tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style, &rope);
