@@ -25,10 +25,15 @@ def torch_dtypes(names) -> tuple:
     return tuple(_TORCH_DTYPES[n] for n in names)
 
 
+def or_words(items) -> str:
+    """Items in a message's words: "a", "a or b", "a, b or c" (the C runtime's word_list says the same)."""
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
 def dtype_words(dtypes) -> str:
     """A variant's dtypes in a message's words: "float16 or bfloat16" (the C runtime's dtype_list says the same)."""
-    words = [str(d).removeprefix("torch.") for d in dtypes]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+    return or_words(str(d).removeprefix("torch.") for d in dtypes)
 
 
 class Rows:
@@ -491,13 +496,13 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
 # and each target dtype costs a set of kernels per arch (configs: the AOT budget).
 QUANT_DTYPES = (torch.float8_e4m3fn, torch.int8, torch.float4_e2m1fn_x2)
 QUANT_DTYPE_NAMES = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}  # configs'
-QUANT_ACTIVATION_DTYPES = (torch.float16, torch.bfloat16)
-QUANT_GROUP_SIZES = (64, 128)
+QUANT_ACTIVATION_DTYPES = torch_dtypes(configs.QUANT_ACTIVATION_DTYPES)
+QUANT_GROUP_SIZES = configs.QUANT_GROUP_SIZES
 # Block-scaled formats (configs.BLOCK_QUANT_MODES): the scales' torch dtypes.
 BLOCK_SCALE_DTYPES = {"e4m3": torch.float8_e4m3fn, "e8m0": torch.float8_e8m0fnu}
 # fp8 and int8 GEMMs take K (here H) in multiples of 16 and 16-byte aligned rows; the quantized
 # forward is built for that alignment alone (16-byte vectors, configs.vector_elems).
-QUANT_ALIGN = 16
+QUANT_ALIGN = configs.QUANT_ALIGN
 QUANT_ALIGN_BYTES = 16
 QUANT_ALIGNED = ("out", "residual_out", "y", "x", "residual", "weight")
 QUANT_MODE_NAMES = {configs.QUANT_STATIC: "static", configs.QUANT_PER_TOKEN: "token",
@@ -678,14 +683,17 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
         raise TypeError(f"post_weight has dtype {post_weight.dtype}; quantized outputs need weights of x's dtype "
                         f"({x.dtype})")
     if x.dtype not in QUANT_ACTIVATION_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of float16 or bfloat16")
+        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of {dtype_words(QUANT_ACTIVATION_DTYPES)}")
     block = mode in BLOCK_MODES
     name = mode.upper()
     if block and group_size != configs.BLOCK_QUANT_SIZE[BLOCK_MODE_IDS[mode]]:
-        raise ValueError(f"group_size must be 16 (NVFP4) or 32 (MXFP4) for float4_e2m1fn_x2 outputs, which are "
-                         f"block-scaled; got {group_size}")
+        fp4 = or_words(f"{configs.BLOCK_QUANT_SIZE[m]} ({QUANT_MODE_NAMES[m].upper()})" for m in configs.BLOCK_QUANT_MODES
+                       if configs.BLOCK_QUANT_DTYPE[m] == "fp4e2m1")
+        raise ValueError(f"group_size must be {fp4} for float4_e2m1fn_x2 outputs, which are block-scaled; got "
+                         f"{group_size}")
     if mode == "group" and group_size not in QUANT_GROUP_SIZES:
-        raise ValueError(f"group_size must be 64 or 128 (or 32 for MXFP8), got {group_size}")
+        raise ValueError(f"group_size must be {or_words(QUANT_GROUP_SIZES)} (or "
+                         f"{configs.BLOCK_QUANT_SIZE[configs.QUANT_MXFP8]} for MXFP8), got {group_size}")
     if mode in ("static", "token") and group_size:
         raise ValueError("group_size (per group) and scale (static) exclude each other; pass one")
     if H == 0:
@@ -694,7 +702,7 @@ def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, 
         raise ValueError(f"H={H} is not a multiple of group_size={group_size}")
     if H % QUANT_ALIGN:
         raise ValueError(f"H={H} is not a multiple of {QUANT_ALIGN}: quantized outputs need rows of "
-                         f"16-element multiples, as fp8 and int8 GEMMs do")
+                         f"{QUANT_ALIGN}-element multiples, as fp8 and int8 GEMMs do")
     if swizzled and not block:
         raise ValueError("swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)")
     if ue8m0 and block:

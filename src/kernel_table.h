@@ -256,6 +256,12 @@ extern const int kPairMaxWidth;  // configs.PAIR_MAX_WIDTH: the widest part the 
 extern const int kVariantAlign;
 extern const unsigned kSandwichDtypes, kPairDtypes, kRopeDtypes;
 extern const unsigned kSandwichQuant, kGatedQuant;
+// The quantized outputs' rules (configs.QUANT_ACTIVATION_DTYPES, QUANT_ALIGN, QUANT_GROUP_SIZES, BLOCK_QUANT_SIZE):
+// x's dtypes (bits of addrmsnorm_dtype), the alignment in elements, the per-group sizes, each mode's block
+// (kBlockQuantSize[mode - 1], 0 outside the block formats).
+extern const unsigned kQuantActivationDtypes;
+extern const int kQuantAlign, kNumQuantGroupSizes;
+extern const int kQuantGroupSizes[], kBlockQuantSize[];
 
 inline bool takes_dtype(unsigned dtypes, int dtype) { return dtype >= 0 && dtype < 32 && ((dtypes >> dtype) & 1u); }
 

@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <charconv>
@@ -47,11 +48,15 @@ const char* dtype_name(addrmsnorm_dtype d) {
 }
 
 // The words of a list: "a", "a or b", "a, b or c" (sep " or "), or joined by sep alone past two.
-std::string word_list(const char* const* words, int n, const char* last_sep) {
+template <typename T, typename Word>
+std::string joined(const T* items, int n, const char* last_sep, Word word) {
     std::string out;
-    for (int i = 0; i < n; ++i)
-        out += std::string(i == 0 ? "" : i == n - 1 ? last_sep : ", ") + words[i];
+    for (int i = 0; i < n; ++i) out += std::string(i == 0 ? "" : i == n - 1 ? last_sep : ", ") + word(items[i]);
     return out;
+}
+
+std::string word_list(const char* const* words, int n, const char* last_sep) {
+    return joined(words, n, last_sep, [](const char* w) { return std::string(w); });
 }
 
 // A variant's dtypes (kSandwichDtypes, ...: bits of addrmsnorm_dtype) in words: "float16 or bfloat16".
@@ -388,9 +393,9 @@ namespace addrmsnorm {
 namespace detail {
 
 // The quantized forward's rules, in validation.check_quant's order and words (q is the Python API's
-// `out`). Alignment: kQuantAlign elements of every row stride and H, 16-byte pointers.
+// `out`). Alignment: kQuantAlign elements of every row stride and H, 16-byte pointers. The rules' constants are
+// configs.py's (kQuant*, kBlockQuantSize: kernel_table.h).
 addrmsnorm_status validate_quant(const Call& c) {
-    constexpr int64_t kQuantAlign = 16;
     const addrmsnorm_quant& qd = c.quant_desc;
     // The plain norm's quantized outputs (residual NULL): x in residual's place, no residual_out.
     const bool plain = c.residual == nullptr;
@@ -405,11 +410,11 @@ addrmsnorm_status validate_quant(const Call& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "quant->mode %d is not an addrmsnorm_quant_mode", (int)qd.mode);
     const bool block = qd.mode >= ADDRMSNORM_QUANT_NVFP4, nvfp4 = qd.mode == ADDRMSNORM_QUANT_NVFP4;
     const bool fp4 = qd.dtype == ADDRMSNORM_QUANT_FLOAT4_E2M1;
-    const int block_size = nvfp4 ? 16 : 32;
+    const int block_size = kBlockQuantSize[qd.mode - 1];
     const char* block_name = nvfp4 ? "NVFP4" : qd.mode == ADDRMSNORM_QUANT_MXFP8 ? "MXFP8" : "MXFP4";
-    if (c.x_dtype != ADDRMSNORM_FLOAT16 && c.x_dtype != ADDRMSNORM_BFLOAT16)
-        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE,
-                    "x_dtype is %s; quantized outputs take x of float16 or bfloat16", dtype_name(c.x_dtype));
+    if (!takes_dtype(kQuantActivationDtypes, c.x_dtype))
+        return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; quantized outputs take x of %s",
+                    dtype_name(c.x_dtype), dtype_list(kQuantActivationDtypes).c_str());
     if (block) {  // validation.check_quant_meta's block-format rules, in its order and words
         const addrmsnorm_quant_dtype want = qd.mode == ADDRMSNORM_QUANT_MXFP8 ? ADDRMSNORM_QUANT_FLOAT8_E4M3
                                                                                : ADDRMSNORM_QUANT_FLOAT4_E2M1;
@@ -425,8 +430,12 @@ addrmsnorm_status validate_quant(const Call& c) {
                     "ADDRMSNORM_QUANT_FLOAT4_E2M1 needs a block-scaled mode (ADDRMSNORM_QUANT_NVFP4 or _MXFP4)");
     }
     const bool is_static = qd.mode == ADDRMSNORM_QUANT_STATIC, per_group = qd.mode == ADDRMSNORM_QUANT_PER_GROUP;
-    if (per_group && qd.group_size != 64 && qd.group_size != 128)
-        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be 64 or 128, got %d", (int)qd.group_size);
+    const int* const group_sizes_end = kQuantGroupSizes + kNumQuantGroupSizes;
+    if (per_group && std::find(kQuantGroupSizes, group_sizes_end, qd.group_size) == group_sizes_end)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "group_size must be %s, got %d",
+                    joined(kQuantGroupSizes, kNumQuantGroupSizes, " or ", [](int g) { return std::to_string(g); })
+                        .c_str(),
+                    (int)qd.group_size);
     if (!per_group && !block && qd.group_size != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "group_size must be 0 outside ADDRMSNORM_QUANT_PER_GROUP, got %d", (int)qd.group_size);
@@ -439,8 +448,8 @@ addrmsnorm_status validate_quant(const Call& c) {
                     (long long)c.hidden, (int)qd.group_size);
     if (c.hidden % kQuantAlign != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "H=%lld is not a multiple of 16: quantized outputs need rows of 16-element multiples, as fp8 "
-                    "and int8 GEMMs do", (long long)c.hidden);
+                    "H=%lld is not a multiple of %d: quantized outputs need rows of %d-element multiples, as fp8 "
+                    "and int8 GEMMs do", (long long)c.hidden, kQuantAlign, kQuantAlign);
     if (qd.flags & ~(ADDRMSNORM_QUANT_UE8M0 | ADDRMSNORM_QUANT_SWIZZLED))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
                     "quant->flags has unknown bits 0x%x (defined: ADDRMSNORM_QUANT_UE8M0, ADDRMSNORM_QUANT_SWIZZLED)",
@@ -565,8 +574,8 @@ addrmsnorm_status validate_quant(const Call& c) {
         const int64_t align = (v == qo && fp4) ? kQuantAlign / 2 : kQuantAlign;
         if (v->ptr % 16 != 0 || (v->rows > 1 && v->stride_elems % align != 0))
             return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "%s must start on a 16-byte boundary and have a row stride that is a multiple of 16 elements "
-                        "(quantized outputs take aligned rows)", v->name);
+                        "%s must start on a 16-byte boundary and have a row stride that is a multiple of %d elements "
+                        "(quantized outputs take aligned rows)", v->name, kQuantAlign);
     }
     if (block && swizzled) {  // one contiguous buffer of the padded tiles
         const int64_t k4 = (c.hidden / qd.group_size + 3) / 4 * 4, rows128 = (c.rows + 127) / 128 * 128;

@@ -1001,6 +1001,14 @@ addrmsnorm_cubin_blob:
     for name, built in (("kSandwichQuant", configs.SANDWICH_QUANT), ("kGatedQuant", configs.GATED_QUANT)):
         bits = sum(1 << ((m - 1) * len(configs.QUANT_DTYPES) + configs.QUANT_DTYPES.index(q)) for m, q in built)
         lines.append(f"const unsigned {name} = {bits:#x}u;")
+    # The quantized outputs' rules (configs.QUANT_*): x's dtypes (bits of addrmsnorm_dtype), the alignment in
+    # elements, the per-group mode's group sizes and each block format's block (by mode - 1; 0 where not a block).
+    lines.append(f"const unsigned kQuantActivationDtypes = "
+                 f"{sum(1 << configs.DTYPES.index(d) for d in configs.QUANT_ACTIVATION_DTYPES):#x}u;")
+    lines.append(f"const int kQuantAlign = {configs.QUANT_ALIGN};")
+    lines.append(f"const int kNumQuantGroupSizes = {len(configs.QUANT_GROUP_SIZES)};")
+    lines.append(f"const int kQuantGroupSizes[] = {{{', '.join(map(str, configs.QUANT_GROUP_SIZES))}}};")
+    lines.append(f"const int kBlockQuantSize[] = {{{', '.join(str(configs.BLOCK_QUANT_SIZE.get(m, 0)) for m in configs.QUANT_MODES)}}};")
     lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
     on_vector = [configs.rope_on_vector(style, 64 if whole else 32, 64)
                  for style in range(len(configs.ROPE_STYLES)) for whole in (False, True)]
