@@ -265,10 +265,10 @@ void set_quant(QuantForwardParams& p, const Call& c, const ForwardViews& v) {
     p.group_size = qd.mode >= ADDRMSNORM_QUANT_PER_GROUP ? qd.group_size : 0;
     p.has_ub = qd.scale_ub != nullptr ? 1 : 0;
     p.ue8m0 = (qd.flags & ADDRMSNORM_QUANT_UE8M0) ? 1 : 0;
-    // Block-scaled, swizzled: scales for the rows rounded up to 128; the grid's last program writes the padded
-    // rows' zeros.
+    // Block-scaled, swizzled: scales for the rows rounded up to the tile (kSwizzleRows); the grid's last program
+    // writes the padded rows' zeros.
     const bool swizzled = (qd.flags & ADDRMSNORM_QUANT_SWIZZLED) != 0;
-    p.scale_rows = static_cast<int32_t>(swizzled ? (c.rows + 127) / 128 * 128 : v.kernel_rows());
+    p.scale_rows = static_cast<int32_t>(swizzled ? swizzled_rows(c.rows) : v.kernel_rows());
     p.swizzled = swizzled ? 1 : 0;
 }
 

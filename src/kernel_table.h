@@ -262,6 +262,10 @@ extern const unsigned kSandwichQuant, kGatedQuant;
 extern const unsigned kQuantActivationDtypes;
 extern const int kQuantAlign, kNumQuantGroupSizes;
 extern const int kQuantGroupSizes[], kBlockQuantSize[];
+// The swizzled scale layout's tile (configs.SWIZZLE_ROWS, SWIZZLE_BLOCKS): rows and blocks rounded up to it.
+extern const int kSwizzleRows, kSwizzleBlocks;
+inline int64_t swizzled_rows(int64_t rows) { return (rows + kSwizzleRows - 1) / kSwizzleRows * kSwizzleRows; }
+inline int64_t swizzled_blocks(int64_t blocks) { return (blocks + kSwizzleBlocks - 1) / kSwizzleBlocks * kSwizzleBlocks; }
 
 inline bool takes_dtype(unsigned dtypes, int dtype) { return dtype >= 0 && dtype < 32 && ((dtypes >> dtype) & 1u); }
 

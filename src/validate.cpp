@@ -578,8 +578,7 @@ addrmsnorm_status validate_quant(const Call& c) {
                         "(quantized outputs take aligned rows)", v->name, kQuantAlign);
     }
     if (block && swizzled) {  // one contiguous buffer of the padded tiles
-        const int64_t k4 = (c.hidden / qd.group_size + 3) / 4 * 4, rows128 = (c.rows + 127) / 128 * 128;
-        const int64_t span = rows128 * k4;
+        const int64_t span = swizzled_rows(c.rows) * swizzled_blocks(c.hidden / qd.group_size);
         Rows so{"scales_out", reinterpret_cast<uintptr_t>(qd.scales), span, span, 1, 1, span};
         const Rows* all[9] = {x, res, w, &pw, qo, rout, yo, &sc, &ub};
         for (const Rows* t : all)

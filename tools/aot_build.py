@@ -1008,6 +1008,7 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kQuantAlign = {configs.QUANT_ALIGN};")
     lines.append(f"const int kNumQuantGroupSizes = {len(configs.QUANT_GROUP_SIZES)};")
     lines.append(f"const int kQuantGroupSizes[] = {{{', '.join(map(str, configs.QUANT_GROUP_SIZES))}}};")
+    lines.append(f"const int kSwizzleRows = {configs.SWIZZLE_ROWS}, kSwizzleBlocks = {configs.SWIZZLE_BLOCKS};")
     lines.append(f"const int kBlockQuantSize[] = {{{', '.join(str(configs.BLOCK_QUANT_SIZE.get(m, 0)) for m in configs.QUANT_MODES)}}};")
     lines.append(f"const bool kRopeFp32WeightsWithPositions = {str(configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS).lower()};")
     on_vector = [configs.rope_on_vector(style, 64 if whole else 32, 64)
