@@ -445,8 +445,9 @@ def _rope_rows():
     rows += [dict(section="rope_latency", impl=n, N=1, H=dshape, us_median=u, note="")
              for n, u in ((rope.OURS_CACHE + " (PDL)", 1.5), (rope.QK_ALONE + " (PDL)", 1.4),
                           (rope.TWO_STEP + " (PDL)", 3.5), (rope.TWO_STEP, 4.0))]
-    rows.append(dict(section="rope_backward", impl=rope.OURS + " (backward operator, one pass a part)", N=8192,
-                     H=shape, gbs=1000.0, pct_roofline=24.0, us_median=100.0, note=""))
+    rows += [dict(section="rope_backward", impl=n + " (backward operator, one pass a part)", N=8192, H=shape, gbs=g,
+                  pct_roofline=p, us_median=u, note="")
+             for n, g, p, u in ((rope.OURS_CACHE, 1000.0, 24.0, 100.0), (rope.OURS_COS_SIN, 1200.0, 28.8, 83.3))]
     return rows
 
 
@@ -458,17 +459,18 @@ def test_rope_table_gives_time_ratios_and_its_place_in_the_report():
     # two-step 20.0 µs over ours 10.0: 2.00×; torch.compile 15.4 / 10.0; the QK norm alone 9.8 / 10.0
     assert "| T = 8192, 32 + 8 × 128 | 4000 · 95% · 10.0 µs |" in t and "| 2.00× | 1.54× | 0.98× |" in t
     assert "| T = 1, 32 + 8 × 128 | 1.50 | 1.40 | 3.50 | 4.00 | 0.43× | 1.07× |" in t
-    assert "24% · 100.0 µs" in t
+    assert "24% · 100.0 µs" in t and "29% · 83.3 µs" in t
     assert "#### The QK norm with the rotation (RoPE)" in writers.markdown_report(HEADER, rows, [], {}, None)
 
 
 def test_rope_targets_mark_each_goal_from_the_rows():
     t = _report_targets().rope_targets(_rope_rows())
     # bulk: 95% met, 2.00× met, 1.54× missed, 1.02× of the QK norm met; decode 0.43× met, 1.07× met;
-    # backward 24% missed
+    # backward: the better of its angle sources, cos/sin's 28.8%, missed
     assert "met at 5 of 7" in t
     assert "(0.65× the time) | **missed** |" in t and "(0.43× the time) | met |" in t
-    assert "| backward ≥ 85% of the roofline | T = 8192, 32 + 8 × 128 | 1000 GB/s, 24.0% | | **missed** |" in t
+    assert ("| backward ≥ 85% of the roofline | T = 8192, 32 + 8 × 128 | addrmsnorm, cos/sin (backward operator, one "
+            "pass a part) 1200 GB/s, 28.8% | | **missed** |") in t
     assert _report_targets().rope_targets([]) == ""
 
 

@@ -253,17 +253,23 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
         wq, wk = _weights(D, gen)
         cache = _cache(D, gen)
 
-        def torch_ops(q, k, dq, dk, p):
+        def torch_ops(q, k, dq, dk, p, c16=None, s16=None):
             c, s = autograd.rope_angles(p, cache, None, None, D, 0)
             return (autograd.qk_rope_backward(q, wq, dq, EPS, 0.0, c, s, D, 0),
                     autograd.qk_rope_backward(k, wk, dk, EPS, 0.0, c, s, D, 0))
 
-        def ours(q, k, dq, dk, p):  # the functional form's first-order backward
+        def ours(q, k, dq, dk, p, c16, s16):  # the functional form's first-order backward, a cache's angles
             c, s = autograd.rope_angles(p, cache, None, None, D, 0)
             return tuple(functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
                          for x, w, dy in ((q, wq, dq), (k, wk, dk)))
 
-        variants = {OURS + " (backward operator, one pass a part)": ours,
+        def ours_cos_sin(q, k, dq, dk, p, c16, s16):  # the same with HF's bf16 cos and sin, as hf.patch trains
+            c, s = autograd.rope_angles(None, None, c16, s16, D, 0)
+            return tuple(functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
+                         for x, w, dy in ((q, wq, dq), (k, wk, dk)))
+
+        variants = {OURS_CACHE + " (backward operator, one pass a part)": ours,
+                    OURS_COS_SIN + " (backward operator, one pass a part)": ours_cos_sin,
                     "torch operations (the create_graph backward)": torch_ops,
                     "torch.compile (the torch operations)": torch.compile(torch_ops, dynamic=False, fullgraph=True)}
         for name, fn in variants.items():
@@ -274,7 +280,8 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
                 for _ in range(n_sets):
                     qkv, p = _inputs(T, nq, nk, D, gen)
                     q, k = (t.contiguous() for t in _views(qkv, nq, nk, D))
-                    sets.append((q, k, torch.randn_like(q), torch.randn_like(k), p))
+                    c16, s16 = (a.to(torch.bfloat16) for a in _angles(p, cache))
+                    sets.append((q, k, torch.randn_like(q), torch.randn_like(k), p, c16, s16))
                 _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(*s) for s in sets], n_sets)
             except Exception as e:  # noqa: BLE001
                 _fail(rows, base, e)
