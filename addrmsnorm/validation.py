@@ -1130,6 +1130,18 @@ def check_gate_residual(z, residual) -> None:
         raise ValueError("z is the gated norm's gate, which normalizes x alone: it takes no residual")
 
 
+def check_variant_numerics(rstd_asked: bool, round_once: bool, hf: bool, weight_offset, name: str, variant: str,
+                           hf_form: str) -> None:
+    """The rules the single pass's no-rstd variants share (validate.cpp's check_variant_numerics): no rstd, numerics
+    0 or 1, and HF's numerics with the weight as it is. name: the variant's own input (z, b)."""
+    if rstd_asked:
+        raise ValueError(f"rstd is asked for, but {variant} ({name}) writes no rstd")
+    if round_once:
+        raise ValueError(f"numerics 2 (hf_round_once) is not {variant}'s: its numerics are 0 (contract) or 1 (hf)")
+    if hf and weight_offset:
+        raise ValueError(f"numerics='hf' with {name} needs weight_offset 0, got {weight_offset!r}: {hf_form}")
+
+
 def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_gate, hf: bool, round_once: bool,
                      weight_offset, residual=None, return_rstd=False) -> int:
     """The gated norm's rules that need no memory, in validate_norm's order. Without z, group_size must be 0
@@ -1157,14 +1169,8 @@ def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_
     if g % VARIANT_ALIGN:
         raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {VARIANT_ALIGN} "
                          f"elements")
-    if rstd is not None or return_rstd:
-        raise ValueError("rstd is asked for, but the gated norm (z) writes no rstd")
-    if round_once:
-        raise ValueError("numerics 2 (hf_round_once) is not the gated norm's: its numerics are 0 (contract) or "
-                         "1 (hf)")
-    if hf and weight_offset:
-        raise ValueError(f"numerics='hf' with z needs weight_offset 0, got {weight_offset!r}: HF's gated norms "
-                         f"(Qwen3-Next, Mamba2) keep the weight as it is")
+    check_variant_numerics(rstd is not None or return_rstd, round_once, hf, weight_offset, "z", "the gated norm",
+                           "HF's gated norms (Qwen3-Next, Mamba2) keep the weight as it is")
     return g
 
 
@@ -1261,13 +1267,8 @@ def check_pair_rules(x, weight, rstd, shape, H: int, hf: bool, round_once: bool,
             raise ValueError(f"{name} has width {width}; the pair's parts are at most {configs.PAIR_MAX_WIDTH} wide")
         if width % VARIANT_ALIGN:
             raise ValueError(f"{name} has width {width}; the pair (b) needs widths of multiples of {VARIANT_ALIGN}")
-    if rstd is not None or return_rstd:
-        raise ValueError("rstd is asked for, but the pair (b) writes no rstd")
-    if round_once:
-        raise ValueError("numerics 2 (hf_round_once) is not the pair's: its numerics are 0 (contract) or 1 (hf)")
-    if hf and weight_offset:
-        raise ValueError(f"numerics='hf' with b needs weight_offset 0, got {weight_offset!r}: the latent norms "
-                         f"(DeepSeek-V3's) are LlamaRMSNorm's form")
+    check_variant_numerics(rstd is not None or return_rstd, round_once, hf, weight_offset, "b", "the pair",
+                           "the latent norms (DeepSeek-V3's) are LlamaRMSNorm's form")
     return Hb
 
 

@@ -696,6 +696,17 @@ addrmsnorm_status check_vector_views(const VectorView* views, int n, const char*
     return ADDRMSNORM_SUCCESS;
 }
 
+// The rules the single pass's no-rstd variants share (validation.check_variant_numerics): no rstd, numerics 0 or 1,
+// and HF's numerics with the weight as it is. input: the variant's own input (z, b); hf_form: why HF's keeps it.
+addrmsnorm_status check_variant_numerics(const Call& c, const char* input, const char* variant, const char* hf_form) {
+    ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with %s: %s writes no rstd", input, variant);
+    ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
+                         "numerics 2 (hf_round_once) is not %s's: its numerics are 0 (contract) or 1 (hf)", variant);
+    ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
+                         "ADDRMSNORM_NUMERICS_HF with %s needs weight_offset 0: %s", input, hf_form);
+    return ADDRMSNORM_SUCCESS;
+}
+
 // validation.check_gate_rules: the gated norm's rules that need no memory, in its order.
 addrmsnorm_status check_gate_rules(const Call& c) {
     ADDRMSNORM_REFUSE_IF(c.groups > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
@@ -711,12 +722,10 @@ addrmsnorm_status check_gate_rules(const Call& c) {
     ADDRMSNORM_REFUSE_IF(g % kVariantAlign != 0,
                          "group_size is %lld; the gated norm (z) needs groups of a multiple of %d elements",
                          (long long)g, kVariantAlign);
-    ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with z: the gated norm writes no rstd");
-    ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
-                         "numerics 2 (hf_round_once) is not the gated norm's: its numerics are 0 (contract) or 1 (hf)");
-    ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
-                         "ADDRMSNORM_NUMERICS_HF with z needs weight_offset 0: HF's gated norms (Qwen3-Next, Mamba2) "
-                         "keep the weight as it is");
+    if (addrmsnorm_status st = check_variant_numerics(c, "z", "the gated norm",
+                                                      "HF's gated norms (Qwen3-Next, Mamba2) keep the weight as it is");
+        st != ADDRMSNORM_SUCCESS)
+        return st;
     ADDRMSNORM_REFUSE_IF(c.gate != ADDRMSNORM_GATE_SILU, "gate %d is not an addrmsnorm_gate (ADDRMSNORM_GATE_SILU)",
                          (int)c.gate);
     ADDRMSNORM_REFUSE_IF(c.gate_first != 0 && c.gate_first != 1, "gate_first must be 0 or 1, got %d",
@@ -765,13 +774,7 @@ addrmsnorm_status check_pair_rules(const Call& c) {
                              "%s is %lld; the pair (b) needs widths of multiples of %d", names[i],
                              (long long)widths[i], kVariantAlign);
     }
-    ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with b: the pair writes no rstd");
-    ADDRMSNORM_REFUSE_IF(c.flags & kFlagRoundOnce,
-                         "numerics 2 (hf_round_once) is not the pair's: its numerics are 0 (contract) or 1 (hf)");
-    ADDRMSNORM_REFUSE_IF((c.flags & kFlagHf) && c.weight_offset != 0.0f,
-                         "ADDRMSNORM_NUMERICS_HF with b needs weight_offset 0: the latent norms (DeepSeek-V3's) are "
-                         "LlamaRMSNorm's form");
-    return ADDRMSNORM_SUCCESS;
+    return check_variant_numerics(c, "b", "the pair", "the latent norms (DeepSeek-V3's) are LlamaRMSNorm's form");
 }
 
 // validation.rows_interleave_apart: two views of rows of one stride, the same stride, whose columns never
