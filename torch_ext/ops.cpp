@@ -284,6 +284,21 @@ Grouped as_grouped(const char* name, const at::Tensor& t, c10::IntArrayRef shape
     return {groups * heads, heads, outer, inner};
 }
 
+// The gated norm's gate: what the struct cannot carry (z's dtype, shape, device and rows), mapped here; its group
+// and order are values, the C runtime's rules.
+void gate_of(const at::Tensor& x, const OptTensor& z, int64_t group_size, bool norm_before_gate,
+             addrmsnorm_norm_args* a) {
+    if (z) {
+        dtype_of("z", *z);
+        dtype_is("z", *z, "x", x);
+        same_device("z", &*z, x);
+        a->z = data(*z);
+        a->stride_z = as_rows("z", *z, x.sizes()).stride;
+    }
+    a->group_size = group_size;
+    a->gate_first = norm_before_gate ? 0 : 1;
+}
+
 // ----- the norm: fused (residual given) or plain -----------------------------------------------------
 
 // The into forms' pairing of residual and residual_out: both given, or neither.
@@ -325,16 +340,7 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     same_device("post_weight", pw, x);
-    // The gated norm's gate: what the struct cannot carry (z's dtype, shape, device and rows), mapped here.
-    if (z) {
-        dtype_of("z", *z);
-        dtype_is("z", *z, "x", x);
-        same_device("z", &*z, x);
-        a.z = data(*z);
-        a.stride_z = as_rows("z", *z, x.sizes()).stride;
-    }
-    a.group_size = group_size;
-    a.gate_first = norm_before_gate ? 0 : 1;
+    gate_of(x, z, group_size, norm_before_gate, &a);
     // The pair's second part: what the struct cannot carry (b's dtype, shape, device and rows), mapped here.
     if (b != nullptr) {
         dtype_of("b", *b);
@@ -624,15 +630,7 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     if (post_weight) same_device("post_weight", &*post_weight, x);
-    if (z) {  // the gated norm's gate: what the struct cannot carry, mapped here (as norm_call)
-        dtype_of("z", *z);
-        dtype_is("z", *z, "x", x);
-        same_device("z", &*z, x);
-        a.z = data(*z);
-        a.stride_z = as_rows("z", *z, x.sizes()).stride;
-    }
-    a.group_size = gate_group_size;
-    a.gate_first = norm_before_gate ? 0 : 1;
+    gate_of(x, z, gate_group_size, norm_before_gate, &a);
     same_device("out", out, x);
     same_device("residual_out", residual_out, x);
     same_device("y", y, x);
