@@ -285,7 +285,7 @@ addrmsnorm_status qk_then_v(const Call& c, const addrmsnorm_norm_args* args, add
     addrmsnorm_norm_args qk = *args;
     qk.groups = c.v_from_group;
     qk.v_from_group = 0;
-    const int64_t offset = c.v_from_group * c.hidden * (c.x_dtype == ADDRMSNORM_FLOAT32 ? 4 : 2);
+    const int64_t offset = c.v_from_group * c.hidden * dtype_size(c.x_dtype);
     addrmsnorm_norm_args v = addrmsnorm_norm_args_init();
     v.x = static_cast<const char*>(c.x) + offset;
     v.out = static_cast<char*>(c.out) + offset;

@@ -966,15 +966,11 @@ addrmsnorm_status validate_qk(const Call& c) {
     }
     const int64_t width = heads * c.hidden;
     if (c.rows > 1 && (c.stride_x < width || c.stride_x > INT64_MAX / 8)) {
-        if (num_v_heads != 0)
-            return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                        "stride_qkv=%lld is less than the q, k and v heads' width, (%lld + %lld + %lld) * %lld = %lld: "
-                        "rows would overlap", (long long)c.stride_x, (long long)num_q_heads, (long long)num_kv_heads,
-                        (long long)num_v_heads, (long long)c.hidden, (long long)width);
+        const std::string v = num_v_heads != 0 ? " + " + std::to_string(num_v_heads) : "";
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT,
-                    "stride_qkv=%lld is less than the q and k heads' width, (%lld + %lld) * %lld = %lld: rows would "
-                    "overlap", (long long)c.stride_x, (long long)num_q_heads, (long long)num_kv_heads,
-                    (long long)c.hidden, (long long)width);
+                    "stride_qkv=%lld is less than the %s heads' width, (%lld + %lld%s) * %lld = %lld: rows would "
+                    "overlap", (long long)c.stride_x, num_v_heads != 0 ? "q, k and v" : "q and k",
+                    (long long)num_q_heads, (long long)num_kv_heads, v.c_str(), (long long)c.hidden, (long long)width);
     }
     const uintptr_t q0 = reinterpret_cast<uintptr_t>(c.x);
     const uintptr_t q1 = q0 + static_cast<uintptr_t>(((c.rows - 1) * (c.rows > 1 ? c.stride_x : 0) + width) * xs);
