@@ -1197,7 +1197,9 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
     ADDRMSNORM_REFUSE_IF(a.y != nullptr && a.quant == nullptr,
                          "y is the quantized calls' second output; with quant NULL it must be NULL");
     ADDRMSNORM_REFUSE_IF(a.residual == nullptr && a.residual_out != nullptr,
-                         "residual_out is given but residual is NULL (the plain norm writes no residual)");
+                         "residual_out is given but residual is NULL: the plain norm writes no residual");
+    ADDRMSNORM_REFUSE_IF(a.residual != nullptr && a.residual_out == nullptr,
+                         "residual_out is NULL but residual is given: the fused norm writes h there");
     ADDRMSNORM_REFUSE_IF(!weightless && a.weight2 == nullptr && a.weight2_from_group != 0,
                          "weight2_from_group is %lld but weight2 is NULL", (long long)a.weight2_from_group);
     // The QK norm: weight2 given, or (weightless) its split alone.

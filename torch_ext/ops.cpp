@@ -69,11 +69,12 @@ std::string python_words(std::string msg) {
     return msg;
 }
 
+// The C runtime's verdict raised as Python's exception of its kind (no check of the extension's own).
 [[noreturn]] void raise(addrmsnorm_status st) {
     const std::string msg = python_words(addrmsnorm_last_error());
-    if (st == ADDRMSNORM_ERROR_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
-    if (st == ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE) TORCH_CHECK_TYPE(false, msg);
-    TORCH_CHECK(false, "addrmsnorm: ", addrmsnorm_status_string(st), ": ", msg);
+    if (st == ADDRMSNORM_ERROR_INVALID_ARGUMENT) C10_THROW_ERROR(ValueError, msg);
+    if (st == ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE) C10_THROW_ERROR(TypeError, msg);
+    C10_THROW_ERROR(Error, "addrmsnorm: " + std::string(addrmsnorm_status_string(st)) + ": " + msg);
 }
 
 // Runs `call` (a C ABI call) on `device` and raises on failure. On a thread where the CUDA runtime
@@ -112,8 +113,8 @@ bool c_checks_on_cpu(const c10::Device& device) {
 // The check's verdict on CPU tensors: its refusal, or NotImplementedError for an accepted call.
 [[noreturn]] void checked_on_cpu(addrmsnorm_status st) {
     if (st != ADDRMSNORM_SUCCESS) raise(st);
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "ADDRMSNORM_C_CHECKS_ON_CPU: the C runtime's checks accept this call; "
-                                       "nothing runs on CPU tensors");
+    C10_THROW_ERROR(NotImplementedError, "ADDRMSNORM_C_CHECKS_ON_CPU: the C runtime's checks accept this call; "
+                                         "nothing runs on CPU tensors");
 }
 
 void launch(const c10::Device& device, const addrmsnorm_norm_args& a) {
@@ -301,16 +302,8 @@ void gate_of(const at::Tensor& x, const OptTensor& z, int64_t group_size, bool n
 
 // ----- the norm: fused (residual given) or plain -----------------------------------------------------
 
-// The into forms' pairing of residual and residual_out: both given, or neither.
-void residual_outputs(const OptTensor& residual, const OptTensor& residual_out) {
-    TORCH_CHECK_VALUE(residual || !residual_out,
-                      "residual_out is given but residual is None: the plain norm writes no residual");
-    TORCH_CHECK_VALUE(!residual || residual_out,
-                      "residual_out is None but residual is given: the fused norm writes h there");
-}
-
 // One norm call into given outputs (the functional forms allocate them first). The plain norm has no
-// residual; a residual_out without one goes to the C ABI, which refuses it.
+// residual. residual and residual_out go to the C ABI as given: it refuses one without the other.
 void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight,
                                              const at::Tensor* out, const at::Tensor* residual_out,
                                              const at::Tensor* rstd, double eps, double weight_offset,
@@ -456,7 +449,6 @@ void norm_into(const at::Tensor& x, const OptTensor& residual, const OptTensor& 
                int64_t numerics, bool pdl, double x_scale, const OptTensor& post_weight, double post_weight_offset,
                const OptTensor& z, int64_t group_size, bool norm_before_gate, const OptTensor& b,
                const OptTensor& b_weight, const OptTensor& b_out) {
-    residual_outputs(residual, residual_out);
     norm_call(x, residual ? &*residual : nullptr, weight, &out, residual_out ? &*residual_out : nullptr,
               rstd ? &*rstd : nullptr, eps, weight_offset, numerics, pdl, x_scale, post_weight, post_weight_offset,
               z, group_size, norm_before_gate, b ? &*b : nullptr, b_weight, b_out ? &*b_out : nullptr);
@@ -734,7 +726,6 @@ void norm_quant_into(const at::Tensor& x, const OptTensor& residual, const OptTe
                      const OptTensor& scale, int64_t group_size, const OptTensor& scale_ub, bool ue8m0_scales,
                      double weight_offset, bool pdl, bool swizzled_scales, double x_scale, const OptTensor& post_weight,
                      double post_weight_offset, const OptTensor& z, int64_t gate_group_size, bool norm_before_gate) {
-    residual_outputs(residual, residual_out);
     quant_call(x, residual ? &*residual : nullptr, weight, std::nullopt, &out, residual_out ? &*residual_out : nullptr,
                scales_out ? &*scales_out : nullptr, y ? &*y : nullptr, scale ? &*scale : nullptr, group_size,
                scale_ub ? &*scale_ub : nullptr, ue8m0_scales, swizzled_scales, eps, weight_offset, pdl, x_scale,

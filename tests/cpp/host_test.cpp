@@ -1216,6 +1216,11 @@ TEST(NormArgs, FieldsThatDoNotFitTheKindAreRefused) {
     a.residual_out = other;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out is given but residual is NULL");
     a = plain_args();
+    a.residual = other;
+    a.residual_dtype = a.x_dtype;
+    a.stride_residual = a.stride_x;
+    expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "residual_out is NULL but residual is given");
+    a = plain_args();
     a.y = other;
     expect_refused(a, ADDRMSNORM_ERROR_INVALID_ARGUMENT, "y is the quantized calls' second output");
     a = plain_args();
