@@ -160,24 +160,16 @@ def test_random_sandwich_calls_get_the_same_verdict():
         weight_offset = rng.choice([0.0, 1.0]) if w is not None else 0.0
         post_offset = rng.choice([weight_offset, weight_offset, 0.0, 1.0, _scalar(rng)])
         x_scale = None if rng.random() < 0.85 else rng.choice([1.0, 0.5])
-        try:
-            validation.check_forward(x, r, w, out, rout, eps=1e-6, weight_offset=weight_offset, numerics=numerics,
-                                     x_scale=1.0 if x_scale is None else x_scale, post_weight=pw,
-                                     post_weight_offset=post_offset)
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_forward(
+            x, r, w, out, rout, eps=1e-6, weight_offset=weight_offset, numerics=numerics,
+            x_scale=1.0 if x_scale is None else x_scale, post_weight=pw, post_weight_offset=post_offset))
         st = c_library.check(lib, c_library.norm_args(x, w, out, residual=r, residual_out=rout, eps=1e-6,
                                                       weight_offset=weight_offset, numerics=numerics,
                                                       x_scale=x_scale, post_weight=pw,
                                                       post_weight_offset=post_offset))
-        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
         context = (f"N={N} H={H} x={xd} r={rd} w={wd if w is not None else None} numerics={numerics} "
                    f"offsets {weight_offset} {post_offset} x_scale={x_scale}")
-        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
-        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
-        seen[py] += 1
+        _judge(lib, py, st, _FORWARD_FIELDS, context, seen)
     assert all(v >= 15 for v in seen.values()), seen
 
 
@@ -204,22 +196,15 @@ def test_random_gated_calls_get_the_same_verdict():
         weight_offset = rng.choice([0.0, 0.0, 1.0]) if w is not None else 0.0
         group = rng.choice([0, 0, 8, 16, 32, 12, -8])
         before = rng.random() < 0.7
-        try:
-            validation.check_rmsnorm(x, w, out, rstd, eps=1e-6, weight_offset=weight_offset, numerics=numerics, z=z,
-                                     group_size=group, norm_before_gate=before)
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_rmsnorm(
+            x, w, out, rstd, eps=1e-6, weight_offset=weight_offset, numerics=numerics, z=z, group_size=group,
+            norm_before_gate=before))
         st = c_library.check(lib, c_library.norm_args(x, w, out, rstd=rstd, eps=1e-6, weight_offset=weight_offset,
                                                       numerics=numerics, z=z, group_size=group,
                                                       norm_before_gate=before))
-        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
         context = (f"N={N} H={H} x={xd} w={wd if w is not None else None} numerics={numerics} group={group} "
                    f"offset={weight_offset} strides x{x.stride(0)} z{z.stride(0)} o{out.stride(0)}")
-        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
-        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
-        seen[py] += 1
+        _judge(lib, py, st, _FORWARD_FIELDS, context, seen)
     assert all(v >= 15 for v in seen.values()), seen
 
 
@@ -251,21 +236,13 @@ def test_random_pair_calls_get_the_same_verdict():
         ob = b if rng.random() < 0.5 else torch.zeros(N, Hb, dtype=xd, device=DEVICE)
         numerics = rng.choice([0, 0, 1, 2])
         weight_offset = rng.choice([0.0, 0.0, 1.0]) if weighted else 0.0
-        try:
-            validation.check_rmsnorm(a, wa, oa, None, eps=1e-6, weight_offset=weight_offset, numerics=numerics, b=b,
-                                     b_weight=wb, b_out=ob)
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_rmsnorm(
+            a, wa, oa, None, eps=1e-6, weight_offset=weight_offset, numerics=numerics, b=b, b_weight=wb, b_out=ob))
         st = c_library.check(lib, c_library.norm_args(a, wa, oa, eps=1e-6, weight_offset=weight_offset,
                                                       numerics=numerics, b=b, b_weight=wb, b_out=ob))
-        c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
         context = (f"N={N} Ha={Ha} Hb={Hb} width={width} shift={shift} x={xd} w={wd if weighted else None} "
                    f"numerics={numerics} offset={weight_offset}")
-        assert py == c, f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): {context}"
-        _assert_same_argument(lib, py, _FORWARD_FIELDS, context)
-        seen[py] += 1
+        _judge(lib, py, st, _FORWARD_FIELDS, context, seen)
     assert all(v >= 15 for v in seen.values()), seen
 
 
@@ -575,12 +552,8 @@ def test_random_plain_norm_calls_get_the_same_verdict():
         eps = rng.choice([1e-6, 1e-5]) if rng.random() < 0.7 else _scalar(rng)
         weight_offset = rng.choice([0.0, 1.0]) if rng.random() < 0.8 else _scalar(rng)
         hf = rng.random() < 0.15
-        try:
-            validation.check_rmsnorm(x, w, out, rstd, eps=eps, weight_offset=weight_offset, numerics=int(hf))
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_rmsnorm(x, w, out, rstd, eps=eps, weight_offset=weight_offset,
+                                                          numerics=int(hf)))
         st = c_library.check(lib, c_library.norm_args(x, w, out, rstd=rstd, eps=eps, weight_offset=weight_offset,
                                                       numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
@@ -611,12 +584,7 @@ def test_random_qk_norm_calls_get_the_same_verdict():
         wk = torch.as_strided(buf[rng.randrange(0, 60000 - D * wi, 4):].view(wd), (D,), (1,))
         hf = rng.random() < 0.15
         eps = 1e-6 if rng.random() < 0.85 else _scalar(rng)
-        try:
-            validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=eps, numerics=int(hf))
-            py = "ok"
-        except (TypeError, ValueError) as e:
-            _LAST_PYTHON[0] = str(e)
-            py = "type" if isinstance(e, TypeError) else "value"
+        py = _verdict_of(lambda: validation.check_qk_rmsnorm(qkv, wq, wk, nq, nk, D, eps=eps, numerics=int(hf)))
         st = c_library.check(lib, c_library.qk_args(qkv, wq, wk, nq, nk, D, eps, numerics=int(hf)))
         c = {0: "ok", 1: "value", 2: "type"}[st]
         assert py == c, (f"Python says {py}, C says {c} ({addrmsnorm_last_error(lib)}): T={T} nq={nq} nk={nk} D={D} "
@@ -627,6 +595,14 @@ def test_random_qk_norm_calls_get_the_same_verdict():
 
 
 ROPE_FIELDS = {**QK_FIELDS, "angle": "cos", "positions": "positions", "style": "rope_style"}
+
+
+def _judge(lib, py: str, st: int, fields: dict, context: str, seen: dict) -> None:
+    """One call's two verdicts, Python's and the C status st: the same, naming the same argument; tallied."""
+    c = {0: "ok", 1: "value", 2: "type"}.get(st, f"status {st}")
+    assert py == c, f"Python says {py} ({_LAST_PYTHON[0]}), C says {c} ({addrmsnorm_last_error(lib)}): {context}"
+    _assert_same_argument(lib, py, fields, context)
+    seen[py] += 1
 
 
 def _verdict_of(check) -> str:
@@ -694,12 +670,9 @@ def test_random_rotation_calls_get_the_same_verdict():
             rope = c_library.rope_desc(positions=positions, cos_sin_cache=cache, cos=cos, sin=sin,
                                        rotary_dim=rotary_dim, style=style)
         st = c_library.check(lib, c_library.qk_args(qkv, wq, wk, nq, nk, D, 1e-6, numerics=int(hf), rope=rope))
-        c = {0: "ok", 1: "value", 2: "type"}[st]
         context = (f"T={T} nq={nq} nk={nk} D={D} x={xd} w={wd} source={source} angles={ad} rotary_dim={rotary_dim} "
                    f"style={style} hf={hf} positions={None if positions is None else positions.dtype}")
-        assert py == c, f"Python says {py} ({_LAST_PYTHON[0]}), C says {c} ({addrmsnorm_last_error(lib)}): {context}"
-        _assert_same_argument(lib, py, ROPE_FIELDS, context)
-        seen[py] += 1
+        _judge(lib, py, st, ROPE_FIELDS, context, seen)
     assert all(v >= 30 for v in seen.values()), seen
 
 
@@ -741,10 +714,7 @@ def test_random_rotation_backward_calls_get_the_same_verdict():
         st = c_library.check(lib, c_library.backward_args(dy, h, rstd, w, dresidual_out=dro, dx=dx, rope=rope,
                                                           rope_groups=groups, eps=eps, dweight=dweight, workspace=ws,
                                                           workspace_bytes=ws.numel() * 4))
-        c = {0: "ok", 1: "value", 2: "type"}[st]
         context = (f"T={T} heads={heads} D={D} dy={xd} h={hd} dro={dro is not None} rstd={rstd is not None} "
                    f"groups={groups} angles={ad} rotary_dim={rotary_dim} style={style} eps={eps}")
-        assert py == c, f"Python says {py} ({_LAST_PYTHON[0]}), C says {c} ({addrmsnorm_last_error(lib)}): {context}"
-        _assert_same_argument(lib, py, {**_BACKWARD_FIELDS, "angle": "cos", "style": "rope_style"}, context)
-        seen[py] += 1
+        _judge(lib, py, st, {**_BACKWARD_FIELDS, "angle": "cos", "style": "rope_style"}, context, seen)
     assert all(v >= 30 for v in seen.values()), seen
