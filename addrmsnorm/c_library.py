@@ -87,6 +87,9 @@ def load(path: Path | str) -> ctypes.CDLL:
         f = getattr(lib, name)
         f.restype, f.argtypes = ctypes.c_int, args
     lib.addrmsnorm_last_error.restype = ctypes.c_char_p
+    lib.addrmsnorm_last_error_python.restype = ctypes.c_char_p
+    lib.addrmsnorm_status_string.restype = ctypes.c_char_p
+    lib.addrmsnorm_status_string.argtypes = [ctypes.c_int]
     lib.addrmsnorm_preload.restype = ctypes.c_int
     return lib
 
@@ -178,6 +181,37 @@ def check(lib, args) -> int:
     """addrmsnorm_norm_check or addrmsnorm_norm_backward_check: the status (the message in last_error)."""
     f = lib.addrmsnorm_norm_check if isinstance(args, NormArgs) else lib.addrmsnorm_norm_backward_check
     return f(ctypes.byref(args))
+
+
+_RULES: list = []  # the library the JIT backend's checks ask, loaded once
+
+
+def rules_library() -> ctypes.CDLL:
+    """libaddrmsnorm.so for its checks (addrmsnorm_norm_check and addrmsnorm_norm_backward_check touch no driver):
+    the one validator of every call, whichever backend runs it. Without it (a source tree that was never built)
+    the JIT backend runs no call: it would have no rules to admit one by."""
+    if not _RULES:
+        path = library_path()
+        if path is None:
+            raise ImportError("addrmsnorm checks every call with its C runtime (libaddrmsnorm.so), which was not "
+                              "found (not installed, not in build/, $ADDRMSNORM_LIB unset): build it (scripts/build.sh, "
+                              "or pip install), or point $ADDRMSNORM_LIB at one")
+        _RULES.append(load(path))
+    return _RULES[0]
+
+
+STATUS_ERRORS = {1: ValueError, 2: TypeError}  # ADDRMSNORM_ERROR_INVALID_ARGUMENT, _UNSUPPORTED_DTYPE
+
+
+def refuse_unless_accepted(args) -> None:
+    """The C runtime's verdict on a call (NormArgs or NormBackwardArgs), raised in a Python caller's words as the
+    torch extension raises it: ValueError, TypeError, else RuntimeError."""
+    lib = rules_library()
+    st = check(lib, args)
+    if st != 0:
+        msg = lib.addrmsnorm_last_error_python().decode()
+        error = STATUS_ERRORS.get(st)
+        raise error(msg) if error else RuntimeError(f"addrmsnorm: {lib.addrmsnorm_status_string(st).decode()}: {msg}")
 
 
 def _raise(lib, st) -> None:

@@ -143,7 +143,7 @@ def norm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_
     (fp32, (tokens, rotary_dim), by column): the backward of the plain norm of heads (rope_groups a token)
     that were then rotated; rstd is then None (computed from h and eps).
     """
-    device, rows, weight_offset, rope = v.check_backward(
+    device, rows, weight_offset, eps, strides = v.check_backward(
         dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset, cos=cos, sin=sin, rope_groups=rope_groups,
         rotary_dim=rotary_dim, rope_style=rope_style, eps=eps)
     _check_runnable(device)
@@ -154,11 +154,18 @@ def norm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_
     weight_grad = weight_grad and weight is not None
     dweight = (torch.empty(weight.shape if weight_grad else (0,), dtype=weight.dtype, device=device)
                if weight is not None else h.new_empty((0,)))
+    v.backward_verdict(rows, H, rstd, weight, weight_offset, strides, cos, sin, rope_groups, rotary_dim, rope_style,
+                       eps, weight_grad, dres, dx if separate else None, dweight)
     n_rows = rows["dy"].n_rows
     if n_rows == 0:
         if weight_grad:
             dweight.zero_()
         return dres, dx, dweight
+    rope = None
+    if strides is not None:  # the rotation's launch: its angles by column, as the C runtime admitted them
+        tokens = n_rows // rope_groups
+        sc, ss = (strides["cos"], strides["sin"]) if tokens > 1 else (0, 0)
+        rope = (cos, sin, sc, ss, rotary_dim or H, rope_style, rope_groups, eps)
     n_sms = sm_count(device)
     cfg = backward_config(H, dy.element_size(), h.element_size(), rope is not None)
     workspace = torch.empty(configs.backward_workspace_floats(n_rows, H, cfg, n_sms), dtype=torch.float32,

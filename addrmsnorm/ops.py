@@ -204,7 +204,8 @@ def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, gr
 def _(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_grad=True, cos=None, sin=None, rope_groups=0,
       rotary_dim=0, rope_style=0, eps=0.0):
     v.check_backward_meta(dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset, cos=cos, sin=sin,
-                          rope_groups=rope_groups, rotary_dim=rotary_dim, rope_style=rope_style, eps=eps)
+                          rope_groups=rope_groups, rotary_dim=rotary_dim, rope_style=rope_style, eps=eps,
+                          weight_grad=weight_grad)
     dres = torch.empty_like(h, memory_format=torch.contiguous_format)
     dx = torch.empty_like(dy, memory_format=torch.contiguous_format) if dy.dtype != h.dtype else dy.new_empty((0,))
     if weight is None:  # the weightless norm: no weight gradient

@@ -5,6 +5,7 @@ TypeError (bad types and dtypes), and each names the argument at fault.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 import struct
@@ -1005,58 +1006,125 @@ def _map_backward(dy, dresidual_out, h, rstd, weight):
     return H, check_devices(tensors)
 
 
-def _backward_rules(dy, h, H, weight_offset, weight):
-    """The C runtime's first backward rules (validate_norm_backward's, before the rotation's): weight_offset and
-    the weightless norm's."""
-    weight_offset = check_scalar("weight_offset", weight_offset, positive=False) if weight_offset is not None else None
-    check_weightless(weight, weight_offset)
-    return weight_offset
-
-
-def _backward_pairing(dy, h, H, rstd, rope) -> None:
-    """The C runtime's backward rules after the rotation's (validate_backward's): the dtype pairing, H, and rstd
-    where there is no rotation."""
-    if h.dtype not in (dy.dtype, torch.float32):
-        raise TypeError(f"h has dtype {h.dtype}; it must be dy's dtype ({dy.dtype}) or float32")
-    if H == 0:
-        raise ValueError("dy has H = 0 (an empty last dimension); H must be > 0")
-    if not rope and rstd is None:
-        raise ValueError("rstd is None: the backward needs the forward's rstd (None only with the rotation)")
+def _backward_scalars(weight_offset, eps):
+    """The backward's scalars as C takes them: their Python types here, their values the C runtime's rules."""
+    if weight_offset is not None:
+        check_real("weight_offset", weight_offset)
+    check_real("eps", eps)
+    return (0.0 if weight_offset is None else float(weight_offset)), float(eps)
 
 
 def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None,
-                        rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0):
-    """The checks of a backward call that need no memory: dy has x's dtype, h (the saved residual_out)
-    and dresidual_out the residual's; rstd is the forward's. Returns the device."""
+                        rope_groups=0, rotary_dim=0, rope_style=0, eps=0.0, weight_grad=True):
+    """A backward call's checks without memory (the fake implementation's): the mapping, then the C runtime's
+    rules on addresses that stand in for the tensors' (their alignment and aliasing are checked when the call
+    runs). Returns the device."""
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     check_same_shape(dy.shape, {"h": h, "dresidual_out": dresidual_out})
     _check_rstd_layout(rstd, dy.shape)
     n_rows = math.prod(dy.shape[:-1])
     strides = _map_backward_rope(n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
-    _backward_rules(dy, h, H, weight_offset, weight)
-    _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
-                         rope_style, eps, strides, meta=True)
-    _backward_pairing(dy, h, H, rstd, strides is not None)
+    weight_offset, eps = _backward_scalars(weight_offset, eps)
+    fake = StandIns()
+    rows = {name: _fake_rows(t, n_rows, H) for name, t in (("dy", dy), ("h", h), ("dresidual_out", dresidual_out))
+            if t is not None}
+    backward_verdict(rows, H, rstd, weight, weight_offset, strides, cos, sin, rope_groups, rotary_dim, rope_style,
+                     eps, weight_grad, address=fake)
     return device
 
 
 def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None, rope_groups=0,
                    rotary_dim=0, rope_style=0, eps=0.0):
-    """Every check of a backward call, in the two layers' order: returns (device, row views of dy, h
-    and dresidual_out, weight_offset, the rotation: launcher.launch_backward's rope tuple or None)."""
+    """A backward call's mapping (what the C runtime cannot see: Python types, dtypes, shapes, devices), in
+    torch_ext/ops.cpp's order: returns (device, row views of dy, h and dresidual_out, weight_offset, eps, the
+    angles' row strides or None). The rules are the C runtime's: ``backward_verdict`` once the outputs exist."""
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     shape = dy.shape
     rows = {"dy": as_rows("dy", dy, shape), "h": as_rows("h", h, shape)}
     if dresidual_out is not None:
         rows["dresidual_out"] = as_rows("dresidual_out", dresidual_out, shape)
     _check_rstd_layout(rstd, shape)
-    n_rows = rows["dy"].n_rows
-    strides = _map_backward_rope(n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
-    weight_offset = _backward_rules(dy, h, H, weight_offset, weight)
-    rope = _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, rope_groups, rotary_dim,
-                                rope_style, eps, strides)
-    _backward_pairing(dy, h, H, rstd, strides is not None)
-    return device, rows, weight_offset, rope
+    strides = _map_backward_rope(rows["dy"].n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
+    weight_offset, eps = _backward_scalars(weight_offset, eps)
+    return device, rows, weight_offset, eps, strides
+
+
+class _FakeRows:
+    """A fake's rows for the C runtime's rules: Rows without the addresses (a fake has none)."""
+
+    __slots__ = ("tensor", "n_rows", "row_stride")
+
+    def __init__(self, tensor, n_rows: int, row_stride: int):
+        self.tensor, self.n_rows, self.row_stride = tensor, n_rows, row_stride
+
+
+def _fake_rows(t, n_rows: int, H: int) -> _FakeRows:
+    return _FakeRows(t, n_rows, t.stride(-2) if t.dim() > 1 and n_rows > 1 else max(H, 1))
+
+
+class StandIns:
+    """Addresses for what has no memory yet: a fake's (t given: its region plus the view's offset) or an output
+    the call has not allocated (no t). Each one region of 2^40 bytes apart from the others and above where an
+    allocator's addresses start, so that none meets another or a real tensor."""
+
+    def __init__(self):
+        self._n = 0
+
+    def __call__(self, t=None):
+        self._n += 1
+        return (self._n << 40) + (t.storage_offset() * t.element_size() if t is not None else 0)
+
+
+def _as_field(v: int) -> int:
+    """An int argument as a C enum or int32 field: out of range stays out of range (-1), for C to refuse."""
+    return v if -2**31 <= v < 2**31 else -1
+
+
+def _address(t):
+    from .c_library import EMPTY_ADDRESS
+    return t.data_ptr() or EMPTY_ADDRESS
+
+
+def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, strides, cos, sin, groups: int,
+                     rotary_dim: int, style: int, eps: float, weight_grad: bool, dres=None, dx=None, dweight=None,
+                     address=_address) -> None:
+    """The C runtime's rules on a mapped backward call (addrmsnorm_norm_backward_check, no driver), its refusal
+    raised in a Python caller's words, as torch_ext/ops.cpp's norm_backward asks them: the outputs (dres, dx,
+    dweight: the functional form's, new; None: stand-ins) and a workspace stand in where the call has none yet."""
+    from . import c_library as c
+
+    a = c.NormBackwardArgs()
+    a.struct_size = ctypes.sizeof(c.NormBackwardArgs)
+    dy, h, dro = rows["dy"], rows["h"], rows.get("dresidual_out")
+    a.rows, a.hidden = dy.n_rows, H
+    a.dy, a.stride_dy = address(dy.tensor), dy.row_stride
+    a.h, a.stride_h = address(h.tensor), h.row_stride
+    if dro is not None:
+        a.dresidual_out, a.stride_dresidual_out = address(dro.tensor), dro.row_stride
+    a.x_dtype = c.DTYPE_ENUM[dy.tensor.dtype]
+    a.residual_dtype = c.DTYPE_ENUM[h.tensor.dtype]
+    a.weight_dtype = c.DTYPE_ENUM[weight.dtype] if weight is not None else a.residual_dtype
+    a.rstd = address(rstd) if rstd is not None else None
+    a.weight = address(weight) if weight is not None else None
+    a.weight_offset, a.eps, a.rope_groups = weight_offset, eps, groups
+    stand_in = address if isinstance(address, StandIns) else StandIns()
+    roped = strides is not None
+    separate = a.x_dtype != a.residual_dtype
+    dres_at = address(dres) if dres is not None else stand_in()
+    a.dresidual = None if roped else dres_at
+    a.dx = dres_at if roped else ((address(dx) if dx is not None else stand_in()) if separate else None)
+    a.stride_dresidual = a.stride_dx = H
+    if weight is not None and weight_grad:
+        a.dweight = address(dweight) if dweight is not None else stand_in()
+    a.workspace, a.workspace_bytes = stand_in(), 0  # the JIT's own partials: never the C runtime's to size
+    rope = None
+    if roped:
+        angles = cos if cos is not None else sin
+        rope = c.Rope(_as_field(style), _as_field(rotary_dim), c.DTYPE_ENUM.get(angles.dtype, 99), 0)
+        rope.cos, rope.sin = (address(cos) if cos is not None else None), (address(sin) if sin is not None else None)
+        rope.stride_cos, rope.stride_sin = strides.get("cos", 0), strides.get("sin", 0)
+        a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p)
+    c.refuse_unless_accepted(a)
 
 
 def _map_backward_rope(n_rows, H, device, cos, sin, groups, rotary_dim, style):
@@ -1073,35 +1141,6 @@ def _map_backward_rope(n_rows, H, device, cos, sin, groups, rotary_dim, style):
         angles = cos if isinstance(cos, torch.Tensor) else sin
         tokens = angles.shape[0] if isinstance(angles, torch.Tensor) and angles.dim() == 2 else 0
     return map_rope(tokens, H, device, None, None, cos, sin, rotary_dim, style)
-
-
-def _backward_rope_rules(dy, dresidual_out, h, rstd, n_rows, H, device, cos, sin, groups, rotary_dim, style, eps,
-                         strides, meta=False):
-    """The C runtime's rules of the rotation's backward (src/validate.cpp's check_backward_rope, in its order).
-    Returns launcher.launch_backward's rope tuple, or None (no rotation)."""
-    if strides is None:
-        return None
-    if dresidual_out is not None:
-        raise ValueError("dresidual_out must be None with the rotation: the backward of the plain norm of rotated "
-                         "heads")
-    if h.dtype != dy.dtype:
-        raise ValueError(f"h has dtype {h.dtype}; with the rotation it must be dy's dtype ({dy.dtype}): h is the "
-                         f"heads' x")
-    angles = cos if cos is not None else sin
-    if angles.dtype != torch.float32:
-        raise TypeError(f"cos has dtype {angles.dtype}; the backward's angles are float32")
-    if groups < 1 or n_rows % groups:
-        raise ValueError(f"rope_groups (a token's heads) must be > 0 and divide the rows ({n_rows}), got {groups}")
-    eps = check_scalar("eps", eps, positive=True)
-    if rstd is not None:
-        raise ValueError("rstd must be None with the rotation: each row's is computed from h and eps")
-    call = check_rope(dy.dtype, n_rows // groups, H, device, None, None, cos, sin, rotary_dim, style, False,
-                      strides=strides, meta=meta)
-    if call is None:
-        return None
-    tokens = n_rows // groups
-    sc, ss = (call.stride_cos, call.stride_sin) if tokens > 1 else (0, 0)
-    return (cos, sin, sc, ss, call.rotary_dim, call.style, groups, eps)
 
 
 # ----- the gated norm (z given: Qwen3-Next's and Mamba2's norm with a silu gate) ------------------------

@@ -1,7 +1,11 @@
 #include "errors.h"
 
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
 
 namespace addrmsnorm {
 namespace detail {
@@ -22,6 +26,25 @@ addrmsnorm_status fail(addrmsnorm_status status, const char* fmt, ...) {
 
 extern "C" ADDRMSNORM_API const char* addrmsnorm_last_error(void) {
     return addrmsnorm::detail::t_last_error;
+}
+
+// The last error in a Python caller's words: an argument not given is None there, not NULL, and the struct's fields
+// that the Python operators take under other names are named as they name them.
+extern "C" ADDRMSNORM_API const char* addrmsnorm_last_error_python(void) {
+    static const std::pair<const char*, const char*> kFields[] = {
+        {"gate_first is 1 ", "norm_before_gate is False "},
+    };
+    thread_local std::string msg;
+    msg = addrmsnorm::detail::t_last_error;
+    for (const auto& [c_words, python] : kFields)
+        if (const size_t at = msg.find(c_words); at != std::string::npos) msg.replace(at, std::strlen(c_words), python);
+    static const std::string kNull = "NULL";
+    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t at = msg.find(kNull); at != std::string::npos; at = msg.find(kNull, at + 1)) {
+        const size_t end = at + kNull.size();
+        if ((at == 0 || !word(msg[at - 1])) && (end == msg.size() || !word(msg[end]))) msg.replace(at, 4, "None");
+    }
+    return msg.c_str();
 }
 
 extern "C" ADDRMSNORM_API const char* addrmsnorm_status_string(addrmsnorm_status status) {

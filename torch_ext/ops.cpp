@@ -32,8 +32,6 @@
 
 #include <algorithm>
 #include <c10/util/accumulate.h>
-#include <cctype>
-#include <cstring>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -52,26 +50,9 @@ constexpr auto kContiguous = c10::MemoryFormat::Contiguous;
 
 // ----- calling the C ABI -----------------------------------------------------------------------------
 
-// The C runtime's message in a Python user's words: an argument not given is None there, not NULL, and the
-// struct's fields that the operators take under other names are named as the operators name them.
-std::string python_words(std::string msg) {
-    static const std::pair<const char*, const char*> kFields[] = {
-        {"gate_first is 1 ", "norm_before_gate is False "},
-    };
-    for (const auto& [c_words, python] : kFields)
-        if (const size_t at = msg.find(c_words); at != std::string::npos) msg.replace(at, std::strlen(c_words), python);
-    static const std::string kNull = "NULL";
-    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    for (size_t at = msg.find(kNull); at != std::string::npos; at = msg.find(kNull, at + 1)) {
-        const size_t end = at + kNull.size();
-        if ((at == 0 || !word(msg[at - 1])) && (end == msg.size() || !word(msg[end]))) msg.replace(at, 4, "None");
-    }
-    return msg;
-}
-
 // The C runtime's verdict raised as Python's exception of its kind (no check of the extension's own).
 [[noreturn]] void raise(addrmsnorm_status st) {
-    const std::string msg = python_words(addrmsnorm_last_error());
+    const std::string msg = addrmsnorm_last_error_python();
     if (st == ADDRMSNORM_ERROR_INVALID_ARGUMENT) C10_THROW_ERROR(ValueError, msg);
     if (st == ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE) C10_THROW_ERROR(TypeError, msg);
     C10_THROW_ERROR(Error, "addrmsnorm: " + std::string(addrmsnorm_status_string(st)) + ": " + msg);

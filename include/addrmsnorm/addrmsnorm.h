@@ -551,6 +551,13 @@ ADDRMSNORM_API const char *addrmsnorm_status_string(addrmsnorm_status status);
  */
 ADDRMSNORM_API const char *addrmsnorm_last_error(void);
 
+/*
+ * The same message in a Python caller's words, for the Python bindings (the torch extension and the
+ * JIT backend's checks): an argument not given is None, not NULL, and a field the Python operators
+ * take under another name is named as they name it. Valid until the next call on this thread.
+ */
+ADDRMSNORM_API const char *addrmsnorm_last_error_python(void);
+
 /* The CUDA compute capabilities this library carries cubins for, e.g. "sm_80, sm_90, sm_100". */
 ADDRMSNORM_API const char *addrmsnorm_built_archs(void);
 
