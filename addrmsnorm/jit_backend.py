@@ -145,7 +145,7 @@ def norm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_
     """
     device, rows, weight_offset, eps, strides = v.check_backward(
         dy, dresidual_out, h, rstd, weight, weight_offset=weight_offset, cos=cos, sin=sin, rope_groups=rope_groups,
-        rotary_dim=rotary_dim, rope_style=rope_style, eps=eps)
+        rotary_dim=rotary_dim, rope_style=rope_style, eps=eps, weight_grad=weight_grad)
     _check_runnable(device)
     shape, H = dy.shape, dy.shape[-1]
     dres = torch.empty(shape, dtype=h.dtype, device=device)
@@ -154,8 +154,6 @@ def norm_backward(dy, dresidual_out, h, rstd, weight, weight_offset=0.0, weight_
     weight_grad = weight_grad and weight is not None
     dweight = (torch.empty(weight.shape if weight_grad else (0,), dtype=weight.dtype, device=device)
                if weight is not None else h.new_empty((0,)))
-    v.backward_verdict(rows, H, rstd, weight, weight_offset, strides, cos, sin, rope_groups, rotary_dim, rope_style,
-                       eps, weight_grad, dres, dx if separate else None, dweight)
     n_rows = rows["dy"].n_rows
     if n_rows == 0:
         if weight_grad:

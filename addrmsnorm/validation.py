@@ -1034,10 +1034,11 @@ def check_backward_meta(dy, dresidual_out, h, rstd, weight, *, weight_offset=Non
 
 
 def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, cos=None, sin=None, rope_groups=0,
-                   rotary_dim=0, rope_style=0, eps=0.0):
-    """A backward call's mapping (what the C runtime cannot see: Python types, dtypes, shapes, devices), in
-    torch_ext/ops.cpp's order: returns (device, row views of dy, h and dresidual_out, weight_offset, eps, the
-    angles' row strides or None). The rules are the C runtime's: ``backward_verdict`` once the outputs exist."""
+                   rotary_dim=0, rope_style=0, eps=0.0, weight_grad=True):
+    """Every check of a backward call: the mapping (what the C runtime cannot see: Python types, dtypes, shapes,
+    devices), in torch_ext/ops.cpp's order, then the C runtime's rules (backward_verdict; the outputs, new, stand
+    in). Returns (device, row views of dy, h and dresidual_out, weight_offset, eps, the angles' row strides or
+    None)."""
     H, device = _map_backward(dy, dresidual_out, h, rstd, weight)
     shape = dy.shape
     rows = {"dy": as_rows("dy", dy, shape), "h": as_rows("h", h, shape)}
@@ -1046,6 +1047,8 @@ def check_backward(dy, dresidual_out, h, rstd, weight, *, weight_offset=None, co
     _check_rstd_layout(rstd, shape)
     strides = _map_backward_rope(rows["dy"].n_rows, H, device, cos, sin, rope_groups, rotary_dim, rope_style)
     weight_offset, eps = _backward_scalars(weight_offset, eps)
+    backward_verdict(rows, H, rstd, weight, weight_offset, strides, cos, sin, rope_groups, rotary_dim, rope_style,
+                     eps, weight_grad)
     return device, rows, weight_offset, eps, strides
 
 
@@ -1086,11 +1089,10 @@ def _address(t):
 
 
 def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, strides, cos, sin, groups: int,
-                     rotary_dim: int, style: int, eps: float, weight_grad: bool, dres=None, dx=None, dweight=None,
-                     address=_address) -> None:
+                     rotary_dim: int, style: int, eps: float, weight_grad: bool, address=_address) -> None:
     """The C runtime's rules on a mapped backward call (addrmsnorm_norm_backward_check, no driver), its refusal
-    raised in a Python caller's words, as torch_ext/ops.cpp's norm_backward asks them: the outputs (dres, dx,
-    dweight: the functional form's, new; None: stand-ins) and a workspace stand in where the call has none yet."""
+    raised in a Python caller's words, as torch_ext/ops.cpp's norm_backward raises it. The outputs (the functional
+    form's, new) and the workspace (the JIT's own) stand in; ``address``: StandIns for fakes."""
     from . import c_library as c
 
     a = c.NormBackwardArgs()
@@ -1110,12 +1112,12 @@ def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, str
     stand_in = address if isinstance(address, StandIns) else StandIns()
     roped = strides is not None
     separate = a.x_dtype != a.residual_dtype
-    dres_at = address(dres) if dres is not None else stand_in()
-    a.dresidual = None if roped else dres_at
-    a.dx = dres_at if roped else ((address(dx) if dx is not None else stand_in()) if separate else None)
+    dres = stand_in()
+    a.dresidual = None if roped else dres
+    a.dx = dres if roped else (stand_in() if separate else None)
     a.stride_dresidual = a.stride_dx = H
     if weight is not None and weight_grad:
-        a.dweight = address(dweight) if dweight is not None else stand_in()
+        a.dweight = stand_in()
     a.workspace, a.workspace_bytes = stand_in(), 0  # the JIT's own partials: never the C runtime's to size
     rope = None
     if roped:
