@@ -413,20 +413,68 @@ def _fused_dtype_rules(x, residual, weight, hf: bool, H: int) -> None:
         raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
 
 
+def _forward_scalars(eps, weight_offset, numerics, hf: bool, x_scale, post_weight_offset):
+    """A norm call's scalars as the C ABI takes them: their Python types here (numerics: an index into
+    configs.PLAIN_NUMERICS, or hf), their values the C runtime's rules. None: not given (eps: a stand-in)."""
+    for name, value in (("eps", eps), ("weight_offset", weight_offset), ("x_scale", x_scale),
+                        ("post_weight_offset", post_weight_offset)):
+        if value is not None:
+            check_real(name, value)
+    nhf, round_once = plain_numerics(numerics) if numerics is not None else (False, False)
+    index = numerics if numerics is not None and (numerics or not hf) else int(hf)
+    return (1e-6 if eps is None else float(eps), 0.0 if weight_offset is None else float(weight_offset), index,
+            float(x_scale), float(post_weight_offset or 0.0))
+
+
+def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, shape, H: int, eps: float,
+                    weight_offset: float, numerics: int, x_scale: float, post_weight_offset: float,
+                    address=None) -> None:
+    """The C runtime's rules on a mapped fused call (addrmsnorm_norm_check, no driver), its refusal raised in a
+    Python caller's words, as torch_ext/ops.cpp's norm_call raises it. x, residual, out and residual_out are
+    Rows (or, for fakes, _FakeRows; out and residual_out None: new, contiguous, they stand in); ``address``:
+    StandIns for fakes."""
+    from . import c_library as c
+
+    address = address or _address
+    stand_in = address if isinstance(address, StandIns) else StandIns()
+    a = c.NormArgs()
+    a.struct_size = ctypes.sizeof(c.NormArgs)
+    a.rows, a.groups, a.hidden = x.n_rows, 1, H
+    a.x, a.stride_x = address(x.tensor), x.row_stride
+    a.x_dtype = c.DTYPE_ENUM[x.tensor.dtype]
+    a.residual, a.stride_residual = address(residual.tensor), residual.row_stride
+    a.residual_dtype = c.DTYPE_ENUM[residual.tensor.dtype]
+    a.out, a.stride_out = (address(out.tensor), out.row_stride) if out is not None else (stand_in(), H)
+    a.residual_out, a.stride_residual_out = ((address(residual_out.tensor), residual_out.row_stride)
+                                             if residual_out is not None else (stand_in(), H))
+    a.weight = address(weight) if weight is not None else None
+    first = weight if weight is not None else post_weight  # the C ABI's one weight_dtype
+    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
+    a.post_weight = address(post_weight) if post_weight is not None else None
+    a.rstd = address(rstd) if rstd is not None else None
+    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
+    if x_scale != 1.0:
+        a.flags |= c.FLAG_X_SCALE
+        a.x_scale = x_scale
+    a.post_weight_offset = post_weight_offset
+    c.refuse_unless_accepted(a)
+
+
 def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
                        weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
-    """The checks of a fused forward that need no memory (the fake implementations'): the mapping with
-    shapes for views, then the rules that read no pointer. Returns (shape, H, device)."""
+    """A fused call's checks without memory (the fake implementations'): the mapping, then the C runtime's
+    rules on addresses that stand in for the tensors' (alignment and aliasing are checked when the call runs).
+    Returns (shape, H, device)."""
     shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
     check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape, post_weight is not None)
-    _, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
-    x_scale = check_x_scale(x_scale, residual)
-    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
-    check_weightless(weight, weight_offset)
-    _fused_dtype_rules(x, residual, post_weight if weight is None else weight, hf or nhf, H)
-    if post_weight is not None:
-        _sandwich_dtype_rules(x, residual, post_weight, hf or nhf, weight_offset, post_weight_offset)
+    scalars = _forward_scalars(eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
+    n_rows = math.prod(shape[:-1])
+    fake = StandIns()
+    rows = {name: _fake_rows(t, n_rows, H) if t is not None else None
+            for name, t in (("x", x), ("residual", residual), ("out", out), ("residual_out", residual_out))}
+    forward_verdict(rows["x"], rows["residual"], weight, rows["out"], rows["residual_out"], rstd, post_weight, shape,
+                    H, *scalars, address=fake)
     return shape, H, device
 
 
@@ -454,40 +502,22 @@ def _view_rows(x, residual, shape, outputs: dict):
 def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
                   weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0
                   ) -> ForwardCall:
-    """Every check of a fused forward, in the two layers' order. ``out`` and ``residual_out`` may be
-    None (the caller allocates them after this returns); ``rstd`` is checked only when given. eps,
-    weight_offset and numerics are checked where given (call.eps, call.weight_offset, call.hf).
-    ``post_weight`` makes it the sandwich norm (h = residual + rmsnorm(x; post_weight))."""
+    """Every check of a fused forward: the mapping (Python types, dtypes, shapes, devices), in
+    torch_ext/ops.cpp's order, then the C runtime's rules (forward_verdict). ``out`` and ``residual_out`` may be
+    None (the caller allocates them after this returns; they stand in). ``post_weight`` makes it the sandwich
+    norm (h = residual + rmsnorm(x; post_weight))."""
     shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
     xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape, post_weight is not None)
-    eps, weight_offset, nhf, _ = check_norm_scalars(eps, weight_offset, numerics, residual=True)
-    x_scale = check_x_scale(x_scale, residual)
-    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
-    check_weightless(weight, weight_offset)
-    hf = hf or nhf
-    # The C ABI's one weight_dtype is post_weight's where weight is None (the weightless sandwich).
-    _fused_dtype_rules(x, residual, post_weight if weight is None else weight, hf, H)
-    if post_weight is not None:
-        _sandwich_dtype_rules(x, residual, post_weight, hf, weight_offset, post_weight_offset)
-    inputs = {"x": xr, "residual": rr}
-    if weight is not None:
-        inputs["weight"] = Rows(weight, 1, H)
-    if post_weight is not None:
-        inputs["post_weight"] = Rows(post_weight, 1, H)
-        if xr.n_rows:
-            _check_sandwich_alignment({**inputs, **outputs})
-    for name, r in outputs.items():
-        check_no_self_overlap(name, r, {"x": xr, "residual": rr})
-    check_aliasing(outputs, inputs, MAY_ALIAS)
-    if rstd is not None and rstd.numel():
-        rs = Rows(rstd.view(1, -1), 1, 0)
-        for name, r in {**inputs, **outputs}.items():
-            if _overlaps(rs, r):
-                raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-    call = ForwardCall(shape, H, device, xr, rr, inputs.get("weight"), outputs.get("out"), outputs.get("residual_out"))
-    call.eps, call.weight_offset, call.hf, call.x_scale = eps, weight_offset, hf, x_scale
-    call.post_weight, call.post_weight_offset = inputs.get("post_weight"), post_weight_offset
+    eps, weight_offset, numerics, x_scale, post_weight_offset = _forward_scalars(
+        eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
+    forward_verdict(xr, rr, weight, outputs.get("out"), outputs.get("residual_out"), rstd, post_weight, shape, H,
+                    eps, weight_offset, numerics, x_scale, post_weight_offset)
+    call = ForwardCall(shape, H, device, xr, rr, Rows(weight, 1, H) if weight is not None else None,
+                       outputs.get("out"), outputs.get("residual_out"))
+    call.eps, call.weight_offset, call.hf, call.x_scale = eps, weight_offset, numerics != 0, x_scale
+    call.post_weight = Rows(post_weight, 1, H) if post_weight is not None else None
+    call.post_weight_offset = post_weight_offset
     return call
 
 
