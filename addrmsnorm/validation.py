@@ -1478,39 +1478,121 @@ class NormCall:
                  "pair")
 
 
+def _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=False):
+    """The mapping of the plain norm's gate (z) and pair (b, b_weight, b_out), in torch_ext/ops.cpp's order (its
+    gate_of and norm_call): the dtypes the struct takes from another tensor, the shapes, the devices, the rows of
+    one stride, and group_size's Python type. Returns the rows of z, b and b_out (None where not given; for fakes,
+    ``meta``, _FakeRows) and b's width (0 without b)."""
+    n_rows = math.prod(shape[:-1])
+
+    def rows(name, t, t_shape):
+        if meta:
+            check_shape(name, t, t_shape)
+            return _fake_rows(t, n_rows, t_shape[-1])
+        return as_rows(name, t, t_shape)
+
+    zr = br = bo = None
+    if z is not None:
+        if z.dtype != x.dtype:
+            raise TypeError(f"z has dtype {z.dtype}; it must be x's dtype ({x.dtype})")
+        check_devices({"x": x, "z": z})
+        zr = rows("z", z, shape)
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+        raise ValueError(f"group_size is {group_size!r}; it must be an int dividing H = {shape[-1]}")
+    if b is None:
+        return zr, None, None, 0
+    check_tensor("b", b)
+    if b.dtype != x.dtype:
+        raise TypeError(f"b has dtype {b.dtype}; it must be x's dtype ({x.dtype})")
+    if b_weight is not None:
+        check_tensor("b_weight", b_weight)
+        if weight is not None and b_weight.dtype != weight.dtype:
+            raise TypeError(f"b_weight has dtype {b_weight.dtype}; it must be weight's dtype ({weight.dtype})")
+    if b_out is not None:
+        check_tensor("b_out", b_out)
+        if b_out.dtype != x.dtype:
+            raise TypeError(f"b_out has dtype {b_out.dtype}; it must be x's dtype ({x.dtype})")
+    check_devices({k: t for k, t in (("x", x), ("b", b), ("b_weight", b_weight), ("b_out", b_out)) if t is not None})
+    if b.dim() != len(shape) or tuple(b.shape[:-1]) != tuple(shape[:-1]):
+        raise ValueError(f"b has shape {tuple(b.shape)}; it must have x's rows, {tuple(shape[:-1])} + (width,)")
+    Hb = b.shape[-1]
+    if b_weight is not None:
+        _check_weight(b_weight, Hb, "b_weight")
+    br = rows("b", b, b.shape)
+    if b_out is not None:
+        bo = br if b_out is b else rows("b_out", b_out, b.shape)
+    return zr, br, bo, Hb
+
+
+def plain_verdict(x, out, weight, rstd, H: int, scalars: tuple, z, group_size, norm_before_gate, b, b_weight, b_out,
+                  post_weight, return_rstd: bool, address=None) -> None:
+    """The C runtime's rules on a mapped plain-norm call (addrmsnorm_norm_check, no driver), raised in a Python
+    caller's words, as torch_ext/ops.cpp's norm_call raises them. x and out are GroupedRows of one addressing (out
+    None: new, contiguous, it stands in), z, b and b_out Rows (each None where not given; for fakes, _FakeRows),
+    b_weight a tensor; a requested rstd (return_rstd) stands in too; ``address``: StandIns for fakes."""
+    from . import c_library as c
+
+    address = address or _address
+    stand_in = address if isinstance(address, StandIns) else StandIns()
+    eps, weight_offset, numerics, x_scale, post_weight_offset = scalars
+    g = getattr(x, "group_rows", 1)
+    a = c.NormArgs()
+    a.struct_size = ctypes.sizeof(c.NormArgs)
+    a.rows, a.groups, a.hidden = x.n_rows // g if g > 1 else x.n_rows, g, H
+    a.x, a.stride_x, a.stride_x_group = address(x.tensor), x.row_stride, getattr(x, "group_stride", 0)
+    a.x_dtype = a.residual_dtype = c.DTYPE_ENUM[x.tensor.dtype]
+    if out is not None:
+        a.out, a.stride_out, a.stride_out_group = address(out.tensor), out.row_stride, getattr(out, "group_stride", 0)
+    else:
+        a.out, a.stride_out, a.stride_out_group = stand_in(), (g * H if g > 1 else H), (H if g > 1 else 0)
+    a.weight = address(weight) if weight is not None else None
+    first = weight if weight is not None else b_weight  # the C ABI's one weight_dtype
+    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
+    a.post_weight = address(post_weight) if post_weight is not None else None
+    a.rstd = address(rstd) if rstd is not None else (stand_in() if return_rstd else None)
+    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
+    if x_scale != 1.0:
+        a.flags |= c.FLAG_X_SCALE
+        a.x_scale = x_scale
+    a.post_weight_offset = post_weight_offset
+    if z is not None:
+        a.z, a.stride_z = address(z.tensor), z.row_stride
+    a.group_size, a.gate_first = _as_field(group_size or 0), 0 if norm_before_gate else 1
+    if b is not None:
+        a.b, a.stride_b, a.b_hidden = address(b.tensor), b.row_stride, b.tensor.shape[-1]
+        if b_out is not None:
+            a.b_out, a.stride_b_out = address(b_out.tensor), b_out.row_stride
+    a.b_weight = address(b_weight) if b_weight is not None else None
+    c.refuse_unless_accepted(a)
+
+
 def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
                        x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
                        norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None):
-    """The checks of a plain-norm call that need no memory (the fake implementations'). Returns
-    (shape, H, device)."""
+    """A plain-norm call's checks without memory (the fake implementations'): the mapping, then the C runtime's
+    rules on stand-in addresses. Returns (shape, H, device)."""
     shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
     if out is not None and out is not x:
         check_same_shape(shape, {"out": out})
+    zr, br, bo, _ = _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=True)
     _check_rstd_layout(rstd, shape)
-    _, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
-    check_x_scale(x_scale, None)
-    check_post_weight_scalars(post_weight, post_weight_offset, None, 1.0)
-    check_weightless(weight, weight_offset)
-    _check_hf_weight(hf or nhf, x, weight)
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf or nhf, round_once,
-                     weight_offset, return_rstd=return_rstd)
-    check_pair_rules(x, weight, rstd, shape, H, hf or nhf, round_once, weight_offset, b, b_weight, b_out, z=z,
-                     return_rstd=return_rstd)
-    if b is not None and b.device != device:
-        check_devices({"x": x, "b": b})
+    scalars = _forward_scalars(eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
+    n_rows = math.prod(shape[:-1])
+    plain_verdict(_fake_rows(x, n_rows, H), _fake_rows(out, n_rows, H) if out is not None else None, weight, rstd,
+                  H, scalars, zr, group_size, norm_before_gate, br, b_weight, bo, post_weight, return_rstd,
+                  address=StandIns())
     return shape, H, device
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
                   numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
                   norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None) -> NormCall:
-    """Every check of a plain-norm call, in the two layers' order. ``out`` None: the caller allocates
-    a contiguous one after this returns (then call.out is None). out may be x exactly (in place); any
-    other overlap of out with x, the weight or rstd is an error (a conservative test for views of two
-    strides). z given is the gated norm (call.gate; else None)."""
+    """Every check of a plain-norm call: the mapping (Python types, dtypes, shapes, devices), in
+    torch_ext/ops.cpp's order, then the C runtime's rules (plain_verdict). ``out`` None: the caller allocates a
+    contiguous one after this returns (then call.out is None). z given is the gated norm (call.gate), b the
+    pair (call.pair)."""
     shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
+    zr, br, bo, Hb = _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out)
     xr = as_grouped_rows("x", x, shape)
     orr = None
     if out is not None:
@@ -1518,46 +1600,23 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
         g = max(xr.group_rows, orr.group_rows)
         xr, orr = xr.as_group_of(g), orr.as_group_of(g)
     _check_rstd_layout(rstd, shape)
-    eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
-    check_x_scale(x_scale, None)  # refused unless 1: the plain norm has no add to scale
-    check_post_weight_scalars(post_weight, post_weight_offset, None, 1.0)  # nor a sandwich
-    check_weightless(weight, weight_offset)
-    hf = hf or nhf
-    _check_hf_weight(hf, x, weight)
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    g = check_gate_rules(x, z, weight, rstd, shape, H, group_size, norm_before_gate, hf, round_once, weight_offset,
-                         return_rstd=return_rstd)
-    Hb = check_pair_rules(x, weight, rstd, shape, H, hf, round_once, weight_offset, b, b_weight, b_out, z=z,
-                          return_rstd=return_rstd)
-    if b is not None:
-        check_devices({k: t for k, t in (("x", x), ("b", b), ("b_weight", b_weight), ("b_out", b_out))
-                       if t is not None})
+    scalars = _forward_scalars(eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
+    plain_verdict(xr, orr, weight, rstd, H, scalars, zr, group_size, norm_before_gate, br, b_weight, bo,
+                  post_weight, return_rstd)
+    eps, weight_offset, numerics = scalars[:3]
     call = NormCall()
-    call.shape, call.H, call.device, call.out, call.weight = shape, H, device, None, weight
-    call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
-    call.gate = call.pair = None
-    if orr is not None:
-        _rows_self_overlap("x" if out is x else "out", orr, H)
-        if not orr.same_view(xr) and orr.n_rows and orr.start < xr.end and xr.start < orr.end:
-            raise ValueError("out overlaps x; out may be x exactly (in place), or apart from it")
-        if weight is not None:
-            w0 = weight.data_ptr()
-            if orr.n_rows and orr.start < w0 + H * weight.element_size() and w0 < orr.end:
-                raise ValueError("out overlaps weight; out must not share memory with weight")
-        call.out = orr
+    call.shape, call.H, call.device, call.out, call.weight = shape, H, device, orr, weight
+    call.eps, call.weight_offset = eps, weight_offset
+    call.hf, call.round_once = numerics != 0, numerics == 2
     call.x = xr
+    call.gate = call.pair = None
     if z is not None:
-        call.gate = _check_gate_memory(call, z, g, norm_before_gate)
+        call.gate = GateCall()
+        call.gate.z, call.gate.group_size = zr, group_size or H
+        call.gate.gate_first = 0 if norm_before_gate else 1
     if b is not None:
-        call.pair = _check_pair_memory(call, b, b_weight, b_out, Hb)
-    if rstd is not None and rstd.numel():
-        r0, r1 = rstd.data_ptr(), rstd.data_ptr() + 4 * rstd.numel()
-        for name, v in (("x", xr), ("out", call.out)):
-            if v is not None and v.n_rows and r0 < v.end and v.start < r1:
-                raise ValueError(f"rstd overlaps {name}; it must not share memory with it")
-        if weight is not None and r0 < weight.data_ptr() + H * weight.element_size() and weight.data_ptr() < r1:
-            raise ValueError("rstd overlaps weight; it must not share memory with it")
+        call.pair = PairCall()
+        call.pair.b, call.pair.weight, call.pair.out, call.pair.H = br, b_weight, bo, Hb
     return call
 
 
