@@ -99,9 +99,7 @@ FLAG_X_SCALE = 0x8  # ADDRMSNORM_FLAG_X_SCALE
 NUMERICS = {"contract": 0, "hf": 1, "hf_round_once": 2}  # addrmsnorm_numerics
 
 
-# A given tensor with no elements still passes a pointer (torch gives it none): NULL would say "absent",
-# and residual NULL is the plain norm. Nothing is read or written there: such a call is a no-op or refused.
-EMPTY_ADDRESS = 1 << 12
+EMPTY_ADDRESS = validation.EMPTY_ADDRESS  # a given tensor with no elements: an address never read
 
 
 def _ptr(t):

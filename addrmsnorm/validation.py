@@ -173,11 +173,12 @@ class ForwardCall:
 #    struct's rows and hidden describe (weights (H,) and contiguous, rstd and the scales in their
 #    layout); all are on one device; each view's last dimension is contiguous and its leading ones
 #    flatten to rows. torch_ext/ops.cpp makes these checks in this order.
-# 2. the call's rules, in the C runtime's order (src/validate.cpp): eps, weight_offset and numerics,
-#    then the kind's dtype pairings, H, and the pointers' alignment and overlap.
-#
-# The words are this file's; the C++ backend carries the C runtime's. tests/test_validation_parity.py
-# holds the two to the same verdict, exception type and argument named.
+# 2. the call's rules: the C runtime's (src/validate.cpp), asked through c_library.refuse_unless_accepted with
+#    the mapped call as the C ABI's struct (the *_verdict functions), their refusals in a Python caller's
+#    words (addrmsnorm_last_error_python): eps, weight_offset and numerics, then the kind's dtype pairings, H,
+#    and the pointers' alignment and overlap. So are the fused and plain norms and the backward checked; the
+#    quantized and QK calls still state their rules here, in the C runtime's order and words, and
+#    tests/test_validation_parity.py holds the two to the same verdict, exception type and argument named.
 
 
 def _check_hf_weight(hf: bool, x, weight) -> None:
@@ -274,26 +275,6 @@ SANDWICH_DTYPES = torch_dtypes(configs.SANDWICH_DTYPES)
 VARIANT_ALIGN = configs.VARIANT_ALIGN
 
 
-def _sandwich_dtype_rules(x, residual, post_weight, hf: bool, weight_offset, post_weight_offset) -> None:
-    """validate_forward's rules of the sandwich norm: 16-bit x with residual and weights of its dtype
-    (the kernels built for it, configs.SANDWICH_TABLE), and under numerics='hf' one offset for both
-    norms (their HF form, the kernel's HF_NUMERICS, follows from it)."""
-    if x.dtype not in SANDWICH_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; the sandwich norm (post_weight) takes {dtype_words(SANDWICH_DTYPES)}")
-    if residual.dtype != x.dtype:
-        raise TypeError(f"residual has dtype {residual.dtype}; the sandwich norm (post_weight) needs x's dtype "
-                        f"({x.dtype})")
-    if post_weight.dtype != x.dtype:
-        raise TypeError(f"post_weight has dtype {post_weight.dtype}; the sandwich norm's weights are x's dtype "
-                        f"({x.dtype})")
-    H = x.shape[-1]
-    if H % VARIANT_ALIGN:
-        raise ValueError(f"x has H = {H}; the sandwich norm (post_weight) needs H a multiple of {VARIANT_ALIGN}")
-    if hf and weight_offset is not None and _f32(post_weight_offset) != _f32(weight_offset):
-        raise ValueError(f"numerics='hf' with post_weight needs post_weight_offset equal to weight_offset "
-                         f"({post_weight_offset!r} and {weight_offset!r}): both of a model's norms take one HF form")
-
-
 def check_vector_rows(rows: dict, variant: str, align: int, one_stride: bool = False) -> None:
     """The rule of the variants built for 16-byte accesses alone (the sandwich norm, the gated norm, the
     pair): in ``rows``' order, each view's row stride a multiple of ``align`` elements and its start on a
@@ -316,13 +297,6 @@ def check_vector_rows(rows: dict, variant: str, align: int, one_stride: bool = F
         if r.start % configs.ALIGNMENT_BYTES:
             raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; {variant} needs "
                              f"16-byte aligned tensors")
-
-
-def _check_sandwich_alignment(rows: dict) -> None:
-    """The sandwich norm's kernels take 16-byte accesses only (configs.SANDWICH_TABLE): every row stride
-    a multiple of 8 elements (H is, _sandwich_dtype_rules), every tensor on a 16-byte boundary. A call
-    of no rows is not checked (nothing is read or written)."""
-    check_vector_rows(rows, "the sandwich norm (post_weight)", VARIANT_ALIGN)
 
 
 def starts_aligned(*tensors) -> bool:
@@ -348,11 +322,6 @@ def sandwich_takes(x, residual, post_weight, weight) -> bool:
     return starts_aligned(*tensors) and all(
         t.stride(-1) == 1 and all(s % VARIANT_ALIGN == 0 for s, d in zip(t.stride()[:-1], t.shape[:-1]) if d > 1)
         for t in tensors)
-
-
-def _f32(v: float) -> float:
-    """v as the kernels and the C ABI take it, in fp32."""
-    return torch.tensor(v, dtype=torch.float32).item()
 
 
 def check_weightless(weight, weight_offset, name: str = "weight") -> None:
@@ -400,19 +369,6 @@ def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None,
     return x.shape, H, check_devices({k: t for k, t in tensors.items() if t is not None})
 
 
-def _fused_dtype_rules(x, residual, weight, hf: bool, H: int) -> None:
-    """validate_forward's first rules: the dtype pairing, numerics='hf''s dtypes, H."""
-    if residual.dtype not in (x.dtype, torch.float32):
-        raise TypeError(f"residual has dtype {residual.dtype}; it must be x's dtype ({x.dtype}) "
-                        f"or float32")
-    if hf and residual.dtype != x.dtype:
-        raise TypeError(f"numerics='hf' needs residual of x's dtype ({x.dtype}), got {residual.dtype}: "
-                        f"HF models carry the residual stream in the model dtype")
-    _check_hf_weight(hf, x, weight)
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-
-
 def _forward_scalars(eps, weight_offset, numerics, hf: bool, x_scale, post_weight_offset):
     """A norm call's scalars as the C ABI takes them: their Python types here (numerics: an index into
     configs.PLAIN_NUMERICS, or hf), their values the C runtime's rules. None: not given (eps: a stand-in)."""
@@ -433,7 +389,7 @@ def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, s
     Python caller's words, as torch_ext/ops.cpp's norm_call raises it. x, residual, out and residual_out are
     Rows (or, for fakes, _FakeRows; out and residual_out None: new, contiguous, they stand in); ``address``:
     StandIns for fakes."""
-    from . import c_library as c
+    c = _c()
 
     address = address or _address
     stand_in = address if isinstance(address, StandIns) else StandIns()
@@ -601,15 +557,6 @@ def quant_mode(scale, group_size, quant_dtype=None) -> str:
     (configs.quant_kernel_mode's rule)."""
     return QUANT_MODE_NAMES[configs.quant_kernel_mode(scale is not None, group_size,
                                                       QUANT_DTYPE_NAMES.get(quant_dtype, ""))]
-
-
-def _check_scale_tensor(name: str, t, device) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32 or t.numel() != 1:
-        raise TypeError(f"{name} must be a 1-element float32 tensor, got {t.dtype} of shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name} is on {t.device} but x is on {device}; it must be on x's device")
 
 
 def _expected_scales_shape(shape, mode: str, group_size, swizzled: bool):
@@ -1113,9 +1060,23 @@ def _as_field(v: int) -> int:
     return v if -2**31 <= v < 2**31 else -1
 
 
+# A given tensor with no elements still passes an address (torch gives it none): NULL would say "absent", and
+# residual NULL is the plain norm. Nothing is read or written there: such a call is a no-op or refused.
+EMPTY_ADDRESS = 1 << 12
+
+
 def _address(t):
-    from .c_library import EMPTY_ADDRESS
     return t.data_ptr() or EMPTY_ADDRESS
+
+
+_C_LIBRARY = []  # c_library, imported on the first check (it imports this module)
+
+
+def _c():
+    if not _C_LIBRARY:
+        from . import c_library
+        _C_LIBRARY.append(c_library)
+    return _C_LIBRARY[0]
 
 
 def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, strides, cos, sin, groups: int,
@@ -1123,7 +1084,7 @@ def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, str
     """The C runtime's rules on a mapped backward call (addrmsnorm_norm_backward_check, no driver), its refusal
     raised in a Python caller's words, as torch_ext/ops.cpp's norm_backward raises it. The outputs (the functional
     form's, new) and the workspace (the JIT's own) stand in; ``address``: StandIns for fakes."""
-    from . import c_library as c
+    c = _c()
 
     a = c.NormBackwardArgs()
     a.struct_size = ctypes.sizeof(c.NormBackwardArgs)
@@ -1292,104 +1253,6 @@ def check_pair_residual(b, b_weight, b_out, residual) -> None:
         raise ValueError("b is the pair's second part, which normalizes x alone: it takes no residual")
 
 
-def check_pair_rules(x, weight, rstd, shape, H: int, hf: bool, round_once: bool, weight_offset, b, b_weight,
-                     b_out, z=None, residual=None, return_rstd=False) -> int:
-    """The pair's rules that need no memory, in validate_norm's order. Returns b's width (0 without b)."""
-    if b is None:
-        if b_weight is not None:
-            raise ValueError("b_weight is given but b is None: it is the pair's second weight")
-        if b_out is not None:
-            raise ValueError("b_out is given but b is None: it is the pair's second output")
-        return 0
-    check_tensor("b", b)
-    check_pair_residual(b, b_weight, b_out, residual)
-    if z is not None:
-        raise ValueError("b is the pair's second part: the pair takes no gate (z)")
-    if x.dtype not in PAIR_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; the pair (b) takes {dtype_words(PAIR_DTYPES)}")
-    if b.dtype != x.dtype:
-        raise TypeError(f"b has dtype {b.dtype}; it must be x's dtype ({x.dtype})")
-    if weight is not None and weight.dtype != x.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype}; the pair's weights are x's dtype ({x.dtype})")
-    if b_weight is not None:
-        check_tensor("b_weight", b_weight)
-        if b_weight.dtype != x.dtype:
-            raise TypeError(f"b_weight has dtype {b_weight.dtype}; the pair's weights are x's dtype ({x.dtype})")
-    if b_out is None:
-        raise ValueError("b_out is None but b is given: the pair writes b's norm there")
-    if b_out is not None:
-        check_tensor("b_out", b_out)
-        if b_out.dtype != x.dtype:
-            raise TypeError(f"b_out has dtype {b_out.dtype}; it must be x's dtype ({x.dtype})")
-    if b.dim() != len(shape) or tuple(b.shape[:-1]) != tuple(shape[:-1]):
-        raise ValueError(f"b has shape {tuple(b.shape)}; it must have x's rows, {tuple(shape[:-1])} + (width,)")
-    Hb = b.shape[-1]
-    if Hb == 0:
-        raise ValueError("b has width 0; the pair's parts are > 0 wide")
-    if (weight is None) != (b_weight is None):
-        raise ValueError("b_weight is None but weight is given, or the other way: the pair's parts are both "
-                         "weighted or both weightless")
-    if b_weight is not None:
-        _check_weight(b_weight, Hb, "b_weight")
-    if b_out is not None and tuple(b_out.shape) != tuple(b.shape):
-        raise ValueError(f"b_out has shape {tuple(b_out.shape)}, expected {tuple(b.shape)}")
-    for name, width in (("x", H), ("b", Hb)):
-        if width > configs.PAIR_MAX_WIDTH:
-            raise ValueError(f"{name} has width {width}; the pair's parts are at most {configs.PAIR_MAX_WIDTH} wide")
-        if width % VARIANT_ALIGN:
-            raise ValueError(f"{name} has width {width}; the pair (b) needs widths of multiples of {VARIANT_ALIGN}")
-    check_variant_numerics(rstd is not None or return_rstd, round_once, hf, weight_offset, "b", "the pair",
-                           "the latent norms (DeepSeek-V3's) are LlamaRMSNorm's form")
-    return Hb
-
-
-def rows_interleave_apart(u, v) -> bool:
-    """Whether two views of rows of one stride, the same stride and element size, share no element although
-    their spans meet: column slices of one buffer (``buf[:, :1536]`` and ``buf[:, 1536:2048]``). Row i of u
-    spans [u0 + i*S, u0 + i*S + Hu) elements; the two never meet when v's start, taken modulo S from u's,
-    leaves room for u's row before it and for v's row before the next of u's."""
-    item = u.tensor.element_size()
-    S = u.row_stride
-    if u.group_rows != 1 or v.group_rows != 1 or v.tensor.element_size() != item or v.row_stride != S:
-        return False
-    Hu, Hv = u.tensor.shape[-1], v.tensor.shape[-1]
-    if (v.start - u.start) % item or Hu > S or Hv > S:
-        return False
-    d = ((v.start - u.start) // item) % S
-    return d >= Hu and d + Hv <= S
-
-
-def _check_pair_memory(call, b, b_weight, b_out, Hb: int) -> PairCall:
-    """The pair's rules on memory: rows of one stride, strides of whole 16-byte accesses, 16-byte aligned
-    tensors; out may be x exactly and b_out b exactly, and otherwise no output overlaps another tensor."""
-    br = as_grouped_rows("b", b, b.shape)
-    bo = None if b_out is None else (br if b_out is b else as_grouped_rows("b_out", b_out, b.shape))
-    check_vector_rows({"x": call.x, "b": br, "out": call.out, "b_out": bo, "weight": call.weight,
-                       "b_weight": b_weight}, "the pair (b)", VARIANT_ALIGN, one_stride=True)
-    def meet(u, v):
-        return (u is not None and v is not None and u.n_rows and v.n_rows and u.start < v.end and v.start < u.end
-                and not rows_interleave_apart(u, v))
-    if bo is not None and bo is not br:
-        _rows_self_overlap("b_out", bo, Hb)
-        if meet(bo, br):
-            raise ValueError("b_out overlaps b; b_out may be b exactly (in place), or apart from it")
-    for o_name, o, in_name, t in (("out", call.out, "b", br), ("b_out", bo, "x", call.x), ("b_out", bo, "out", call.out)):
-        if meet(o, t):
-            raise ValueError(f"{o_name} overlaps {in_name}; the pair's outputs must not share memory with the other "
-                             f"part")
-    if bo is not None:
-        for name, w, width in (("weight", call.weight, call.H), ("b_weight", b_weight, Hb)):
-            if w is not None and bo.n_rows and bo.start < w.data_ptr() + width * w.element_size() and w.data_ptr() < bo.end:
-                raise ValueError(f"b_out overlaps {name}; b_out must not share memory with {name}")
-    if call.out is not None and b_weight is not None:
-        o, w0 = call.out, b_weight.data_ptr()
-        if o.n_rows and o.start < w0 + Hb * b_weight.element_size() and w0 < o.end:
-            raise ValueError("out overlaps b_weight; out must not share memory with b_weight")
-    pair = PairCall()
-    pair.b, pair.weight, pair.out, pair.H = br, b_weight, bo, Hb
-    return pair
-
-
 # ----- the plain norm (no residual) ---------------------------------------------------------------
 
 class GroupedRows:
@@ -1455,22 +1318,6 @@ def as_grouped_rows(name: str, t: torch.Tensor, shape) -> GroupedRows:
     return GroupedRows(t3, t3.shape[0] * t3.shape[1], outer, t3.shape[1], inner)
 
 
-def _rows_self_overlap(name: str, r: GroupedRows, H: int) -> None:
-    """Two rows of an output sharing memory would have two programs writing one element."""
-    if r.n_rows <= 1:
-        return
-    if r.group_rows == 1:
-        if r.row_stride < H:
-            raise ValueError(f"{name}: row stride {r.row_stride} < H={H}, so its rows overlap; "
-                             f"an output must not overlap itself")
-        return
-    g = min(r.n_rows, r.group_rows)
-    # Groups of rows: apart when each group's rows are apart and the groups step past each other.
-    if (g > 1 and r.group_stride < H) or (r.n_rows > r.group_rows and r.row_stride < (g - 1) * r.group_stride + H):
-        raise ValueError(f"{name}: strides ({r.row_stride}, {r.group_stride}) with H={H} make rows overlap; "
-                         f"an output must not overlap itself")
-
-
 class NormCall:
     """A checked plain-norm call: the rows of x and out in one addressing (the same group_rows)."""
 
@@ -1530,7 +1377,7 @@ def plain_verdict(x, out, weight, rstd, H: int, scalars: tuple, z, group_size, n
     caller's words, as torch_ext/ops.cpp's norm_call raises them. x and out are GroupedRows of one addressing (out
     None: new, contiguous, it stands in), z, b and b_out Rows (each None where not given; for fakes, _FakeRows),
     b_weight a tensor; a requested rstd (return_rstd) stands in too; ``address``: StandIns for fakes."""
-    from . import c_library as c
+    c = _c()
 
     address = address or _address
     stand_in = address if isinstance(address, StandIns) else StandIns()
