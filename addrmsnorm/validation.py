@@ -181,12 +181,6 @@ class ForwardCall:
 #    tests/test_validation_parity.py holds the two to the same verdict, exception type and argument named.
 
 
-def _check_hf_weight(hf: bool, x, weight) -> None:
-    if hf and weight is not None and weight.dtype != x.dtype:
-        raise TypeError(f"numerics='hf' needs weight of x's dtype ({x.dtype}), got {weight.dtype}: "
-                        f"HF's RMSNorm keeps its weight in the model dtype")
-
-
 def _check_out_dtype(out, x) -> None:
     if out is not None and out.dtype != x.dtype:
         raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
@@ -210,23 +204,6 @@ def _check_rstd_layout(rstd, shape, sandwich: bool = False) -> None:
     if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != want or not rstd.is_contiguous()):
         raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(want)}, got "
                          f"{rstd.dtype} {tuple(rstd.shape)}")
-
-
-def check_norm_scalars(eps, weight_offset, numerics=None, *, residual=False):
-    """The rules every norm call starts with: eps and weight_offset (check_scalar), numerics (an index
-    into configs.PLAIN_NUMERICS; with a residual 0 or 1). Returns (eps, weight_offset, hf, round_once)
-    as floats and bools; a None is not checked (the fakes and the quantized calls)."""
-    if eps is not None:
-        eps = check_scalar("eps", eps, positive=True)
-    if weight_offset is not None:
-        weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
-    hf = round_once = False
-    if numerics is not None:
-        hf, round_once = plain_numerics(numerics)
-        if residual and round_once:
-            raise ValueError("numerics 2 (hf_round_once) is the plain and QK norms' (residual None); with a "
-                             "residual, numerics is 0 (contract) or 1 (hf)")
-    return eps, weight_offset, hf, round_once
 
 
 def check_x_scale(x_scale, residual) -> float:
@@ -1483,7 +1460,7 @@ class RopeCall:
     them), indexed by frequency; HF's cos and sin by column."""
 
     __slots__ = ("cos", "sin", "positions", "stride_cos", "stride_sin", "rotary_dim", "style", "by_freq",
-                 "max_position")
+                 "max_position", "spans")
 
     def launch(self) -> tuple:
         return (self.cos, self.sin, self.positions, self.stride_cos, self.stride_sin, self.rotary_dim, self.style,
@@ -1594,12 +1571,25 @@ def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_c
                         f"heads' dtype ({x_dtype}) (float32 weights take cos and sin)")
     if meta:  # the fake implementation's: no memory
         return None
+    if cached and tokens and cos_sin_cache.shape[0] < 1:
+        raise ValueError("max_position (cos_sin_cache's rows) must be in [1, 2^31), got 0")
+    call = rope_call(tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, style, strides)
+    if written is not None and tokens:
+        w0, w1 = written
+        for name, a0, a1 in call.spans:
+            if a0 < w1 and w0 < a1:
+                raise ValueError(f"{name} overlaps the heads the call writes; it must not share memory with them")
+    return call
+
+
+def rope_call(tokens: int, head_dim: int, positions, cos_sin_cache, cos, sin, rotary_dim, style, strides) -> RopeCall:
+    """An admitted rotation as the launcher takes it (RopeCall), from map_rope's strides."""
+    cached = positions is not None or cos_sin_cache is not None
+    rd = head_dim if rotary_dim == 0 else rotary_dim
     call = RopeCall()
     call.rotary_dim, call.style, call.by_freq = rd, style, int(cached)
     if cached:
         call.max_position = cos_sin_cache.shape[0]
-        if tokens and call.max_position < 1:
-            raise ValueError("max_position (cos_sin_cache's rows) must be in [1, 2^31), got 0")
         call.cos, call.sin = cos_sin_cache, cos_sin_cache[:, rd // 2:]
         call.stride_cos = call.stride_sin = strides["cos_sin_cache"]
         call.positions = positions
@@ -1609,11 +1599,7 @@ def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_c
         call.stride_cos, call.stride_sin = strides["cos"], strides["sin"]
         call.cos, call.sin, call.positions, call.max_position = cos, sin, None, 0
         spans = [("cos", *_angle_span(cos, call.stride_cos)), ("sin", *_angle_span(sin, call.stride_sin))]
-    if written is not None and tokens:
-        w0, w1 = written
-        for name, a0, a1 in spans:
-            if a0 < w1 and w0 < a1:
-                raise ValueError(f"{name} overlaps the heads the call writes; it must not share memory with them")
+    call.spans = spans
     return call
 
 
@@ -1661,8 +1647,10 @@ def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_
         _check_weight(q_weight, head_dim, "q_weight")
         _check_weight(k_weight, head_dim, "k_weight")
     device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight} if weighted else {"qkv": qkv})
+    if num_v_heads < 0:
+        raise ValueError(f"num_v_heads must be >= 0, got {num_v_heads}")
     width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim
-    if num_q_heads >= 1 and num_kv_heads >= 1 and num_v_heads >= 0 and head_dim >= 1 and qkv.shape[1] < width:
+    if num_q_heads >= 1 and num_kv_heads >= 1 and head_dim >= 1 and qkv.shape[1] < width:
         heads = (f"q, k and v heads' ({num_q_heads} + {num_kv_heads} + {num_v_heads})" if num_v_heads else
                  f"q and k heads' ({num_q_heads} + {num_kv_heads})")
         raise ValueError(f"qkv has width {qkv.shape[1]}, less than the {heads} * {head_dim} = {width}")
@@ -1671,70 +1659,91 @@ def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_
     return device
 
 
-def _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf, num_v_heads=0):
-    """validate_qk's rules that read no pointer, in its order."""
-    _check_hf_weight(hf, qkv, q_weight)
-    if qkv.dtype not in (torch.float16, torch.bfloat16):
-        raise TypeError(f"qkv has dtype {qkv.dtype}; the QK norm takes float16 or bfloat16")
-    if q_weight is not None and q_weight.dtype not in (qkv.dtype, torch.float32):
-        raise TypeError(f"q_weight has dtype {q_weight.dtype}; it must be qkv's dtype ({qkv.dtype}) or float32")
-    if not 0 < head_dim <= QK_MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be in [1, {QK_MAX_HEAD_DIM}], got {head_dim}; for wider rows normalize "
-                         f"the q and k views with rmsnorm_")
-    if num_q_heads < 1 or num_kv_heads < 1:
-        raise ValueError(f"num_q_heads and num_kv_heads must be >= 1, got {num_q_heads} and {num_kv_heads}")
-    if num_v_heads < 0:
-        raise ValueError(f"num_v_heads must be >= 0, got {num_v_heads}")
+def qk_verdict(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads, scalars: tuple, positions,
+               cos_sin_cache, cos, sin, rotary_dim, style, strides, address=None) -> None:
+    """The C runtime's rules on a mapped QK call (addrmsnorm_norm_check, no driver), raised in a Python caller's
+    words, as torch_ext/ops.cpp's qk_rmsnorm_ raises them: qkv's heads as the groups of one in-place call
+    (addrmsnorm_norm_args_qkv's layout), the rotation's descriptor where angles are given. ``address``: StandIns
+    for fakes."""
+    c = _c()
+    address = address or _address
+    eps, weight_offset, numerics = scalars[:3]
+    T = qkv.shape[0]
+    a = c.NormArgs()
+    a.struct_size = ctypes.sizeof(c.NormArgs)
+    a.x = a.out = address(qkv)
+    a.weight = address(q_weight) if q_weight is not None else None
+    a.weight2 = address(k_weight) if k_weight is not None else None
+    a.weight2_from_group = num_q_heads
+    a.rows, a.groups, a.hidden = T, num_q_heads + num_kv_heads, head_dim
+    a.stride_x = a.stride_out = qkv.stride(0) if T > 1 else qkv.shape[1]
+    a.stride_x_group = a.stride_out_group = head_dim
+    if num_v_heads:
+        a.v_from_group = num_q_heads + num_kv_heads
+        a.groups += num_v_heads
+    a.x_dtype = a.residual_dtype = c.DTYPE_ENUM[qkv.dtype]
+    a.weight_dtype = c.DTYPE_ENUM[q_weight.dtype] if q_weight is not None else a.x_dtype
+    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
+    rope = None
+    if strides is not None:
+        angles = next((t for t in (cos_sin_cache, cos, sin) if t is not None), None)  # the struct's one dtype
+        rope = c.Rope(_as_field(style), _as_field(rotary_dim),
+                      c.DTYPE_ENUM.get(angles.dtype, 99) if angles is not None else 0,
+                      POSITION_DTYPE_ENUM.get(positions.dtype, 99) if positions is not None else 0)
+        rope.positions = address(positions) if positions is not None else None
+        if cos_sin_cache is not None:
+            rope.cos_sin_cache, rope.max_position = address(cos_sin_cache), cos_sin_cache.shape[0]
+            rope.stride_cache = strides["cos_sin_cache"]
+        rope.cos = address(cos) if cos is not None else None
+        rope.sin = address(sin) if sin is not None else None
+        rope.stride_cos, rope.stride_sin = strides.get("cos", 0), strides.get("sin", 0)
+        a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p)
+    c.refuse_unless_accepted(a)
+
+
+POSITION_DTYPE_ENUM = {torch.int32: 0, torch.int64: 1}  # addrmsnorm_index_dtype
+
+
+def _map_qk_call(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps, weight_offset, numerics, hf,
+                 positions, cos_sin_cache, cos, sin, rotary_dim, rope_style, num_v_heads):
+    """qk_rmsnorm_'s mapping (torch_ext/ops.cpp's, in its order): returns (device, the rotation's strides or None,
+    the scalars)."""
+    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads)
+    strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
+    return device, strides, _forward_scalars(eps, weight_offset, numerics, hf, 1.0, 0.0)
 
 
 def check_qk_rmsnorm_meta(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
                           weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
                           rotary_dim=0, rope_style=0, num_v_heads=0):
-    """The checks of qk_rmsnorm_ that need no memory. Returns qkv's device. qkv may be wider than q's
-    and k's heads (and v's, num_v_heads): the columns after them are never read or written."""
-    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads)
-    strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
-    _, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
-    check_weightless(q_weight, weight_offset, "q_weight")
-    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf or nhf, num_v_heads)
-    check_rope(qkv.dtype, qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-               rope_style, hf or nhf, strides=strides, meta=True,
-               weight_dtype=q_weight.dtype if q_weight is not None else None)
+    """qk_rmsnorm_'s checks without memory (the fake's): the mapping, then the C runtime's rules on stand-in
+    addresses. Returns qkv's device. qkv may be wider than q's and k's heads (and v's, num_v_heads): the columns
+    after them are never read or written."""
+    device, strides, scalars = _map_qk_call(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps,
+                                            weight_offset, numerics, hf, positions, cos_sin_cache, cos, sin,
+                                            rotary_dim, rope_style, num_v_heads)
+    qk_verdict(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads, scalars, positions,
+               cos_sin_cache, cos, sin, rotary_dim, rope_style, strides, address=StandIns())
     return device
 
 
 def check_qk_rmsnorm(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, *, hf=False, eps=None,
                      weight_offset=None, numerics=None, positions=None, cos_sin_cache=None, cos=None, sin=None,
                      rotary_dim=0, rope_style=0, num_v_heads=0) -> QkCall:
-    """Every check of qk_rmsnorm_: qkv's q and k heads (and v's, num_v_heads) are written in place, so neither
-    weight may share memory with them, nor may the rotation's angles or positions."""
-    device = _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads)
-    strides = map_rope(qkv.shape[0], head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style)
-    eps, weight_offset, nhf, round_once = check_norm_scalars(eps, weight_offset, numerics)
-    check_weightless(q_weight, weight_offset, "q_weight")
-    hf = hf or nhf
-    _qk_rules(qkv, q_weight, num_q_heads, num_kv_heads, head_dim, hf, num_v_heads)
+    """Every check of qk_rmsnorm_: the mapping, then the C runtime's rules (qk_verdict: qkv's heads are written in
+    place, so neither weight may share memory with them, nor may the rotation's angles or positions)."""
+    device, strides, scalars = _map_qk_call(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, eps,
+                                            weight_offset, numerics, hf, positions, cos_sin_cache, cos, sin,
+                                            rotary_dim, rope_style, num_v_heads)
+    qk_verdict(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads, scalars, positions,
+               cos_sin_cache, cos, sin, rotary_dim, rope_style, strides)
+    eps, weight_offset, numerics = scalars[:3]
     call = QkCall()
     call.tokens, call.device = qkv.shape[0], device
-    call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, hf, round_once
+    call.eps, call.weight_offset, call.hf, call.round_once = eps, weight_offset, numerics != 0, numerics == 2
     call.stride = qkv.stride(0) if qkv.shape[0] > 1 else qkv.shape[1]
-    width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim
-    if call.tokens > 1 and call.stride < width:
-        heads = "q, k and v heads'" if num_v_heads else "q and k heads'"
-        raise ValueError(f"qkv: row stride {call.stride} < the {heads} width {width}, so its rows overlap")
-    if call.tokens:
-        q0 = qkv.data_ptr()
-        q1 = q0 + ((call.tokens - 1) * call.stride + width) * qkv.element_size()
-        for name, w in (("q_weight", q_weight), ("k_weight", k_weight)) if q_weight is not None else ():
-            w0 = w.data_ptr()
-            if q0 < w0 + head_dim * w.element_size() and w0 < q1:
-                raise ValueError(f"{name} overlaps qkv; qkv is written in place and must not share memory with "
-                                 f"{name}")
-    span = None
-    if call.tokens:
-        span = (qkv.data_ptr(), qkv.data_ptr() + ((call.tokens - 1) * call.stride + width) * qkv.element_size())
-    call.rope = check_rope(qkv.dtype, call.tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-                           rope_style, hf, span, strides, weight_dtype=q_weight.dtype if q_weight is not None else None)
+    call.rope = None if strides is None else rope_call(call.tokens, head_dim, positions, cos_sin_cache, cos, sin,
+                                                       rotary_dim, rope_style, strides)
     return call
 
 
