@@ -149,7 +149,6 @@ def check_devices(tensors: dict[str, torch.Tensor]) -> torch.device:
 
 
 # Which input each output may alias exactly (same pointer, shape, dtype and strides).
-MAY_ALIAS = {"out": ("x", "residual"), "residual_out": ("residual", "x")}
 
 
 class ForwardCall:
@@ -204,38 +203,6 @@ def _check_rstd_layout(rstd, shape, sandwich: bool = False) -> None:
     if rstd is not None and (rstd.dtype != torch.float32 or rstd.shape != want or not rstd.is_contiguous()):
         raise ValueError(f"rstd must be a contiguous float32 tensor of shape {tuple(want)}, got "
                          f"{rstd.dtype} {tuple(rstd.shape)}")
-
-
-def check_x_scale(x_scale, residual) -> float:
-    """x_scale, the scale of x in the residual add (h = residual + x_scale * x): finite in fp32, and 1
-    (the unscaled add) without a residual. Returns it as a float."""
-    x_scale = check_scalar("x_scale", x_scale, positive=False)
-    if x_scale == 0.0:
-        raise ValueError("x_scale is 0: the add would ignore x")
-    if residual is None and x_scale != 1.0:
-        raise ValueError(f"x_scale is {x_scale!r}: it scales x in the residual add, and the plain norm (residual "
-                         f"None) has none")
-    return x_scale
-
-
-def check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale) -> float:
-    """The sandwich norm's scalar rules (post_weight given: h = residual + rmsnorm(x; post_weight)), in
-    validate_norm's order: post_weight_offset finite in fp32 and 0 without post_weight; post_weight
-    needs a residual and an unscaled add. Returns post_weight_offset as a float."""
-    if post_weight is None and post_weight_offset == 0.0:  # every call but the sandwich's: nothing to check
-        return 0.0
-    post_weight_offset = check_scalar("post_weight_offset", post_weight_offset, positive=False)
-    if post_weight is None:
-        if post_weight_offset != 0.0:
-            raise ValueError(f"post_weight_offset is {post_weight_offset!r} but post_weight is None: it offsets the "
-                             f"sandwich norm's first weight")
-        return post_weight_offset
-    if residual is None:
-        raise ValueError("post_weight is the sandwich norm's first weight (h = residual + rmsnorm(x; post_weight)); "
-                         "it needs a residual")
-    if x_scale != 1.0:
-        raise ValueError(f"x_scale is {x_scale!r} with post_weight: the sandwich norm adds rmsnorm(x) unscaled")
-    return post_weight_offset
 
 
 def _check_post_weight(post_weight, weight, x, H: int) -> None:
@@ -299,13 +266,6 @@ def sandwich_takes(x, residual, post_weight, weight) -> bool:
     return starts_aligned(*tensors) and all(
         t.stride(-1) == 1 and all(s % VARIANT_ALIGN == 0 for s, d in zip(t.stride()[:-1], t.shape[:-1]) if d > 1)
         for t in tensors)
-
-
-def check_weightless(weight, weight_offset, name: str = "weight") -> None:
-    """weight None is the weightless norm (y = h * rstd): then there is no weight to offset."""
-    if weight is None and weight_offset:
-        raise ValueError(f"weight_offset is {weight_offset!r} but {name} is None: the weightless norm has no "
-                         f"weight to offset")
 
 
 def check_residual_outputs(residual, residual_out) -> None:
@@ -588,6 +548,8 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
         _check_post_weight(post_weight, weight, x, H)
     if z is not None:
         check_tensor("z", z)
+        if z.dtype != x.dtype:
+            raise TypeError(f"z has dtype {z.dtype}; it must be x's dtype ({x.dtype})")
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
                "y": y_out, "scales_out": scales_out, "scale": scale, "scale_ub": scale_ub, "post_weight": post_weight,
                "z": z}
@@ -616,100 +578,126 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
     return shape, H, device, mode, want
 
 
-def _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, gate_group_size=0,
-                 norm_before_gate=True):
-    """The rules of a quantized call that read no pointer, in the C runtime's order (validate_norm's,
-    then validate_quant's up to its rows). Returns (eps, weight_offset, x_scale)."""
-    if eps is not None:
-        eps = check_scalar("eps", eps, positive=True)
-    if weight_offset is not None:
-        weight_offset = check_scalar("weight_offset", weight_offset, positive=False)
-    x_scale = check_x_scale(x_scale, residual)
-    post_weight_offset = check_post_weight_scalars(post_weight, post_weight_offset, residual, x_scale)
-    check_weightless(weight, weight_offset)
-    if residual is not None and residual.dtype != x.dtype:
-        raise TypeError(f"residual has dtype {residual.dtype}; quantized outputs need residual of x's "
-                        f"dtype ({x.dtype})")
-    if weight is not None and weight.dtype != x.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype}; quantized outputs need weight of x's dtype "
-                        f"({x.dtype}), as a checkpoint has it")
-    if post_weight is not None and post_weight.dtype != x.dtype:
-        raise TypeError(f"post_weight has dtype {post_weight.dtype}; quantized outputs need weights of x's dtype "
-                        f"({x.dtype})")
-    if x.dtype not in QUANT_ACTIVATION_DTYPES:
-        raise TypeError(f"x has dtype {x.dtype}; quantized outputs take x of {dtype_words(QUANT_ACTIVATION_DTYPES)}")
-    block = mode in BLOCK_MODES
-    name = mode.upper()
-    if block and group_size != configs.BLOCK_QUANT_SIZE[BLOCK_MODE_IDS[mode]]:
-        fp4 = or_words(f"{configs.BLOCK_QUANT_SIZE[m]} ({QUANT_MODE_NAMES[m].upper()})" for m in configs.BLOCK_QUANT_MODES
-                       if configs.BLOCK_QUANT_DTYPE[m] == "fp4e2m1")
-        raise ValueError(f"group_size must be {fp4} for float4_e2m1fn_x2 outputs, which are block-scaled; got "
-                         f"{group_size}")
-    if mode == "group" and group_size not in QUANT_GROUP_SIZES:
-        raise ValueError(f"group_size must be {or_words(QUANT_GROUP_SIZES)} (or "
-                         f"{configs.BLOCK_QUANT_SIZE[configs.QUANT_MXFP8]} for MXFP8), got {group_size}")
-    if mode in ("static", "token") and group_size:
-        raise ValueError("group_size (per group) and scale (static) exclude each other; pass one")
-    if H == 0:
-        raise ValueError("x has H = 0 (an empty last dimension); H must be > 0")
-    if (mode == "group" or block) and H % group_size:
-        raise ValueError(f"H={H} is not a multiple of group_size={group_size}")
-    if H % QUANT_ALIGN:
-        raise ValueError(f"H={H} is not a multiple of {QUANT_ALIGN}: quantized outputs need rows of "
-                         f"{QUANT_ALIGN}-element multiples, as fp8 and int8 GEMMs do")
-    if swizzled and not block:
-        raise ValueError("swizzled_scales lays out the scales of a block-scaled format (NVFP4, MXFP8, MXFP4)")
-    if ue8m0 and block:
-        raise ValueError(f"ue8m0_scales does not apply to {name}: its scales are "
-                         f"{'e4m3' if mode == 'nvfp4' else 'e8m0 already'}")
-    if block and scale_ub is not None:
-        raise ValueError(f"scale_ub does not apply to {name}")
-    if block and mode != "nvfp4" and scale is not None:
-        raise ValueError(f"{name} takes no scale (NVFP4 alone has a global scale)")
-    if mode == "nvfp4" and scale is None:
-        raise ValueError("scale is None; NVFP4 needs its global scale there (a 1-element float32 tensor)")
-    if mode == "static" and scale_ub is not None:
-        raise ValueError("scale_ub bounds a dynamic scale; a static scale takes none")
-    if mode == "static" and ue8m0:
-        raise ValueError("ue8m0_scales rounds dynamic scales; a static scale is used as given")
-    if post_weight is not None and mode not in SANDWICH_QUANT_MODES:
-        raise ValueError(f"post_weight (the sandwich norm) takes the quantized outputs {', '.join(SANDWICH_QUANT_MODES)}"
-                         f" (fp8 for static, token and group), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
-    if post_weight is not None and (mode, QUANT_DTYPE_NAMES[quant_dtype]) not in SANDWICH_QUANT:
-        raise ValueError(f"post_weight (the sandwich norm) quantizes to float8_e4m3fn in the {mode} mode, not "
-                         f"{QUANT_DTYPE_NAMES[quant_dtype]}")
-    g = check_gate_rules(x, z, weight, None, x.shape, H, gate_group_size, norm_before_gate, False, False,
-                         weight_offset, residual)
+def quant_verdict(x, residual, weight, quant_dtype, mode: str, scale, group_size, scale_ub, ue8m0, swizzled, out,
+                  residual_out, scales, y, shape, H: int, scalars: tuple, post_weight, z, gate_group_size,
+                  norm_before_gate, address=None) -> None:
+    """The C runtime's rules on a mapped quantized call (addrmsnorm_norm_check, no driver), raised in a Python
+    caller's words, as torch_ext/ops.cpp's quant_call raises them. x, residual, out, residual_out, y and z are Rows
+    (None where not given; out, residual_out and y of the functional form None: new, contiguous, they stand in);
+    scales (tensor, row stride, group stride) or None (the functional form's dynamic scales stand in);
+    ``address``: StandIns for fakes."""
+    c = _c()
+    address = address or _address
+    stand_in = address if isinstance(address, StandIns) else StandIns()
+    eps, weight_offset, _, x_scale, post_weight_offset = scalars
+    functional = out is None
+    q = c.Quant()
+    q.mode, q.dtype = c.QUANT_MODES[mode], c.QUANT_DTYPE_ENUM.get(quant_dtype, 99)
+    q.group_size = _as_field(group_size)
+    q.flags = (c.QUANT_UE8M0 if ue8m0 else 0) | (c.QUANT_SWIZZLED if swizzled else 0)
+    q.scale = address(scale) if scale is not None else None
+    q.scale_ub = address(scale_ub) if scale_ub is not None else None
+    if scales is not None:
+        q.scales, q.scales_stride_row, q.scales_stride_group = address(scales[0]), scales[1], scales[2]
+    elif functional and mode != "static":  # new scales, row-major (or swizzled): they stand in
+        q.scales = stand_in()
+        groups = H // group_size if (mode == "group" or mode in BLOCK_MODES) and group_size and H % group_size == 0 \
+            else 1
+        if not swizzled:
+            q.scales_stride_row, q.scales_stride_group = (groups if x.n_rows > 1 else 0), (1 if groups > 1 else 0)
+    a = c.NormArgs()
+    a.struct_size = ctypes.sizeof(c.NormArgs)
+    a.rows, a.groups, a.hidden = x.n_rows, 1, H
+    a.x, a.stride_x = address(x.tensor), x.row_stride
+    a.x_dtype = c.DTYPE_ENUM[x.tensor.dtype]
+    if residual is not None:
+        a.residual, a.stride_residual = address(residual.tensor), residual.row_stride
+        a.residual_dtype = c.DTYPE_ENUM[residual.tensor.dtype]
+        a.residual_out, a.stride_residual_out = ((address(residual_out.tensor), residual_out.row_stride)
+                                                 if residual_out is not None else
+                                                 ((stand_in(), H) if functional else (None, 0)))
+    else:
+        a.residual_dtype = a.x_dtype
+        if residual_out is not None:  # for the C runtime to refuse by name
+            a.residual_out, a.stride_residual_out = address(residual_out.tensor), residual_out.row_stride
+    q_width = H // 2 if quant_dtype == torch.float4_e2m1fn_x2 else H
+    a.out, a.stride_out = (address(out.tensor), out.row_stride) if out is not None else (stand_in(), q_width)
+    if y is not None:
+        a.y, a.stride_y = address(y.tensor), y.row_stride
+    a.weight = address(weight) if weight is not None else None
+    first = weight if weight is not None else post_weight  # the C ABI's one weight_dtype
+    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
+    a.post_weight = address(post_weight) if post_weight is not None else None
+    a.eps, a.weight_offset = eps, weight_offset
+    if x_scale != 1.0:
+        a.flags |= c.FLAG_X_SCALE
+        a.x_scale = x_scale
+    a.post_weight_offset = post_weight_offset
     if z is not None:
-        if (mode, QUANT_DTYPE_NAMES[quant_dtype]) not in GATED_QUANT:
-            raise ValueError(f"z (the gated norm) takes the quantized outputs {' and '.join(GATED_QUANT_MODES)} "
-                             f"(float8_e4m3fn), not {mode} {QUANT_DTYPE_NAMES[quant_dtype]}")
-        if mode == "token" and g != H:
-            raise ValueError(f"group_size is {g}: the gated norm's per-token scales need its group to be the row "
-                             f"(H = {H})")
-    return eps, weight_offset, x_scale, post_weight_offset
+        a.z, a.stride_z = address(z.tensor), z.row_stride
+    a.group_size, a.gate_first = _as_field(gate_group_size or 0), 0 if norm_before_gate else 1
+    a.quant = ctypes.cast(ctypes.pointer(q), ctypes.c_void_p)
+    c.refuse_unless_accepted(a)
+
+
+def _map_quant_rows(x, residual, out, residual_out, y_out, z, shape, quant_dtype, meta=False):
+    """The rows of a quantized call's tensors (as_rows; _FakeRows for fakes): x, residual, out, residual_out, y
+    and z, each None where not given (an in-place output shares its input's view)."""
+    n_rows = math.prod(shape[:-1])
+
+    def rows(name, t, t_shape):
+        if meta:
+            check_shape(name, t, t_shape)
+            return _fake_rows(t, n_rows, t_shape[-1])
+        return as_rows(name, t, t_shape)
+
+    zr = rows("z", z, shape) if z is not None else None
+    xr = rows("x", x, shape)
+    rr = rows("residual", residual, shape) if residual is not None else None
+    orr = rows("out", out, q_shape(shape, quant_dtype)) if out is not None else None
+    ro = None
+    if residual_out is not None:
+        ro = rr if residual_out is residual and rr is not None else rows("residual_out", residual_out, shape)
+    yr = (xr if y_out is x else rows("y", y_out, shape)) if y_out is not None else None
+    return xr, rr, orr, ro, yr, zr
 
 
 def check_quant_meta(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None,
                      out=None, residual_out=None, scales_out=None, y_out=None, *, ue8m0=False,
                      column_major=False, swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
                      post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
-    """The checks of a quantized forward that need no memory (the fakes'). residual None: the plain
-    norm's. Into given outputs (``out`` given) quant_dtype is out's dtype: the caller passed no
-    quant_dtype. post_weight: the sandwich norm's quantized outputs. Returns (shape, H, device, mode)."""
+    """A quantized call's checks without memory (the fakes'): the mapping, then the C runtime's rules on stand-in
+    addresses. residual None: the plain norm's. Into given outputs (``out`` given) quant_dtype is out's dtype.
+    Returns (shape, H, device, mode)."""
     functional = out is None
-    shape, H, device, mode, _ = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
-                                           residual_out, scales_out, y_out, column_major, swizzled, functional,
-                                           post_weight, z)
-    check_same_shape(shape, {"residual": residual, "residual_out": residual_out, "y": y_out})
-    if out is not None:
-        check_same_shape(q_shape(shape, quant_dtype), {"out": out})
-    _quant_rules(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps,
-                 weight_offset, x_scale, post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
-    if mode == "static" and scales_out is not None:
-        raise ValueError("scales_out receives dynamic scales; a static call has none to write")
+    shape, H, device, mode, want = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
+                                              residual_out, scales_out, y_out, column_major, swizzled, functional,
+                                              post_weight, z)
+    xr, rr, orr, ro, yr, zr = _map_quant_rows(x, residual, out, residual_out, y_out, z, shape, quant_dtype,
+                                              meta=True)
+    scalars = _forward_scalars(eps, weight_offset, None, False, x_scale, post_weight_offset)
+    scales = _scales_of(scales_out, shape, mode, group_size, swizzled, want, meta=True)
+    quant_verdict(xr, rr, weight, quant_dtype, mode, scale, group_size, scale_ub, ue8m0, swizzled, orr, ro, scales,
+                  yr, shape, H, scalars, post_weight, zr, gate_group_size, norm_before_gate, address=StandIns())
     return shape, H, device, mode
+
+
+def _scales_of(scales_out, shape, mode: str, group_size, swizzled: bool, want, meta=False):
+    """scales_out as the C ABI takes it: (tensor, row stride, group stride), or None where not given. A static
+    call's is passed on for the C runtime to refuse; the swizzled layout has no strides."""
+    if scales_out is None:
+        return None
+    block = mode in BLOCK_MODES
+    if mode == "static" or (block and swizzled):
+        return scales_out, 0, 0
+    gs = group_size if (mode == "group" or block) and want is not None else 0
+    if meta:
+        n_groups = shape[-1] // gs if gs else 1
+        n = math.prod(shape[:-1])
+        return (scales_out, scales_out.stride(0) if n > 1 and scales_out.dim() else 0,
+                scales_out.stride(-1) if n_groups > 1 else 0)
+    _, rs, sg = _scales_flattened(scales_out, shape, gs)
+    return scales_out, rs, sg
 
 
 def quant_scales_shape(shape, group_size) -> torch.Size:
@@ -731,210 +719,60 @@ def _scales_flattened(t: torch.Tensor, shape, group_size):
     return t2, rs, gs
 
 
-def _scales_apart(t: torch.Tensor, n: int, shape, group_size, rs: int, gs: int) -> None:
-    """No two scales share an address: one of the two strides steps over the whole other dimension."""
-    n_groups = shape[-1] // group_size if group_size else 1
-    if rs < 0 or gs < 0 or (n > 1 and n_groups > 1 and not (rs >= n_groups * gs or gs >= n * rs)) \
-            or (n > 1 and rs == 0) or (n_groups > 1 and gs == 0):
-        raise ValueError(f"scales_out: strides {tuple(t.stride())} make two scales share an address")
-
-
 def _scales_geometry(t: torch.Tensor, shape, group_size):
     """scales_out (allocated here) as [rows, groups]: (the 2-D view, row stride, group stride)."""
     return _scales_flattened(t, shape, group_size)
-
-
-def _span_rows(t: torch.Tensor) -> Rows:
-    """Any tensor as one 'row' covering its whole byte extent (for conservative overlap checks)."""
-    if t.numel() == 0:
-        return Rows(t.reshape(1, 0), 0, 0)
-    lo = sum(min(0, (n - 1) * s) for n, s in zip(t.shape, t.stride()))
-    hi = sum(max(0, (n - 1) * s) for n, s in zip(t.shape, t.stride())) + 1
-    flat = torch.as_strided(t, (1, hi - lo), (hi - lo, 1), t.storage_offset() + lo)
-    return Rows(flat, 1, hi - lo)
 
 
 def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scale_ub=None, out=None,
                 residual_out=None, scales_out=None, y_out=None, *, ue8m0=False, column_major=False,
                 swizzled=False, eps=None, weight_offset=None, x_scale=1.0, post_weight=None,
                 post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True) -> QuantCall:
-    """Every check of a quantized forward, in the two layers' order. residual None: the plain norm's
-    (no residual_out). out None: the functional form, whose q, residual_out, scales and y the caller
-    allocates after this returns (set them on the call)."""
+    """Every check of a quantized forward: the mapping (Python types, dtypes, shapes, devices), in
+    torch_ext/ops.cpp's order, then the C runtime's rules (quant_verdict). residual None: the plain norm's (no
+    residual_out). out None: the functional form, whose q, residual_out, scales and y the caller allocates after
+    this returns (they stand in; set them on the call)."""
     functional = out is None
     shape, H, device, mode, want = _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, out,
                                               residual_out, scales_out, y_out, column_major, swizzled, functional,
                                               post_weight, z)
+    xr, rr, orr, ro, yr, zr = _map_quant_rows(x, residual, out, residual_out, y_out, z, shape, quant_dtype)
+    scales = _scales_of(scales_out, shape, mode, group_size, swizzled, want)
+    scalars = _forward_scalars(eps, weight_offset, None, False, x_scale, post_weight_offset)
+    quant_verdict(xr, rr, weight, quant_dtype, mode, scale, group_size, scale_ub, ue8m0, swizzled, orr, ro, scales,
+                  yr, shape, H, scalars, post_weight, zr, gate_group_size, norm_before_gate)
+    eps, weight_offset, _, x_scale, post_weight_offset = scalars
     block = mode in BLOCK_MODES
-    xr = as_rows("x", x, shape)
-    rr = as_rows("residual", residual, shape) if residual is not None else xr
-    outputs = {}
-    if out is not None:
-        outputs["out"] = as_rows("out", out, q_shape(shape, quant_dtype))
-    if residual_out is not None:
-        outputs["residual_out"] = rr if residual_out is residual else as_rows("residual_out", residual_out, shape)
-    if y_out is not None:
-        outputs["y"] = xr if y_out is x else as_rows("y", y_out, shape)
-    scales2 = None
-    srs = sgs = 0
-    if scales_out is not None and mode != "static" and not (block and swizzled):
-        scales2, srs, sgs = _scales_flattened(scales_out, shape, group_size if (mode == "group" or block) and want
-                                              is not None else 0)
-    eps, weight_offset, x_scale, post_weight_offset = _quant_rules(
-        x, residual, weight, quant_dtype, scale, group_size, scale_ub, ue8m0, swizzled, mode, H, eps, weight_offset,
-        x_scale, post_weight, post_weight_offset, z, gate_group_size, norm_before_gate)
-    if mode == "static" and scales_out is not None:
-        raise ValueError("scales_out receives dynamic scales; a static call has none to write")
-    call = QuantCall(shape, H, device, xr, rr, None if weight is None else Rows(weight, 1, H), outputs.get("out"),
-                     outputs.get("residual_out"))
+    call = QuantCall(shape, H, device, xr, rr if rr is not None else xr,
+                     None if weight is None else Rows(weight, 1, H), orr, ro)
     call.x_scale = x_scale
     call.post_weight = None if post_weight is None else Rows(post_weight, 1, H)
     call.post_weight_offset = post_weight_offset
-    call.gate = None
-    call.y = outputs.get("y")
+    call.y = yr
     call.group_size = group_size or 0
     call.mode = mode
     call.swizzled = swizzled
     call.eps, call.weight_offset = eps, weight_offset
-    call.scales = scales_out if (block and swizzled) else scales2
-    call.scales_row_stride, call.scales_group_stride = srs, sgs
-    if xr.n_rows == 0:  # no rows: nothing is read or written (the C ABI looks at no pointer)
-        return call
-    if not functional and mode != "static" and scales_out is None:
-        raise ValueError("scales_out is required for dynamic quantization (no scale given): the kernel "
-                         "writes the scales there")
-    inputs = {"x": xr, "residual": rr}
-    if call.weight is not None:
-        inputs["weight"] = call.weight
-    if call.post_weight is not None:
-        inputs["post_weight"] = call.post_weight
-    for name, r in outputs.items():
-        check_no_self_overlap(name, r, inputs)
-    names = list(outputs)
-    for i, a in enumerate(names):  # every pair of outputs apart, then each output against the inputs
-        for b in names[i + 1:]:
-            if _overlaps(outputs[a], outputs[b]):
-                na, nb = _written_name(a, outputs[a], inputs), _written_name(b, outputs[b], inputs)
-                if na == nb:
-                    na, nb = a, b
-                raise ValueError(f"{na} and {nb} overlap in memory; outputs must not share memory"
-                                 f"{_in_place_note([na, nb], [a, b])}")
-    for name, t in (("scale", scale), ("scale_ub", scale_ub)):
-        if t is not None:
-            inputs[name] = _span_rows(t)
-    for name, r in outputs.items():
-        check_aliasing({name: r}, inputs, QUANT_MAY_ALIAS)
-    fp4 = quant_dtype == torch.float4_e2m1fn_x2
-    for name in ("out", "residual_out", "y", "x", "residual", "weight", "post_weight"):
-        rows = outputs.get(name) or inputs.get(name)
-        align = QUANT_ALIGN // 2 if fp4 and name == "out" else QUANT_ALIGN  # fp4: 16 elements, 8 bytes
-        if rows is not None and rows.n_rows > 0 and (
-                rows.start % QUANT_ALIGN_BYTES or rows.row_stride % align and rows.n_rows > 1):
-            raise ValueError(f"{name} must start on a 16-byte boundary and have a row stride that is a "
-                             f"multiple of {QUANT_ALIGN} elements (quantized outputs take aligned rows)")
-    if scales_out is not None:
-        if not (block and swizzled):
-            _scales_apart(scales_out, call.x.n_rows, shape, group_size if mode == "group" or block else 0, srs, sgs)
-        sr = _span_rows(scales_out)
-        for name, rows in {**inputs, **outputs}.items():
-            if _overlaps(sr, rows):
-                raise ValueError(f"scales_out overlaps {name}; it must not share memory with it")
-        if block and swizzled and scales_out.data_ptr() % QUANT_ALIGN_BYTES:
-            raise ValueError("scales_out must start on a 16-byte boundary (the swizzled layout's padding is "
-                             "written in 4-byte words)")
+    call.scales = None
+    call.scales_row_stride = call.scales_group_stride = 0
+    if scales is not None and mode != "static":
+        call.scales = scales_out if (block and swizzled) else _scales_flattened(
+            scales_out, shape, group_size if (mode == "group" or block) and want is not None else 0)[0]
+        call.scales_row_stride, call.scales_group_stride = scales[1], scales[2]
+    call.gate = None
     if z is not None:
-        call.gate = _check_gate_memory(call, z, gate_group_size or H, norm_before_gate)
+        call.gate = GateCall()
+        call.gate.z, call.gate.group_size = zr, gate_group_size or H
+        call.gate.gate_first = 0 if norm_before_gate else 1
     return call
 
 
-QUANT_MAY_ALIAS = {"out": (), "residual_out": ("residual", "x"), "y": ("x",)}
 # The quantized outputs built for the sandwich norm and the gated norm (configs.SANDWICH_QUANT, GATED_QUANT):
 # their modes, and the (mode, q dtype) pairs.
 SANDWICH_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.SANDWICH_QUANT}
 GATED_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.GATED_QUANT}
 SANDWICH_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.SANDWICH_QUANT))
 GATED_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.GATED_QUANT))
-
-
-# ----- overlap of row-strided views -----------------------------------------------------------
-
-def _overlaps(a: Rows, b: Rows) -> bool:
-    """Whether any byte of a is also a byte of b. Exact for equal row strides, else conservative."""
-    if a.n_rows == 0 or b.n_rows == 0 or a.end <= b.start or b.end <= a.start:
-        return False  # the byte extents do not even meet: the common case, decided first
-    na, nb, la, lb = a.n_rows, b.n_rows, a.row_bytes, b.row_bytes
-    # A single row has no stride of its own: give it the other view's.
-    sa = a.stride_bytes if na > 1 else (b.stride_bytes if nb > 1 else 0)
-    sb = b.stride_bytes if nb > 1 else sa
-    if sa != sb:
-        return True  # different row strides and meeting extents: treat as overlap
-    # Row j of b meets row i of a iff -lb < d + k*s < la, with k = j - i in [-(na-1), nb-1].
-    d, s = b.start - a.start, sa
-    if s == 0:
-        return -lb < d < la
-    k_lo = max(-(na - 1), (-lb - d) // s + 1)
-    k_hi = min(nb - 1, -((d - la) // s) - 1)
-    return k_lo <= k_hi
-
-
-def _exact_alias(a: Rows, b: Rows) -> bool:
-    ta, tb = a.tensor, b.tensor
-    return (ta.data_ptr() == tb.data_ptr() and ta.dtype == tb.dtype and ta.shape == tb.shape
-            and (a.n_rows <= 1 or a.row_stride == b.row_stride))
-
-
-def _written_name(name: str, r: Rows, inputs: dict) -> str:
-    """An output's name in messages: the input it is exactly, where it is written in place (an in-place
-    caller passed x and residual, not out and residual_out): residual_out's own input first. The C
-    ABI's written_name."""
-    for iname in (("residual", "x") if name == "residual_out" else ("x", "residual")):
-        i = inputs.get(iname)
-        if i is not None and r.n_rows > 0 and _exact_alias(r, i):
-            return iname
-    return name
-
-
-def _in_place_note(names, outputs) -> str:
-    """" (x is written in place)", " (x and residual are written in place)" or ""."""
-    moved = [n for n, o in zip(names, outputs) if n != o]
-    if not moved:
-        return ""
-    return f" ({' and '.join(moved)} {'is' if len(moved) == 1 else 'are'} written in place)"
-
-
-def check_no_self_overlap(name: str, r: Rows, inputs: dict | None = None) -> None:
-    """An output whose rows share memory would have two programs writing one element."""
-    H = r.tensor.shape[1]
-    if r.n_rows > 1 and r.row_stride < H:
-        shown = _written_name(name, r, inputs or {})
-        raise ValueError(f"{shown}: row stride {r.row_stride} < H={H}, so its rows overlap; "
-                         f"an output must not overlap itself{_in_place_note([shown], [name])}")
-
-
-def check_aliasing(outputs: dict[str, Rows], inputs: dict[str, Rows],
-                   may_alias: dict[str, tuple[str, ...]]) -> None:
-    """Outputs may alias an input exactly when ``may_alias`` allows it; any other overlap is an error.
-
-    Outputs never overlap each other, not even exactly.
-    """
-    out_names = list(outputs)
-    for i, oname in enumerate(out_names):
-        for other in out_names[i + 1:]:
-            if _overlaps(outputs[oname], outputs[other]):
-                a, b = (_written_name(n, outputs[n], inputs) for n in (oname, other))
-                if a == b:  # both in place on one input: name the outputs
-                    a, b = oname, other
-                raise ValueError(f"{a} and {b} overlap in memory; outputs must not share memory"
-                                 f"{_in_place_note([a, b], [oname, other])}")
-        for iname, inp in inputs.items():
-            if not _overlaps(outputs[oname], inp):
-                continue
-            if iname in may_alias.get(oname, ()) and _exact_alias(outputs[oname], inp):
-                continue
-            if iname in may_alias.get(oname, ()):
-                raise ValueError(f"{oname} partly overlaps {iname}; it may alias {iname} only exactly "
-                                 f"(same pointer, shape, dtype and strides)")
-            raise ValueError(f"{oname} overlaps {iname}; {oname} must not share memory with {iname}")
 
 
 # ----- the backward -----------------------------------------------------------------------------

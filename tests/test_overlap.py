@@ -1,10 +1,14 @@
-"""The overlap check of row-strided views against brute force over their bytes (no kernel runs)."""
+"""The C runtime's overlap check of row-strided views (asked through validation.check_forward, no kernel runs)
+against brute force over their bytes: out may be x exactly, and otherwise must share no byte with it."""
 
 import random
 
+import pytest
 import torch
 
-from addrmsnorm.validation import Rows, _overlaps
+from addrmsnorm import c_library, validation
+
+pytestmark = pytest.mark.skipif(c_library.library_path() is None, reason="no C++ library")
 
 
 def _view(buf, off, n, h, stride):
@@ -19,27 +23,26 @@ def _bytes(t):
     return s
 
 
-def _rows(t):
-    return Rows(tensor=t, n_rows=t.shape[0], row_stride=t.stride(0) if t.shape[0] > 1 else t.shape[1])
-
-
 def test_overlap_matches_brute_force():
     rng = random.Random(0)
-    buf16 = torch.zeros(4096, dtype=torch.float16)
-    buf32 = buf16.view(torch.float32)
-    for _ in range(3000):
-        views = []
-        for _ in range(2):
-            h = rng.randint(1, 8)
-            stride = rng.choice([h, h + 1, h + 3, 2 * h, 0])
-            buf = rng.choice([buf16, buf32])
-            views.append(_view(buf, rng.randint(0, 40), rng.randint(1, 5), h, stride))
-        a, b = views
-        truth = bool(_bytes(a) & _bytes(b))
-        got = _overlaps(_rows(a), _rows(b))
-        if truth:
-            assert got, "missed an overlap"
-        elif got:
-            # Only allowed where the check is documented to be conservative.
-            same = (a.element_size() * a.stride(0) == b.element_size() * b.stride(0))
-            assert not same or a.shape[0] == 1 or b.shape[0] == 1, "false overlap at equal strides"
+    refused = 0
+    for dtype in (torch.float16, torch.float32):
+        buf = torch.zeros(4096, dtype=dtype)
+        for _ in range(600):
+            h, n = rng.randint(1, 8), rng.randint(1, 5)
+            x, out = (_view(buf, rng.randint(0, 40), n, h, rng.choice([h, h + 1, h + 3, 2 * h])) for _ in range(2))
+            residual, residual_out = torch.zeros(n, h, dtype=dtype), torch.zeros(n, h, dtype=dtype)
+            same_view = x.data_ptr() == out.data_ptr() and (n == 1 or x.stride() == out.stride())
+            truth = bool(_bytes(x) & _bytes(out)) and not same_view
+            try:
+                validation.check_forward(x, residual, torch.ones(h, dtype=dtype), out, residual_out, eps=1e-6)
+                got = False
+            except ValueError as e:
+                assert "overlap" in str(e), str(e)
+                got = True
+            if truth:
+                assert got, f"missed an overlap: {x.data_ptr()} {x.stride()} and {out.data_ptr()} {out.stride()}"
+                refused += 1
+            elif got:  # conservative only where the row strides differ
+                assert x.stride(0) != out.stride(0) and n > 1, "a false overlap at equal strides"
+    assert refused > 100
