@@ -291,7 +291,7 @@ def numerics_mode(hf: bool, weight_offset: float, x_itemsize: int, round_once: b
 # and 3 (per group of 64 or 128 columns, the group size a runtime argument), for 16-bit activations
 # with residual and weight of their dtype, and int8 or float8_e4m3fn targets. fp8 and int8 GEMMs take
 # rows of 16-element multiples, 16-byte aligned, and the quantized forward is built for that
-# alignment alone (validation.QUANT_ALIGN refuses other rows): 2 targets x 2 dtypes x the modes that
+# alignment alone (the C runtime refuses other rows): 2 targets x 2 dtypes x the modes that
 # reach each of the 14 16-bit configs serving even rows (11 single passes in every mode, B8192 and
 # B32768 among them for the quantized forward alone; the loop without keep_h, static; the 8192-wide
 # loop, per group; the plain forward's loop, static and per token) = 148 kernels per arch (aot_build
@@ -675,7 +675,7 @@ SANDWICH_DTYPES = ("fp16", "bf16")
 
 
 # The sandwich norm's quantized outputs (y into a GEMM's input): the modes and q dtypes built on its rows,
-# fp8 static, per token and per group, NVFP4 and MXFP8 (validation.SANDWICH_QUANT_MODES): 5 kernels a row
+# fp8 static, per token and per group, NVFP4 and MXFP8 (SANDWICH_QUANT): 5 kernels a row
 # and dtype, 60 per arch (sm_80: none, having no fp8).
 SANDWICH_QUANT = ((QUANT_STATIC, "fp8e4m3"), (QUANT_PER_TOKEN, "fp8e4m3"), (QUANT_PER_GROUP, "fp8e4m3"),
                   (QUANT_NVFP4, "fp4e2m1"), (QUANT_MXFP8, "fp8e4m3"))

@@ -219,30 +219,6 @@ SANDWICH_DTYPES = torch_dtypes(configs.SANDWICH_DTYPES)
 VARIANT_ALIGN = configs.VARIANT_ALIGN
 
 
-def check_vector_rows(rows: dict, variant: str, align: int, one_stride: bool = False) -> None:
-    """The rule of the variants built for 16-byte accesses alone (the sandwich norm, the gated norm, the
-    pair): in ``rows``' order, each view's row stride a multiple of ``align`` elements and its start on a
-    16-byte boundary (a weight, a tensor: its start alone); with ``one_stride``, rows of one stride. None
-    entries are skipped. ``variant`` names the call in the messages ("the pair (b)")."""
-    for name, r in rows.items():
-        if r is None:
-            continue
-        if isinstance(r, torch.Tensor):
-            if r.data_ptr() % configs.ALIGNMENT_BYTES:
-                raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; {variant} "
-                                 f"needs 16-byte aligned tensors")
-            continue
-        if one_stride and getattr(r, "group_rows", 1) != 1 and r.n_rows > 1:
-            raise ValueError(f"{name}: {variant} takes rows of one stride (the dimensions before the last must "
-                             f"flatten to one)")
-        if r.n_rows > 1 and r.row_stride % align:
-            raise ValueError(f"{name} has row stride {r.row_stride}; {variant} needs row strides of multiples of "
-                             f"{align} elements")
-        if r.start % configs.ALIGNMENT_BYTES:
-            raise ValueError(f"{name} does not start on a {configs.ALIGNMENT_BYTES}-byte boundary; {variant} needs "
-                             f"16-byte aligned tensors")
-
-
 def starts_aligned(*tensors) -> bool:
     """Whether every tensor starts on a 16-byte boundary, for the patches' "would the kernels take it"; under
     torch.compile, where no pointer can be read while tracing, True: the operator checks the pointers when it
@@ -420,15 +396,8 @@ def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *
 # and each target dtype costs a set of kernels per arch (configs: the AOT budget).
 QUANT_DTYPES = (torch.float8_e4m3fn, torch.int8, torch.float4_e2m1fn_x2)
 QUANT_DTYPE_NAMES = {torch.int8: "int8", torch.float8_e4m3fn: "fp8e4m3", torch.float4_e2m1fn_x2: "fp4e2m1"}  # configs'
-QUANT_ACTIVATION_DTYPES = torch_dtypes(configs.QUANT_ACTIVATION_DTYPES)
-QUANT_GROUP_SIZES = configs.QUANT_GROUP_SIZES
 # Block-scaled formats (configs.BLOCK_QUANT_MODES): the scales' torch dtypes.
 BLOCK_SCALE_DTYPES = {"e4m3": torch.float8_e4m3fn, "e8m0": torch.float8_e8m0fnu}
-# fp8 and int8 GEMMs take K (here H) in multiples of 16 and 16-byte aligned rows; the quantized
-# forward is built for that alignment alone (16-byte vectors, configs.vector_elems).
-QUANT_ALIGN = configs.QUANT_ALIGN
-QUANT_ALIGN_BYTES = 16
-QUANT_ALIGNED = ("out", "residual_out", "y", "x", "residual", "weight")
 QUANT_MODE_NAMES = {configs.QUANT_STATIC: "static", configs.QUANT_PER_TOKEN: "token",
                     configs.QUANT_PER_GROUP: "group", configs.QUANT_NVFP4: "nvfp4", configs.QUANT_MXFP8: "mxfp8",
                     configs.QUANT_MXFP4: "mxfp4"}
@@ -767,14 +736,6 @@ def check_quant(x, residual, weight, quant_dtype, scale=None, group_size=0, scal
     return call
 
 
-# The quantized outputs built for the sandwich norm and the gated norm (configs.SANDWICH_QUANT, GATED_QUANT):
-# their modes, and the (mode, q dtype) pairs.
-SANDWICH_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.SANDWICH_QUANT}
-GATED_QUANT = {(QUANT_MODE_NAMES[m], q) for m, q in configs.GATED_QUANT}
-SANDWICH_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.SANDWICH_QUANT))
-GATED_QUANT_MODES = tuple(dict.fromkeys(QUANT_MODE_NAMES[m] for m, _ in configs.GATED_QUANT))
-
-
 # ----- the backward -----------------------------------------------------------------------------
 
 def _map_backward(dy, dresidual_out, h, rstd, weight):
@@ -977,53 +938,9 @@ def check_gate_residual(z, residual) -> None:
         raise ValueError("z is the gated norm's gate, which normalizes x alone: it takes no residual")
 
 
-def check_variant_numerics(rstd_asked: bool, round_once: bool, hf: bool, weight_offset, name: str, variant: str,
-                           hf_form: str) -> None:
-    """The rules the single pass's no-rstd variants share (validate.cpp's check_variant_numerics): no rstd, numerics
-    0 or 1, and HF's numerics with the weight as it is. name: the variant's own input (z, b)."""
-    if rstd_asked:
-        raise ValueError(f"rstd is asked for, but {variant} ({name}) writes no rstd")
-    if round_once:
-        raise ValueError(f"numerics 2 (hf_round_once) is not {variant}'s: its numerics are 0 (contract) or 1 (hf)")
-    if hf and weight_offset:
-        raise ValueError(f"numerics='hf' with {name} needs weight_offset 0, got {weight_offset!r}: {hf_form}")
-
-
-def check_gate_rules(x, z, weight, rstd, shape, H: int, group_size, norm_before_gate, hf: bool, round_once: bool,
-                     weight_offset, residual=None, return_rstd=False) -> int:
-    """The gated norm's rules that need no memory, in validate_norm's order. Without z, group_size must be 0
-    (or None) and norm_before_gate True. Returns the group size (H when not given)."""
-    if z is None:
-        if group_size not in (None, 0):
-            raise ValueError(f"group_size is {group_size!r} but z is None: it is the gated norm's group")
-        if norm_before_gate is not True and norm_before_gate != 1:
-            raise ValueError("norm_before_gate is False but z is None: it orders the gated norm's gate")
-        return 0
-    check_gate_residual(z, residual)
-    if z.dtype != x.dtype:
-        raise TypeError(f"z has dtype {z.dtype}; it must be x's dtype ({x.dtype})")
-    check_shape("z", z, shape)
-    if weight is not None and weight.dtype != x.dtype:
-        raise TypeError(f"weight has dtype {weight.dtype}; the gated norm's weight is x's dtype ({x.dtype})")
-    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
-        raise ValueError(f"group_size is {group_size!r}; it must be an int dividing H = {H}")
-    g = H if group_size in (None, 0) else group_size
-    if g < 0 or H % g:
-        raise ValueError(f"group_size is {group_size!r}; it must divide H = {H}")
-    if g > configs.GATED_MAX_GROUP:
-        raise ValueError(f"group_size is {g}; the gated norm's groups are at most {configs.GATED_MAX_GROUP} "
-                         f"elements")
-    if g % VARIANT_ALIGN:
-        raise ValueError(f"group_size is {g}; the gated norm (z) needs groups of a multiple of {VARIANT_ALIGN} "
-                         f"elements")
-    check_variant_numerics(rstd is not None or return_rstd, round_once, hf, weight_offset, "z", "the gated norm",
-                           "HF's gated norms (Qwen3-Next, Mamba2) keep the weight as it is")
-    return g
-
-
 def gate_takes(x, z, weight) -> bool:
-    """Whether the gated kernels take a call on these tensors (the rules of check_gate_rules and
-    _check_gate_memory, for a patch that must fall back rather than refuse): 16-bit x, z and weight of one
+    """Whether the gated kernels take a call on these tensors (the C runtime's gate rules restated, for a patch
+    that must fall back rather than refuse, and that must trace under torch.compile): 16-bit x, z and weight of one
     dtype, rows of one stride, the row (the group) a multiple of 8 of at most GATED_MAX_GROUP, 16-byte
     aligned starts and row strides."""
     if x.dtype not in GATED_DTYPES or z.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype):
@@ -1036,23 +953,7 @@ def gate_takes(x, z, weight) -> bool:
             and starts_aligned(x, z, *(() if weight is None else (weight,))))
 
 
-def _check_gate_memory(call, z, g: int, norm_before_gate) -> GateCall:
-    """The gated norm's rules on memory: rows of one stride for x, z and out, row strides of whole
-    16-byte accesses, every tensor on a 16-byte boundary; out (x exactly, or apart) must not overlap z."""
-    zr = as_grouped_rows("z", z, call.shape)
-    check_vector_rows({"x": call.x, "z": zr, "out": call.out, "weight": call.weight}, "the gated norm (z)",
-                      VARIANT_ALIGN, one_stride=True)
-    o = call.out
-    if o is not None and o.n_rows and zr.n_rows and o.start < zr.end and zr.start < o.end:
-        raise ValueError("out overlaps z; out may be x exactly (in place), or apart from z")
-    gate = GateCall()
-    gate.z, gate.group_size, gate.gate_first = zr, g, 0 if norm_before_gate else 1
-    return gate
-
-
 # ----- the pair (b given: two parts of the same rows, MLA's q and kv latents, in one launch) -------------
-
-PAIR_DTYPES = torch_dtypes(configs.PAIR_DTYPES)
 
 
 class PairCall:
