@@ -175,9 +175,11 @@ class ForwardCall:
 # 2. the call's rules: the C runtime's (src/validate.cpp), asked through c_library.refuse_unless_accepted with
 #    the mapped call as the C ABI's struct (the *_verdict functions), their refusals in a Python caller's
 #    words (addrmsnorm_last_error_python): eps, weight_offset and numerics, then the kind's dtype pairings, H,
-#    and the pointers' alignment and overlap. So are the fused and plain norms and the backward checked; the
-#    quantized and QK calls still state their rules here, in the C runtime's order and words, and
-#    tests/test_validation_parity.py holds the two to the same verdict, exception type and argument named.
+#    and the pointers' alignment and overlap. A call without memory (a fake), and an output not yet
+#    allocated, passes stand-in addresses (StandIns).
+#
+# What this file still states of the rules (docs/guide.md, "Adding a variant"): the pairing of residual with
+# residual_out, z and b; check_rope (the functional forms' position check); sandwich_takes and gate_takes.
 
 
 def _check_out_dtype(out, x) -> None:
@@ -285,11 +287,13 @@ def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None,
 def _forward_scalars(eps, weight_offset, numerics, hf: bool, x_scale, post_weight_offset):
     """A norm call's scalars as the C ABI takes them: their Python types here (numerics: an index into
     configs.PLAIN_NUMERICS, or hf), their values the C runtime's rules. None: not given (eps: a stand-in)."""
-    for name, value in (("eps", eps), ("weight_offset", weight_offset), ("x_scale", x_scale),
-                        ("post_weight_offset", post_weight_offset)):
-        if value is not None:
-            check_real(name, value)
-    nhf, round_once = plain_numerics(numerics) if numerics is not None else (False, False)
+    if not (type(eps) is type(weight_offset) is type(x_scale) is type(post_weight_offset) is float):  # the hot path's
+        for name, value in (("eps", eps), ("weight_offset", weight_offset), ("x_scale", x_scale),
+                            ("post_weight_offset", post_weight_offset)):
+            if value is not None:
+                check_real(name, value)
+    if numerics is not None and type(numerics) is not int or numerics not in (None, 0, 1, 2):
+        plain_numerics(numerics)  # refuses it
     index = numerics if numerics is not None and (numerics or not hf) else int(hf)
     return (1e-6 if eps is None else float(eps), 0.0 if weight_offset is None else float(weight_offset), index,
             float(x_scale), float(post_weight_offset or 0.0))
@@ -605,7 +609,7 @@ def quant_verdict(x, residual, weight, quant_dtype, mode: str, scale, group_size
     if z is not None:
         a.z, a.stride_z = address(z.tensor), z.row_stride
     a.group_size, a.gate_first = _as_field(gate_group_size or 0), 0 if norm_before_gate else 1
-    a.quant = ctypes.cast(ctypes.pointer(q), ctypes.c_void_p)
+    a.quant = ctypes.addressof(q)
     c.refuse_unless_accepted(a)
 
 
@@ -892,7 +896,7 @@ def backward_verdict(rows: dict, H: int, rstd, weight, weight_offset: float, str
         rope = c.Rope(_as_field(style), _as_field(rotary_dim), c.DTYPE_ENUM.get(angles.dtype, 99), 0)
         rope.cos, rope.sin = (address(cos) if cos is not None else None), (address(sin) if sin is not None else None)
         rope.stride_cos, rope.stride_sin = strides.get("cos", 0), strides.get("sin", 0)
-        a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p)
+        a.rope = ctypes.addressof(rope)
     c.refuse_unless_accepted(a)
 
 
@@ -1436,7 +1440,7 @@ def qk_verdict(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num
         rope.cos = address(cos) if cos is not None else None
         rope.sin = address(sin) if sin is not None else None
         rope.stride_cos, rope.stride_sin = strides.get("cos", 0), strides.get("sin", 0)
-        a.rope = ctypes.cast(ctypes.pointer(rope), ctypes.c_void_p)
+        a.rope = ctypes.addressof(rope)
     c.refuse_unless_accepted(a)
 
 
