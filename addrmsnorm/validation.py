@@ -299,6 +299,26 @@ def _forward_scalars(eps, weight_offset, numerics, hf: bool, x_scale, post_weigh
             float(x_scale), float(post_weight_offset or 0.0))
 
 
+def _weights_scalars_gate(a, c, address, weight, other_weight, post_weight, eps: float, weight_offset: float,
+                          numerics: int, x_scale: float, post_weight_offset: float, z, group_size, norm_before_gate
+                          ) -> None:
+    """The fields every forward call's struct fills alike: the weights (weight_dtype is weight's, else
+    other_weight's, the one dtype the C ABI has for both: post_weight's or b_weight's), the scalars and flags, and
+    the gate (z: Rows or None)."""
+    a.weight = address(weight) if weight is not None else None
+    first = weight if weight is not None else other_weight
+    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
+    a.post_weight = address(post_weight) if post_weight is not None else None
+    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
+    if x_scale != 1.0:
+        a.flags |= c.FLAG_X_SCALE
+        a.x_scale = x_scale
+    a.post_weight_offset = post_weight_offset
+    if z is not None:
+        a.z, a.stride_z = address(z.tensor), z.row_stride
+    a.group_size, a.gate_first = _as_field(group_size or 0), 0 if norm_before_gate else 1
+
+
 def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, shape, H: int, eps: float,
                     weight_offset: float, numerics: int, x_scale: float, post_weight_offset: float,
                     address=None) -> None:
@@ -320,16 +340,9 @@ def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, s
     a.out, a.stride_out = (address(out.tensor), out.row_stride) if out is not None else (stand_in(), H)
     a.residual_out, a.stride_residual_out = ((address(residual_out.tensor), residual_out.row_stride)
                                              if residual_out is not None else (stand_in(), H))
-    a.weight = address(weight) if weight is not None else None
-    first = weight if weight is not None else post_weight  # the C ABI's one weight_dtype
-    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
-    a.post_weight = address(post_weight) if post_weight is not None else None
     a.rstd = address(rstd) if rstd is not None else None
-    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
-    if x_scale != 1.0:
-        a.flags |= c.FLAG_X_SCALE
-        a.x_scale = x_scale
-    a.post_weight_offset = post_weight_offset
+    _weights_scalars_gate(a, c, address, weight, post_weight, post_weight, eps, weight_offset, numerics, x_scale,
+                          post_weight_offset, None, 0, True)
     c.refuse_unless_accepted(a)
 
 
@@ -597,32 +610,27 @@ def quant_verdict(x, residual, weight, quant_dtype, mode: str, scale, group_size
     a.out, a.stride_out = (address(out.tensor), out.row_stride) if out is not None else (stand_in(), q_width)
     if y is not None:
         a.y, a.stride_y = address(y.tensor), y.row_stride
-    a.weight = address(weight) if weight is not None else None
-    first = weight if weight is not None else post_weight  # the C ABI's one weight_dtype
-    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
-    a.post_weight = address(post_weight) if post_weight is not None else None
-    a.eps, a.weight_offset = eps, weight_offset
-    if x_scale != 1.0:
-        a.flags |= c.FLAG_X_SCALE
-        a.x_scale = x_scale
-    a.post_weight_offset = post_weight_offset
-    if z is not None:
-        a.z, a.stride_z = address(z.tensor), z.row_stride
-    a.group_size, a.gate_first = _as_field(gate_group_size or 0), 0 if norm_before_gate else 1
+    _weights_scalars_gate(a, c, address, weight, post_weight, post_weight, eps, weight_offset, 0, x_scale,
+                          post_weight_offset, z, gate_group_size, norm_before_gate)
     a.quant = ctypes.addressof(q)
     c.refuse_unless_accepted(a)
 
 
-def _map_quant_rows(x, residual, out, residual_out, y_out, z, shape, quant_dtype, meta=False):
-    """The rows of a quantized call's tensors (as_rows; _FakeRows for fakes): x, residual, out, residual_out, y
-    and z, each None where not given (an in-place output shares its input's view)."""
-    n_rows = math.prod(shape[:-1])
-
+def _rows_or_fakes(n_rows: int, meta: bool):
+    """A mapping's rows of a tensor of a given shape: as_rows, or for fakes (no memory) the shape's check and
+    _FakeRows."""
     def rows(name, t, t_shape):
         if meta:
             check_shape(name, t, t_shape)
             return _fake_rows(t, n_rows, t_shape[-1])
         return as_rows(name, t, t_shape)
+    return rows
+
+
+def _map_quant_rows(x, residual, out, residual_out, y_out, z, shape, quant_dtype, meta=False):
+    """The rows of a quantized call's tensors (as_rows; _FakeRows for fakes): x, residual, out, residual_out, y
+    and z, each None where not given (an in-place output shares its input's view)."""
+    rows = _rows_or_fakes(math.prod(shape[:-1]), meta)
 
     zr = rows("z", z, shape) if z is not None else None
     xr = rows("x", x, shape)
@@ -1050,13 +1058,7 @@ def _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=F
     gate_of and norm_call): the dtypes the struct takes from another tensor, the shapes, the devices, the rows of
     one stride, and group_size's Python type. Returns the rows of z, b and b_out (None where not given; for fakes,
     ``meta``, _FakeRows) and b's width (0 without b)."""
-    n_rows = math.prod(shape[:-1])
-
-    def rows(name, t, t_shape):
-        if meta:
-            check_shape(name, t, t_shape)
-            return _fake_rows(t, n_rows, t_shape[-1])
-        return as_rows(name, t, t_shape)
+    rows = _rows_or_fakes(math.prod(shape[:-1]), meta)
 
     zr = br = bo = None
     if z is not None:
@@ -1112,19 +1114,9 @@ def plain_verdict(x, out, weight, rstd, H: int, scalars: tuple, z, group_size, n
         a.out, a.stride_out, a.stride_out_group = address(out.tensor), out.row_stride, getattr(out, "group_stride", 0)
     else:
         a.out, a.stride_out, a.stride_out_group = stand_in(), (g * H if g > 1 else H), (H if g > 1 else 0)
-    a.weight = address(weight) if weight is not None else None
-    first = weight if weight is not None else b_weight  # the C ABI's one weight_dtype
-    a.weight_dtype = c.DTYPE_ENUM[first.dtype] if first is not None else a.x_dtype
-    a.post_weight = address(post_weight) if post_weight is not None else None
     a.rstd = address(rstd) if rstd is not None else (stand_in() if return_rstd else None)
-    a.eps, a.weight_offset, a.numerics = eps, weight_offset, _as_field(numerics)
-    if x_scale != 1.0:
-        a.flags |= c.FLAG_X_SCALE
-        a.x_scale = x_scale
-    a.post_weight_offset = post_weight_offset
-    if z is not None:
-        a.z, a.stride_z = address(z.tensor), z.row_stride
-    a.group_size, a.gate_first = _as_field(group_size or 0), 0 if norm_before_gate else 1
+    _weights_scalars_gate(a, c, address, weight, b_weight, post_weight, eps, weight_offset, numerics, x_scale,
+                          post_weight_offset, z, group_size, norm_before_gate)
     if b is not None:
         a.b, a.stride_b, a.b_hidden = address(b.tensor), b.row_stride, b.tensor.shape[-1]
         if b_out is not None:
