@@ -87,9 +87,9 @@ def norm(x, residual, weight, eps, weight_offset=0.0, return_rstd=False, numeric
         call.out = v.as_grouped_rows("out", out, shape).as_group_of(call.x.group_rows)
         _launch_plain(call, rstd if return_rstd else None, numerics, pdl)
         return out, x.new_empty((0,)), rstd
-    v.check_gate_residual(z, residual)
     call = v.check_forward(x, residual, weight, eps=eps, weight_offset=weight_offset, numerics=numerics,
-                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset)
+                           x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
+                           group_size=group_size, norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     shape, device = call.shape, call.device
     out = torch.empty(shape, dtype=x.dtype, device=device)
@@ -116,20 +116,18 @@ def norm_into(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0
               b=None, b_weight=None, b_out=None):
     """addrmsnorm::norm_into: into caller-given outputs, which may alias x or residual exactly (residual_out
     exactly when residual is given), and rstd if given."""
-    v.check_residual_outputs(residual, residual_out)
     if residual is None:
         call = v.check_rmsnorm(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
                                x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
                                group_size=group_size, norm_before_gate=norm_before_gate, b=b, b_weight=b_weight,
-                               b_out=b_out)
+                               b_out=b_out, residual_out=residual_out)
         _check_runnable(call.device)
         _launch_plain(call, rstd if rstd is not None and rstd.numel() else None, numerics, pdl)
         return
-    v.check_gate_residual(z, residual)
-    v.check_pair_residual(b, b_weight, b_out, residual)
     call = v.check_forward(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                            numerics=numerics, x_scale=x_scale, post_weight=post_weight,
-                           post_weight_offset=post_weight_offset)
+                           post_weight_offset=post_weight_offset, z=z, group_size=group_size,
+                           norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b_out)
     _check_runnable(call.device)
     _launch_fused(call, rstd, numerics, pdl)
 
@@ -231,14 +229,6 @@ def _new_quant_outputs(call: v.QuantCall, quant_dtype, group_size, column_major_
     return q, scales
 
 
-def _gate_fields(residual, z, gate_group_size, norm_before_gate) -> dict:
-    """The gated norm's fields for check_quant: the plain norm's; with a residual, z is refused first."""
-    if residual is None:
-        return dict(z=z, gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
-    v.check_gate_residual(z, residual)
-    return {}
-
-
 def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=None,
                column_major_scales=False, ue8m0_scales=False, weight_offset=0.0, return_y=False, pdl=False,
                swizzled_scales=False, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None,
@@ -250,7 +240,7 @@ def norm_quant(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, 
                          column_major=column_major_scales, swizzled=swizzled_scales, eps=eps,
                          weight_offset=weight_offset, x_scale=x_scale, post_weight=post_weight,
                          post_weight_offset=post_weight_offset,
-                         **_gate_fields(residual, z, gate_group_size, norm_before_gate))
+                         z=z, gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     _check_quant_arch(call.device, quant_dtype)
     shape, device = call.shape, call.device
@@ -272,12 +262,11 @@ def norm_quant_into(x, residual, weight, out, residual_out, scales_out, y, eps, 
                     norm_before_gate=True):
     """addrmsnorm::norm_quant_into: into caller-given outputs. residual_out may alias residual or x exactly,
     y may alias x exactly."""
-    v.check_residual_outputs(residual, residual_out)
     call = v.check_quant(x, residual, weight, out.dtype if isinstance(out, torch.Tensor) else out, scale,
                          group_size, scale_ub, out, residual_out, scales_out, y, ue8m0=ue8m0_scales,
                          swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset, x_scale=x_scale,
                          post_weight=post_weight, post_weight_offset=post_weight_offset,
-                         **_gate_fields(residual, z, gate_group_size, norm_before_gate))
+                         z=z, gate_group_size=gate_group_size, norm_before_gate=norm_before_gate)
     _check_runnable(call.device)
     _check_quant_arch(call.device, out.dtype)
     _launch_quant(call, residual is not None, scale, scale_ub, ue8m0_scales, pdl)

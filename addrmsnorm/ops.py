@@ -136,13 +136,12 @@ def _fake_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
         v.check_rmsnorm_meta(x, weight, out, rstd, eps=eps, weight_offset=weight_offset, numerics=numerics,
                              x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,
                              group_size=group_size, norm_before_gate=norm_before_gate, return_rstd=return_rstd,
-                             b=b, b_weight=b_weight, b_out=b_out)
+                             b=b, b_weight=b_weight, b_out=b_out, residual_out=residual_out)
     else:
-        v.check_gate_residual(z, residual)
-        v.check_pair_residual(b, b_weight, b_out, residual)
         v.check_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                              numerics=numerics, x_scale=x_scale, post_weight=post_weight,
-                             post_weight_offset=post_weight_offset)
+                             post_weight_offset=post_weight_offset, z=z, group_size=group_size,
+                             norm_before_gate=norm_before_gate, b=b, b_weight=b_weight, b_out=b_out)
 
 
 @torch.library.register_fake(f"{NAMESPACE}::norm")
@@ -167,7 +166,6 @@ def _(x, residual, weight, eps, weight_offset=0.0, numerics=0, pdl=False, x_scal
 def _(x, residual, weight, out, residual_out, rstd, eps, weight_offset=0.0, numerics=0, pdl=False, x_scale=1.0,
       post_weight=None, post_weight_offset=0.0, z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None,
       b_out=None):
-    v.check_residual_outputs(residual, residual_out)
     _fake_forward_meta(x, residual, weight, out, residual_out, rstd, eps=eps, weight_offset=weight_offset,
                        numerics=numerics, x_scale=x_scale, post_weight=post_weight,
                        post_weight_offset=post_weight_offset, z=z, group_size=group_size,
@@ -193,7 +191,6 @@ def _(x, residual, weight, eps, quant_dtype, scale=None, group_size=0, scale_ub=
 def _(x, residual, weight, out, residual_out, scales_out, y, eps, scale=None, group_size=0, scale_ub=None,
       ue8m0_scales=False, weight_offset=0.0, pdl=False, swizzled_scales=False, x_scale=1.0, post_weight=None,
       post_weight_offset=0.0, z=None, gate_group_size=0, norm_before_gate=True):
-    v.check_residual_outputs(residual, residual_out)
     v.check_quant_meta(x, residual, weight, out.dtype, scale, group_size, scale_ub, out, residual_out, scales_out, y,
                        ue8m0=ue8m0_scales, swizzled=swizzled_scales, eps=eps, weight_offset=weight_offset,
                        x_scale=x_scale, post_weight=post_weight, post_weight_offset=post_weight_offset, z=z,

@@ -246,14 +246,6 @@ def sandwich_takes(x, residual, post_weight, weight) -> bool:
         for t in tensors)
 
 
-def check_residual_outputs(residual, residual_out) -> None:
-    """The operators' pairing of residual and residual_out (both given, or neither)."""
-    if residual is None and residual_out is not None:
-        raise ValueError("residual_out is given but residual is None: the plain norm writes no residual")
-    if residual is not None and residual_out is None:
-        raise ValueError("residual_out is None but residual is given: the fused norm writes h there")
-
-
 def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None, z=None):
     """The mapping of a norm call (residual None: the plain norm) up to the views: dtypes, dims, the
     outputs' dtypes, the weights, devices. Returns (shape, H, device)."""
@@ -321,11 +313,12 @@ def _weights_scalars_gate(a, c, address, weight, other_weight, post_weight, eps:
 
 def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, shape, H: int, eps: float,
                     weight_offset: float, numerics: int, x_scale: float, post_weight_offset: float,
-                    address=None) -> None:
+                    address=None, parts=None) -> None:
     """The C runtime's rules on a mapped fused call (addrmsnorm_norm_check, no driver), its refusal raised in a
     Python caller's words, as torch_ext/ops.cpp's norm_call raises it. x, residual, out and residual_out are
-    Rows (or, for fakes, _FakeRows; out and residual_out None: new, contiguous, they stand in); ``address``:
-    StandIns for fakes."""
+    Rows (or, for fakes, _FakeRows; out None: the functional form, whose new out and residual_out stand in);
+    ``parts``: a gate's or a pair's (z, group_size, norm_before_gate, b, b_weight, b_out), which the C runtime
+    refuses with a residual; ``address``: StandIns for fakes."""
     c = _c()
 
     address = address or _address
@@ -338,21 +331,48 @@ def forward_verdict(x, residual, weight, out, residual_out, rstd, post_weight, s
     a.residual, a.stride_residual = address(residual.tensor), residual.row_stride
     a.residual_dtype = c.DTYPE_ENUM[residual.tensor.dtype]
     a.out, a.stride_out = (address(out.tensor), out.row_stride) if out is not None else (stand_in(), H)
-    a.residual_out, a.stride_residual_out = ((address(residual_out.tensor), residual_out.row_stride)
-                                             if residual_out is not None else (stand_in(), H))
+    if residual_out is not None:
+        a.residual_out, a.stride_residual_out = address(residual_out.tensor), residual_out.row_stride
+    elif out is None:
+        a.residual_out, a.stride_residual_out = stand_in(), H
     a.rstd = address(rstd) if rstd is not None else None
+    z, group_size, norm_before_gate, b, b_weight, b_out = parts or (None, 0, True, None, None, None)
     _weights_scalars_gate(a, c, address, weight, post_weight, post_weight, eps, weight_offset, numerics, x_scale,
-                          post_weight_offset, None, 0, True)
+                          post_weight_offset, z, group_size, norm_before_gate)
+    _pair_fields(a, address, b, b_weight, b_out)
     c.refuse_unless_accepted(a)
 
 
+def _pair_fields(a, address, b, b_weight, b_out) -> None:
+    """The pair's fields (b, b_out: Rows or None; b_weight a tensor): without b, its weight and output are passed on
+    for the C runtime to refuse by name."""
+    if b is not None:
+        a.b, a.stride_b, a.b_hidden = address(b.tensor), b.row_stride, b.tensor.shape[-1]
+        if b_out is not None:
+            a.b_out, a.stride_b_out = address(b_out.tensor), b_out.row_stride
+    elif b_out is not None:
+        a.b_out = address(b_out.tensor)
+    a.b_weight = address(b_weight) if b_weight is not None else None
+
+
+def _fused_parts(x, weight, shape, z, group_size, norm_before_gate, b, b_weight, b_out, meta=False):
+    """A gate's or a pair's tensors given to a fused call, mapped (the plain norm's mapping) for the C runtime to
+    refuse with the residual; None where none is given."""
+    if z is None and b is None and b_weight is None and b_out is None:
+        return None
+    zr, br, bo, _ = _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=meta)
+    return zr, group_size, norm_before_gate, br, b_weight, bo
+
+
 def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                       weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0):
+                       weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0,
+                       z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None, b_out=None):
     """A fused call's checks without memory (the fake implementations'): the mapping, then the C runtime's
     rules on addresses that stand in for the tensors' (alignment and aliasing are checked when the call runs).
     Returns (shape, H, device)."""
     shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
-    check_same_shape(shape, {"residual": residual, "out": out, "residual_out": residual_out})
+    parts = _fused_parts(x, weight, shape, z, group_size, norm_before_gate, b, b_weight, b_out, meta=True)
+    check_same_shape(shape, {"out": out} if parts else {"residual": residual, "out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape, post_weight is not None)
     scalars = _forward_scalars(eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
     n_rows = math.prod(shape[:-1])
@@ -360,7 +380,7 @@ def check_forward_meta(x, residual, weight, out=None, residual_out=None, rstd=No
     rows = {name: _fake_rows(t, n_rows, H) if t is not None else None
             for name, t in (("x", x), ("residual", residual), ("out", out), ("residual_out", residual_out))}
     forward_verdict(rows["x"], rows["residual"], weight, rows["out"], rows["residual_out"], rstd, post_weight, shape,
-                    H, *scalars, address=fake)
+                    H, *scalars, address=fake, parts=parts)
     return shape, H, device
 
 
@@ -386,19 +406,26 @@ def _view_rows(x, residual, shape, outputs: dict):
 
 
 def check_forward(x, residual, weight, out=None, residual_out=None, rstd=None, *, hf=False, eps=None,
-                  weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0
-                  ) -> ForwardCall:
+                  weight_offset=None, numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0,
+                  z=None, group_size=0, norm_before_gate=True, b=None, b_weight=None, b_out=None) -> ForwardCall:
     """Every check of a fused forward: the mapping (Python types, dtypes, shapes, devices), in
     torch_ext/ops.cpp's order, then the C runtime's rules (forward_verdict). ``out`` and ``residual_out`` may be
     None (the caller allocates them after this returns; they stand in). ``post_weight`` makes it the sandwich
     norm (h = residual + rmsnorm(x; post_weight))."""
     shape, H, device = _map_forward(x, residual, weight, out, residual_out, rstd, post_weight)
-    xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
+    parts = _fused_parts(x, weight, shape, z, group_size, norm_before_gate, b, b_weight, b_out)
+    if parts is not None:  # refused for the residual by the C runtime, first: residual's rows are not mapped
+        xr, outputs = as_rows("x", x, shape), {"out": as_rows("out", out, shape)} if out is not None else {}
+        rr = _FakeRows(residual, xr.n_rows, xr.row_stride)
+        if residual_out is not None:
+            outputs["residual_out"] = _FakeRows(residual_out, xr.n_rows, xr.row_stride)
+    else:
+        xr, rr, outputs = _view_rows(x, residual, shape, {"out": out, "residual_out": residual_out})
     _check_rstd_layout(rstd, shape, post_weight is not None)
     eps, weight_offset, numerics, x_scale, post_weight_offset = _forward_scalars(
         eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
     forward_verdict(xr, rr, weight, outputs.get("out"), outputs.get("residual_out"), rstd, post_weight, shape, H,
-                    eps, weight_offset, numerics, x_scale, post_weight_offset)
+                    eps, weight_offset, numerics, x_scale, post_weight_offset, parts=parts)
     call = ForwardCall(shape, H, device, xr, rr, Rows(weight, 1, H) if weight is not None else None,
                        outputs.get("out"), outputs.get("residual_out"))
     call.eps, call.weight_offset, call.hf, call.x_scale = eps, weight_offset, numerics != 0, x_scale
@@ -944,12 +971,6 @@ def gate_activation_index(activation) -> int:
     return GATE_ACTIVATIONS.index(activation)
 
 
-def check_gate_residual(z, residual) -> None:
-    """The gated norm normalizes x alone: z with a residual is refused (validate_norm says the same)."""
-    if z is not None and residual is not None:
-        raise ValueError("z is the gated norm's gate, which normalizes x alone: it takes no residual")
-
-
 def gate_takes(x, z, weight) -> bool:
     """Whether the gated kernels take a call on these tensors (the C runtime's gate rules restated, for a patch
     that must fall back rather than refuse, and that must trace under torch.compile): 16-bit x, z and weight of one
@@ -973,12 +994,6 @@ class PairCall:
     after the check)."""
 
     __slots__ = ("b", "weight", "out", "H")
-
-
-def check_pair_residual(b, b_weight, b_out, residual) -> None:
-    """The pair normalizes x alone: b (or its weight or output) with a residual is refused."""
-    if residual is not None and (b is not None or b_weight is not None or b_out is not None):
-        raise ValueError("b is the pair's second part, which normalizes x alone: it takes no residual")
 
 
 # ----- the plain norm (no residual) ---------------------------------------------------------------
@@ -1068,8 +1083,8 @@ def _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=F
         zr = rows("z", z, shape)
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
         raise ValueError(f"group_size is {group_size!r}; it must be an int dividing H = {shape[-1]}")
-    if b is None:
-        return zr, None, None, 0
+    if b is None:  # b's output without b: passed on by address, for the C runtime to refuse by name
+        return zr, None, (_FakeRows(check_tensor("b_out", b_out), 0, 0) if b_out is not None else None), 0
     check_tensor("b", b)
     if b.dtype != x.dtype:
         raise TypeError(f"b has dtype {b.dtype}; it must be x's dtype ({x.dtype})")
@@ -1094,7 +1109,7 @@ def _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=F
 
 
 def plain_verdict(x, out, weight, rstd, H: int, scalars: tuple, z, group_size, norm_before_gate, b, b_weight, b_out,
-                  post_weight, return_rstd: bool, address=None) -> None:
+                  post_weight, return_rstd: bool, address=None, residual_out=None) -> None:
     """The C runtime's rules on a mapped plain-norm call (addrmsnorm_norm_check, no driver), raised in a Python
     caller's words, as torch_ext/ops.cpp's norm_call raises them. x and out are GroupedRows of one addressing (out
     None: new, contiguous, it stands in), z, b and b_out Rows (each None where not given; for fakes, _FakeRows),
@@ -1115,22 +1130,19 @@ def plain_verdict(x, out, weight, rstd, H: int, scalars: tuple, z, group_size, n
     else:
         a.out, a.stride_out, a.stride_out_group = stand_in(), (g * H if g > 1 else H), (H if g > 1 else 0)
     a.rstd = address(rstd) if rstd is not None else (stand_in() if return_rstd else None)
+    a.residual_out = address(residual_out) if residual_out is not None else None  # refused: no residual
     _weights_scalars_gate(a, c, address, weight, b_weight, post_weight, eps, weight_offset, numerics, x_scale,
                           post_weight_offset, z, group_size, norm_before_gate)
-    if b is not None:
-        a.b, a.stride_b, a.b_hidden = address(b.tensor), b.row_stride, b.tensor.shape[-1]
-        if b_out is not None:
-            a.b_out, a.stride_b_out = address(b_out.tensor), b_out.row_stride
-    a.b_weight = address(b_weight) if b_weight is not None else None
+    _pair_fields(a, address, b, b_weight, b_out)
     c.refuse_unless_accepted(a)
 
 
 def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None, numerics=None,
                        x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-                       norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None):
+                       norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None, residual_out=None):
     """A plain-norm call's checks without memory (the fake implementations'): the mapping, then the C runtime's
     rules on stand-in addresses. Returns (shape, H, device)."""
-    shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
+    shape, H, device = _map_forward(x, None, weight, out, residual_out, rstd, z=z)
     if out is not None and out is not x:
         check_same_shape(shape, {"out": out})
     zr, br, bo, _ = _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=True)
@@ -1139,18 +1151,18 @@ def check_rmsnorm_meta(x, weight, out=None, rstd=None, *, hf=False, eps=None, we
     n_rows = math.prod(shape[:-1])
     plain_verdict(_fake_rows(x, n_rows, H), _fake_rows(out, n_rows, H) if out is not None else None, weight, rstd,
                   H, scalars, zr, group_size, norm_before_gate, br, b_weight, bo, post_weight, return_rstd,
-                  address=StandIns())
+                  address=StandIns(), residual_out=residual_out)
     return shape, H, device
 
 
 def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_offset=None,
                   numerics=None, x_scale=1.0, post_weight=None, post_weight_offset=0.0, z=None, group_size=0,
-                  norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None) -> NormCall:
+                  norm_before_gate=True, return_rstd=False, b=None, b_weight=None, b_out=None, residual_out=None) -> NormCall:
     """Every check of a plain-norm call: the mapping (Python types, dtypes, shapes, devices), in
     torch_ext/ops.cpp's order, then the C runtime's rules (plain_verdict). ``out`` None: the caller allocates a
     contiguous one after this returns (then call.out is None). z given is the gated norm (call.gate), b the
     pair (call.pair)."""
-    shape, H, device = _map_forward(x, None, weight, out, None, rstd, z=z)
+    shape, H, device = _map_forward(x, None, weight, out, residual_out, rstd, z=z)
     zr, br, bo, Hb = _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out)
     xr = as_grouped_rows("x", x, shape)
     orr = None
@@ -1161,7 +1173,7 @@ def check_rmsnorm(x, weight, out=None, rstd=None, *, hf=False, eps=None, weight_
     _check_rstd_layout(rstd, shape)
     scalars = _forward_scalars(eps, weight_offset, numerics, hf, x_scale, post_weight_offset)
     plain_verdict(xr, orr, weight, rstd, H, scalars, zr, group_size, norm_before_gate, br, b_weight, bo,
-                  post_weight, return_rstd)
+                  post_weight, return_rstd, residual_out=residual_out)
     eps, weight_offset, numerics = scalars[:3]
     call = NormCall()
     call.shape, call.H, call.device, call.out, call.weight = shape, H, device, orr, weight
