@@ -178,8 +178,8 @@ class ForwardCall:
 #    and the pointers' alignment and overlap. A call without memory (a fake), and an output not yet
 #    allocated, passes stand-in addresses (StandIns).
 #
-# What this file still states of the rules (docs/guide.md, "Adding a variant"): the pairing of residual with
-# residual_out, z and b; check_rope (the functional forms' position check); sandwich_takes and gate_takes.
+# What this file still states of the rules (docs/guide.md, "Adding a variant"): check_rope (the functional forms'
+# position check); sandwich_takes and gate_takes (they trace under torch.compile, where no C call runs).
 
 
 def _check_out_dtype(out, x) -> None:
