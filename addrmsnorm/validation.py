@@ -88,6 +88,17 @@ def check_tensor(name: str, t) -> torch.Tensor:
     return t
 
 
+def _check_given(x, **tensors) -> None:
+    """x, then each other given tensor (None: not given), a torch.Tensor of a supported dtype, in the order named;
+    x of at least one dimension, (..., H)."""
+    check_tensor("x", x)
+    for name, t in tensors.items():
+        if t is not None:
+            check_tensor(name, t)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension (..., H)")
+
+
 def check_weight_dtype(dtype) -> None:
     """A module's weight dtype (its dtype= argument, or torch's default dtype where it is None)."""
     if dtype not in SUPPORTED_DTYPES:
@@ -249,19 +260,7 @@ def sandwich_takes(x, residual, post_weight, weight) -> bool:
 def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None, z=None):
     """The mapping of a norm call (residual None: the plain norm) up to the views: dtypes, dims, the
     outputs' dtypes, the weights, devices. Returns (shape, H, device)."""
-    x = check_tensor("x", x)
-    if z is not None:
-        check_tensor("z", z)
-    if residual is not None:
-        check_tensor("residual", residual)
-    if weight is not None:  # None: the weightless norm
-        check_tensor("weight", weight)
-    if out is not None:
-        check_tensor("out", out)
-    if residual_out is not None:
-        check_tensor("residual_out", residual_out)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (..., H)")
+    _check_given(x=x, z=z, residual=residual, weight=weight, out=out, residual_out=residual_out)
     H = x.shape[-1]
     _check_out_dtype(out, x)
     if residual_out is not None and residual is not None and residual_out.dtype != residual.dtype:
@@ -538,17 +537,7 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
                         f"{quant_dtype}")
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
-    x = check_tensor("x", x)
-    if residual is not None:
-        check_tensor("residual", residual)
-    if weight is not None:
-        check_tensor("weight", weight)
-    if residual_out is not None:
-        check_tensor("residual_out", residual_out)
-    if y_out is not None:
-        check_tensor("y", y_out)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (..., H)")
+    _check_given(x=x, residual=residual, weight=weight, residual_out=residual_out, y=y_out)
     shape, H = x.shape, x.shape[-1]
     if residual_out is not None and residual is not None and residual_out.dtype != residual.dtype:
         raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
