@@ -689,7 +689,7 @@ def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
 # The gated norm (kernels.py's GATED: Qwen3-Next's and Mamba2's rmsnorm with a silu gate of z, over groups
 # of a row) is the plain norm's single pass over a group, z's group read beside x's: rows of its own, each
 # 6 kernels per arch (fp16, bf16 and fp32 x and z, weights of x's dtype, vector-aligned rows, the contract
-# and HF's form). A group wider than the last row is refused (validation.GATED_MAX_GROUP): the families'
+# and HF's form). A group wider than the last row is refused (GATED_MAX_GROUP, the C runtime's rule): the families'
 # groups are 128 (Qwen3-Next's value heads) to 8192 (Mamba2's one group of d_inner). Each thread holds at
 # most 16 elements of x and of z; fp32 x (training without autocast) takes the same rows. Not yet tuned
 # on the GPU.

@@ -94,7 +94,6 @@ struct Rows {
 };
 
 // Whether any byte of a is a byte of b: exact for equal row strides, conservative otherwise.
-// The same rule as validation._overlaps in the Python package.
 bool overlaps(Rows a, Rows b) {
     if (a.rows == 0 || b.rows == 0) return false;
     const __int128 pa = a.ptr, pb = b.ptr;
@@ -133,7 +132,6 @@ addrmsnorm_status check_output_input(const Rows& o, const Rows& in, bool may_ali
 
 // An output's name in messages: the input it is exactly, where it is written in place (an in-place
 // caller passed x and residual, not out and residual_out): residual_out's own input first.
-// validation._written_name.
 const char* written_name(const Rows& o, const Rows& x, const Rows& res) {
     if (o.rows <= 0) return o.name;
     const bool residual_first = std::string_view(o.name) == "residual_out";
@@ -144,7 +142,7 @@ const char* written_name(const Rows& o, const Rows& x, const Rows& res) {
     return o.name;
 }
 
-// " (x is written in place)", " (x and residual are written in place)" or "": validation._in_place_note.
+// " (x is written in place)", " (x and residual are written in place)" or "": what a message adds for an in-place call.
 std::string in_place_note(const char* a, const char* b, const Rows& oa, const Rows* ob) {
     const bool ia = a != oa.name, ib = ob != nullptr && b != ob->name;
     if (ia && ib) return std::string(" (") + a + " and " + b + " are written in place)";
@@ -197,7 +195,7 @@ addrmsnorm_status validate_forward(const Call& c) {
     if (c.hidden > INT32_MAX)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "hidden (H) must be < 2^31, got %lld", (long long)c.hidden);
     const bool sandwich = c.post_weight != nullptr;
-    if (sandwich) {  // validation._sandwich_dtype_rules
+    if (sandwich) {  // the sandwich norm's dtypes
         if (!takes_dtype(kSandwichDtypes, c.x_dtype))
             return fail(ADDRMSNORM_ERROR_UNSUPPORTED_DTYPE, "x_dtype is %s; the sandwich norm (post_weight) takes %s",
                         dtype_name(c.x_dtype), dtype_list(kSandwichDtypes).c_str());
@@ -241,7 +239,7 @@ addrmsnorm_status validate_forward(const Call& c) {
     }
     if (c.rstd != nullptr && reinterpret_cast<uintptr_t>(c.rstd) % 4 != 0)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "rstd is not aligned to 4 bytes");
-    if (sandwich) {  // validation._check_sandwich_alignment: 16-byte accesses only
+    if (sandwich) {  // the sandwich norm: 16-byte accesses only
         const int order[6] = {0, 1, 4, 5, 2, 3};  // the Python check's: the inputs, then the outputs
         for (int i : order) {
             const Named& v = views[i];
@@ -473,7 +471,7 @@ addrmsnorm_status validate_quant(const Call& c) {
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "scale_ub bounds a dynamic scale; a static scale takes none");
     if (is_static && (qd.flags & ADDRMSNORM_QUANT_UE8M0))
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "ue8m0_scales rounds dynamic scales; a static scale is used as given");
-    if (c.post_weight != nullptr) {  // validation._quant_rules: the sandwich norm's built outputs (configs.SANDWICH_QUANT)
+    if (c.post_weight != nullptr) {  // the sandwich norm's built outputs (configs.SANDWICH_QUANT)
         ADDRMSNORM_REFUSE_IF(!quant_built(kSandwichQuant, qd.mode, -1),
                              "post_weight (the sandwich norm) takes the quantized outputs %s (fp8 for static, token and "
                              "group), not %s", quant_mode_list(kSandwichQuant, ", ").c_str(), quant_mode_name(qd.mode));
@@ -481,7 +479,7 @@ addrmsnorm_status validate_quant(const Call& c) {
                              "post_weight (the sandwich norm) quantizes to float8_e4m3fn in the static, per-token and "
                              "per-group modes, not int8");
     }
-    // The gated norm's quantized outputs (validation._quant_rules): the gate's rules, then the built modes.
+    // The gated norm's quantized outputs: the gate's rules, then the built modes.
     if (c.z != nullptr) {
         if (addrmsnorm_status st = check_gate_rules(c); st != ADDRMSNORM_SUCCESS) return st;
         ADDRMSNORM_REFUSE_IF(!quant_built(kGatedQuant, qd.mode, qd.dtype),
@@ -635,7 +633,7 @@ struct Grouped {
 
 bool spans_meet(uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; }
 
-// validation._rows_self_overlap: two rows of an output sharing memory.
+// Two rows of an output sharing memory.
 addrmsnorm_status check_grouped_self_overlap(const Grouped& o, int64_t hidden) {
     if (o.rows * o.heads <= 1) return ADDRMSNORM_SUCCESS;
     if (o.heads == 1) {
@@ -672,7 +670,7 @@ addrmsnorm_status check_pointer(const char* name, const void* p, int elem) {
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation.check_vector_rows: the views of a variant built for 16-byte accesses alone, in order: each row
+// The views of a variant built for 16-byte accesses alone, in order: each row
 // stride (stride_name NULL: a weight, its start alone) a multiple of kVariantAlign and each start on a
 // 16-byte boundary. NULL pointers (absent weights) are skipped.
 struct VectorView {
@@ -696,7 +694,7 @@ addrmsnorm_status check_vector_views(const VectorView* views, int n, const char*
     return ADDRMSNORM_SUCCESS;
 }
 
-// The rules the single pass's no-rstd variants share (validation.check_variant_numerics): no rstd, numerics 0 or 1,
+// The rules the single pass's no-rstd variants share: no rstd, numerics 0 or 1,
 // and HF's numerics with the weight as it is. input: the variant's own input (z, b); hf_form: why HF's keeps it.
 addrmsnorm_status check_variant_numerics(const Call& c, const char* input, const char* variant, const char* hf_form) {
     ADDRMSNORM_REFUSE_IF(c.rstd != nullptr, "rstd must be NULL with %s: %s writes no rstd", input, variant);
@@ -707,7 +705,7 @@ addrmsnorm_status check_variant_numerics(const Call& c, const char* input, const
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation.check_gate_rules: the gated norm's rules that need no memory, in its order.
+// The gated norm's rules that need no memory, in order.
 addrmsnorm_status check_gate_rules(const Call& c) {
     ADDRMSNORM_REFUSE_IF(c.groups > 1, "x: the gated norm takes rows of one stride (groups must be 0 or 1 with z; its "
                          "groups are group_size)");
@@ -733,7 +731,7 @@ addrmsnorm_status check_gate_rules(const Call& c) {
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation._check_gate_memory: 16-byte rows and tensors; out apart from z.
+// The gated norm's memory: 16-byte rows and tensors; out apart from z.
 addrmsnorm_status check_gate_memory(const Call& c, const Grouped& out, uintptr_t out_end) {
     if (addrmsnorm_status st = check_pointer("z", c.z, dtype_size(c.x_dtype)); st != ADDRMSNORM_SUCCESS) return st;
     ADDRMSNORM_REFUSE_IF(c.rows > 1 && (c.stride_z < 0 || c.stride_z > INT64_MAX / 8),
@@ -749,7 +747,7 @@ addrmsnorm_status check_gate_memory(const Call& c, const Grouped& out, uintptr_t
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation.check_pair_rules: the pair's rules that need no memory, in its order.
+// The pair's rules that need no memory, in order.
 addrmsnorm_status check_pair_rules(const Call& c) {
     ADDRMSNORM_REFUSE_IF(c.z != nullptr, "b is the pair's second part: the pair takes no gate (z)");
     ADDRMSNORM_REFUSE_IF(c.groups > 1, "x: the pair takes rows of one stride (groups must be 0 or 1 with b)");
@@ -777,7 +775,7 @@ addrmsnorm_status check_pair_rules(const Call& c) {
     return check_variant_numerics(c, "b", "the pair", "the latent norms (DeepSeek-V3's) are LlamaRMSNorm's form");
 }
 
-// validation.rows_interleave_apart: two views of rows of one stride, the same stride, whose columns never
+// Two views of rows of one stride, the same stride, whose columns never
 // meet (column slices of one buffer).
 bool rows_interleave_apart(const Grouped& u, int64_t hu, const Grouped& v, int64_t hv) {
     if (u.heads != 1 || v.heads != 1 || u.elem != v.elem || u.stride != v.stride) return false;
@@ -788,7 +786,7 @@ bool rows_interleave_apart(const Grouped& u, int64_t hu, const Grouped& v, int64
     return d >= hu && d + hv <= S;
 }
 
-// validation._check_pair_memory: 16-byte rows and tensors; out may be x and b_out b exactly, and no output
+// The pair's memory: 16-byte rows and tensors; out may be x and b_out b exactly, and no output
 // meets another tensor (column slices of one buffer, interleaved, do not meet).
 addrmsnorm_status check_pair_memory(const Call& c, const Grouped& x, const Grouped& out) {
     const int xs = dtype_size(c.x_dtype);
@@ -841,7 +839,7 @@ addrmsnorm_status check_pair_memory(const Call& c, const Grouped& x, const Group
     return ADDRMSNORM_SUCCESS;
 }
 
-// validation._check_gate_memory for a quantized call: q in out's place, its bytes (fp4 q is packed) a row.
+// The gated norm's memory for a quantized call: q in out's place, its bytes (fp4 q is packed) a row.
 addrmsnorm_status check_quant_gate_memory(const Call& c) {
     const Grouped q{"out", reinterpret_cast<uintptr_t>(c.out), c.rows, 1, c.stride_out, 0, 1};
     return check_gate_memory(c, q, q.end(c.hidden));
@@ -1143,7 +1141,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
         ADDRMSNORM_REFUSE_IF(a.x_scale != 0.0, "x_scale is %s but ADDRMSNORM_FLAG_X_SCALE is not set",
                              shortest(a.x_scale).c_str());
     }
-    // The sandwich norm (validation.check_post_weight_scalars).
+    // The sandwich norm's scalars.
     const bool sandwich = a.post_weight != nullptr;
     if (addrmsnorm_status st = check_scalar("post_weight_offset", a.post_weight_offset, false); st != ADDRMSNORM_SUCCESS)
         return st;
@@ -1156,7 +1154,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
     ADDRMSNORM_REFUSE_IF(sandwich && scaled && a.x_scale != 1.0,
                          "x_scale is %s with post_weight: the sandwich norm adds rmsnorm(x) unscaled",
                          shortest(a.x_scale).c_str());
-    // The gated norm (validation.check_gate_rules: the fields without z; z with a residual).
+    // The gated norm: the fields without z; z with a residual.
     const bool gated = a.z != nullptr;
     ADDRMSNORM_REFUSE_IF(!gated && a.group_size != 0, "group_size is %lld but z is NULL: it is the gated norm's group",
                          (long long)a.group_size);
@@ -1166,7 +1164,7 @@ addrmsnorm_status validate_norm(const addrmsnorm_norm_args* args, Call* c) {
                          "z is NULL but stride_z or gate is set: they describe the gated norm's gate");
     ADDRMSNORM_REFUSE_IF(gated && a.residual != nullptr,
                          "z is the gated norm's gate, which normalizes x alone: it takes no residual");
-    // The pair (validation.check_pair_residual, and the fields without b).
+    // The pair: b with a residual, and the fields without b.
     const bool pair = a.b != nullptr;
     ADDRMSNORM_REFUSE_IF(!pair && a.b_weight != nullptr, "b_weight is given but b is NULL: it is the pair's second weight");
     ADDRMSNORM_REFUSE_IF(!pair && a.b_out != nullptr, "b_out is given but b is NULL: it is the pair's second output");

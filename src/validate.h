@@ -69,7 +69,7 @@ addrmsnorm_status validate_qk(const Call& c);
 addrmsnorm_status validate_quant(const Call& c);
 addrmsnorm_status validate_forward(const Call& c);
 
-// The rotation's rules (validation.check_rope's), for `tokens` rows of heads `hidden` wide, none of whose
+// The rotation's rules, for `tokens` rows of heads `hidden` wide, none of whose
 // tensors may meet the written bytes [w0, w1). *rotary_dim gets the rotated columns (0 read as hidden).
 addrmsnorm_status validate_rope(const addrmsnorm_rope& r, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
                                 int64_t tokens, int64_t hidden, bool hf, uintptr_t w0, uintptr_t w1,
