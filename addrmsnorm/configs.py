@@ -157,8 +157,10 @@ QUANT_UNHINTED_LOOP_MAX_H = 65536
 # N*H = 2**25); docs/perf-notes.md has them by topic. Within about 2 points of the
 # roofline, differences are run-to-run noise, and the rows were left as they were.
 #
-# Evict-last: every single-pass row loads x and residual with the evict-last L2 hint, the hint of
-# torch.compile's first read (docs/perf-notes.md, "Bulk single pass", and the row-by-row table).
+# Evict-last: the single-pass rows load x and residual with the evict-last L2 hint, the hint of
+# torch.compile's first read (docs/perf-notes.md, "Bulk single pass", and the row-by-row table), but the plain
+# forward's 16-bit rows at 2048 < H <= 4096 and 6144 < H <= 8192 (measured on an H100, perf-notes "The candidate
+# rows, measured").
 
 
 def _small_h_rows(act_bytes: int) -> list:
@@ -186,19 +188,24 @@ def _table(large_h_rows) -> tuple[TableRule, ...]:
 def _forward_large_h_rows(act_bytes: int) -> list:
     # Each row's measurements: docs/perf-notes.md, "The forward table, row by row".
     return [
-        # 2048 < H <= 4096: 16-bit streams one pass of 8 warps (the fp4 epilogues and the plain norm's fp8
-        # ones 4), the weight loaded with x (decode); 4-byte streams the re-read path (two passes, the second re-reading x and residual from L2).
+        # 2048 < H <= 4096: 16-bit streams one pass, the weight loaded with x (decode): the quantized forward 8
+        # warps (the fp4 epilogues and the plain norm's fp8 ones 4), the plain forward its own row below; 4-byte
+        # streams the re-read path (two passes, the second re-reading x and residual from L2).
         *([(4096, _single(4096, 1, 4, evict_last=False), _PLAIN_FP8),
-           (4096, _single(4096, 1, 4, weight_first=True), _QUANT_FP4)] if act_bytes == 2 else []),
-        (4096, _single(4096, 1, 8, weight_first=True) if act_bytes == 2 else _reread(2048, 16)),
+           (4096, _single(4096, 1, 4, weight_first=True), _QUANT_FP4),
+           (4096, _single(4096, 1, 8, weight_first=True), _QUANT_ALL)] if act_bytes == 2 else []),
+        # The plain forward's 16-bit row: 4 warps without evict-last (the prefill chunks on an H100, perf-notes
+        # "The candidate rows, measured"), the weight still first.
+        (4096, _single(4096, 1, 4, weight_first=True, evict_last=False) if act_bytes == 2 else _reread(2048, 16)),
         # 4096 < H <= 6144, 16-bit streams: 8 warps, the weight after the reduction.
         *([(6144, _single(8192, 1, 8))] if act_bytes == 2 else []),
-        # 6144 < H <= 8192: 16 warps (the fp4 epilogues 8, the plain norm's fp8 ones 4); the plain forward loads the weight first, the
-        # quantized one after the reduction (its kernels would spill under MAX_REGISTERS otherwise).
+        # 6144 < H <= 8192: the quantized forward 16 warps (the fp4 epilogues 8, the plain norm's fp8 ones 4), the
+        # weight after the reduction (its kernels would spill under MAX_REGISTERS otherwise); the plain forward 4
+        # warps without evict-last (the prefill chunks on an H100).
         *([(8192, _single(8192, 1, 4, evict_last=False), _PLAIN_FP8),
            (8192, _single(8192, 1, 8), _QUANT_FP4),
            (8192, _single(8192, 1, 16), _QUANT_ALL),
-           (8192, _single(8192, 1, 16, weight_first=True))] if act_bytes == 2 else
+           (8192, _single(8192, 1, 4, evict_last=False))] if act_bytes == 2 else
           [(8192, _single(8192, 1, 16))]),
         # Odd H of 16-bit streams up to 16384 (2-byte accesses): the re-read path, 2048-wide chunks.
         *([(SINGLE_PASS_MAX_H, _reread(2048, 16), {"odd_h_only": True})] if act_bytes == 2 else []),
@@ -571,9 +578,9 @@ PLAIN_TABLE = tuple(TableRule(2, *row) for row in (
     (512, _single(512, 4, 1)),
     (1024, _single(1024, 2, 2)),
     (2048, _single(2048, 1, 4)),
-    (4096, _single(4096, 1, 4)),
+    (4096, _single(4096, 1, 8, evict_last=False)),
     (16384, _looped(4096, 4, keep_h=True), True),  # odd H
-    (8192, _single(8192, 1, 4)),
+    (8192, _single(8192, 1, 4, evict_last=False)),
     (16384, _single(16384, 1, 8)),
     (32768, _single(32768, 1, 16), False, (), True),  # vector-typed calls only: others would spill
     (32768, _looped(16384, 8, keep_h=True)),

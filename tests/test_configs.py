@@ -126,7 +126,8 @@ def test_the_fp4_epilogues_take_half_the_warps_at_4096_and_8192():
 def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
     """The quantized forward keeps 16-bit rows up to QUANT_SINGLE_PASS_MAX_H whole, where the plain
     forward loops, in every mode; below 16384 every mode takes the plain forward's config (the fp4
-    epilogues aside: the next test). Above 32768
+    epilogues aside: the next test), but at 2048 < H <= 4096 and 6144 < H <= 8192, where the plain
+    forward has rows of its own (test_the_plain_forward_runs_4_warps_without_evict_last). Above 32768
     each mode has its loop: per token the plain forward's (h kept in L2), static the same loop without
     the hint up to 65536, per group a loop of 8192-wide chunks with the hint. 4-byte streams (which the
     quantized forward does not take) have no such rule."""
@@ -135,7 +136,7 @@ def test_quantized_rows_up_to_32768_run_one_pass_and_wider_ones_loop_by_mode():
             q = select_forward_config(H, 2, 2, quant=mode)
             assert not q.looped and q.block_h == configs.QUANT_SINGLE_PASS_MAX_H
             assert select_forward_config(H, 2, 2).looped
-        for H in (16, 2048, 5120, 16384) if mode in FP4_MODES else (16, 4096, 16384):
+        for H in (16, 2048, 5120, 16384) if mode in FP4_MODES else (16, 2048, 5120, 16384):
             assert select_forward_config(H, 2, 2, quant=mode) == select_forward_config(H, 2, 2)
     for H in (32784, 65536, 65552, 131072):
         plain = select_forward_config(H, 2, 2)
@@ -196,18 +197,22 @@ def test_the_config_for_fresh_contiguous_buffers_follows_the_launchers_rule():
         assert configs.contiguous_forward_config(H, 2, 2) == select_forward_config(H, 2, 2)
 
 
-def test_the_plain_forward_alone_loads_the_weight_first_at_8192():
-    """At 6144 < H <= 8192 the plain forward of 16-bit streams loads the weight with x and residual;
-    the quantized forward takes the same tile with the weight's load after the reduction (its
-    register cap would spill otherwise), and 4-byte streams keep the tile as it was. At 4096 < H <=
-    6144 neither loads it first (it lost 2.8 points at 4100)."""
-    for H in (6160, 7168, 8192):
+def test_the_plain_forward_runs_4_warps_without_evict_last():
+    """The fused op's own 16-bit rows (the prefill chunks, measured on an H100): at 2048 < H <= 4096 one pass of 4
+    warps with the weight first, at 6144 < H <= 8192 one of 4 warps with the weight after the reduction, both
+    without the evict-last hint. The quantized forward keeps its rows there: 8 warps with the weight first at 4096,
+    16 with it after the reduction at 8192 (its register cap would spill otherwise), both with the hint; 4-byte
+    streams keep theirs. At 4096 < H <= 6144 the plain and quantized forward share a row that loads the weight
+    after the reduction (first, it lost 2.8 points at 4100)."""
+    for H, wf, quant_warps in ((2064, True, 8), (3072, True, 8), (4096, True, 8), (6160, False, 16),
+                               (7168, False, 16), (8192, False, 16)):
+        plain = select_forward_config(H, 2, 2)
+        assert (plain.looped, plain.num_warps, plain.weight_first, plain.evict_last) == (False, 4, wf, False), H
         for mode in configs.QUANT_MODES:
-            plain, quant = select_forward_config(H, 2, 2), select_forward_config(H, 2, 2, quant=mode)
-            assert plain.weight_first and not quant.weight_first
+            quant = select_forward_config(H, 2, 2, quant=mode)
             halved = 2 if mode in FP4_MODES else 1  # the fp4 epilogues: half the warps (the test above)
-            assert (plain.block_h, plain.num_warps, plain.evict_last) == (quant.block_h, quant.num_warps * halved,
-                                                                          quant.evict_last)
+            assert (quant.block_h, quant.num_warps * halved, quant.weight_first, quant.evict_last) == \
+                (plain.block_h, quant_warps, wf, True), (H, mode)
         assert not select_forward_config(H, 4, 4).weight_first
     for H in (4100, 5120, 6144):
         for mode in configs.QUANT_MODES:
@@ -226,6 +231,7 @@ def test_every_single_pass_loads_evict_last_and_every_reloading_loop_keeps_h(act
     for H in SAMPLE_H:
         for quant in (0,) + configs.QUANT_MODES if act_bytes == (2, 2) else (0,):
             cfg = select_forward_config(H, *act_bytes, quant=quant)
-            assert cfg.evict_last == (not cfg.looped and H <= SINGLE_PASS_MAX_H), (H, quant, cfg)
+            own_rows = quant == 0 and act_bytes == (2, 2) and (2048 < H <= 4096 or 6144 < H <= 8192)
+            assert cfg.evict_last == (not cfg.looped and H <= SINGLE_PASS_MAX_H and not own_rows), (H, quant, cfg)
             unhinted = quant == STATIC and H <= configs.QUANT_UNHINTED_LOOP_MAX_H
             assert cfg.keep_h == (cfg.looped and not cfg.reread and not unhinted), (H, quant, cfg)
