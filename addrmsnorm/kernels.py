@@ -1335,8 +1335,10 @@ def _bwd_rope_halves(
     cc = c[None, :]
     w_lo = (_load_weight_any(weight_ptr, c, c_mask, weight_dtype) + weight_offset)[None, :]
     w_hi = (_load_weight_any(weight_ptr, c + half, c_mask, weight_dtype) + weight_offset)[None, :]
-    dw_lo = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
-    dw_hi = tl.zeros([BLOCK_H // 2], dtype=tl.float32)
+    # The dweight partials of the program's rows, summed over the tile's rows once, after the loop: summed a tile
+    # at a time, across the warps that hold its rows, each tile waited on shared memory and a barrier.
+    dw_lo = tl.zeros([ROWS_PER_PROGRAM, BLOCK_H // 2], dtype=tl.float32)
+    dw_hi = tl.zeros([ROWS_PER_PROGRAM, BLOCK_H // 2], dtype=tl.float32)
     first = pid.to(tl.int64) * blocks_per_program  # int64 bounds: the loop variable is int64
     first32 = pid * blocks_per_program
     for block in tl.range(first, tl.minimum(first + blocks_per_program, n_blocks), num_stages=STAGES):
@@ -1381,11 +1383,11 @@ def _bwd_rope_halves(
             dx_row = dx_ptr + rows_2d * stride_dx_row + cc
             tl.store(dx_row, dh_lo.to(dx_ptr.dtype.element_ty), mask=m)
             tl.store(dx_row + half, dh_hi.to(dx_ptr.dtype.element_ty), mask=m)
-        dw_lo += tl.sum(g_lo * n_lo, axis=0)
-        dw_hi += tl.sum(g_hi * n_hi, axis=0)
+        dw_lo += g_lo * n_lo
+        dw_hi += g_hi * n_hi
     partial_row = partial_ptr + pid.to(tl.int64) * H + c
-    tl.store(partial_row, dw_lo, mask=c_mask)
-    tl.store(partial_row + half, dw_hi, mask=c_mask)
+    tl.store(partial_row, tl.sum(dw_lo, axis=0), mask=c_mask)
+    tl.store(partial_row + half, tl.sum(dw_hi, axis=0), mask=c_mask)
 
 
 @triton.jit
