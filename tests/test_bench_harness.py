@@ -433,6 +433,47 @@ def test_pair_table_and_targets():
     assert "met at 2 of 2" in targets and "(0.50×) | met |" in targets
 
 
+def test_issue68_variant_targets_mark_each_goal_from_the_rows():
+    from addrmsnorm.bench import variants
+
+    def row(section, impl, **kw):
+        return dict(section=section, impl=impl, note="", **kw)
+
+    rows = [row("gated", "addrmsnorm", N=4096, H=8192, group=8192, gbs=2036.0, pct_roofline=67.0),
+            row("gated", variants.FLA, N=4096, H=8192, group=8192, gbs=2000.0, pct_roofline=66.0),
+            row("gated", "torch.compile (same math)", N=4096, H=8192, group=8192, gbs=2979.0, pct_roofline=98.0),
+            row("pair", "addrmsnorm", N=16384, H="1536 + 512", gbs=2353.0, pct_roofline=78.0),
+            row("pair", variants.PAIR_TWO, N=16384, H="1536 + 512", gbs=2564.0, pct_roofline=85.0),
+            row("sandwich", "addrmsnorm", N=16384, H=5376, gbs=2900.0, pct_roofline=96.0),
+            row("sandwich", "torch.compile (same math)", N=16384, H=5376, gbs=2769.0, pct_roofline=92.0),
+            row("sandwich", "addrmsnorm", N=2048, H=5376, gbs=2000.0, pct_roofline=66.0),  # not a target's shape
+            row("plain_latency", "addrmsnorm (PDL)", N=1, H=4096, us_median=1.5),
+            row("plain_latency", "FlashInfer (norm.cuh) (PDL)", N=1, H=4096, us_median=2.0),
+            row("plain_latency", "addrmsnorm", N=1, H=4096, us_median=1.2)]  # without PDL: not the target's
+    t = _report_targets().variant_targets(rows)
+    assert "met at 4 of 7" in t
+    assert "| ≥ 90% of the roofline | gated 4096 × 8192, groups of 8192 | 2036 GB/s, 67.0% | | **missed** |" in t
+    assert "| ≥ 1.00× fla-core FusedRMSNormGated | gated 4096 × 8192, groups of 8192 | 2036 GB/s | " \
+           "fla-core FusedRMSNormGated 2000 GB/s (1.02×) | met |" in t
+    assert "torch.compile (same math) 2979 GB/s (0.68×) | **missed** |" in t
+    assert "| ≥ 1.00× our two plain launches | pair 16384 × (1536 + 512) | 2353 GB/s |" in t and "(0.92×) | **missed** |" in t
+    assert "| ≥ 95% of the roofline | sandwich 16384 × 5376 | 2900 GB/s, 96.0% | | met |" in t
+    assert "(1.05×) | met |" in t and "2048 × 5376" not in t
+    assert "| decode chain ≤ 0.8× FlashInfer (PDL) | plain 1 × 4096 | 1.50 µs | FlashInfer (norm.cuh) (PDL) 2.00 µs " \
+           "(0.75×) | met |" in t
+    assert _report_targets().variant_targets([]) == ""
+    assert "Targets (issue 68, variants)" in _report_targets().report({}, rows)
+
+
+def test_plain_decode_chain_table():
+    from addrmsnorm.bench import plain
+
+    rows = [dict(section="plain_latency", impl=n, N=1, H=4096, us_median=u, note="")
+            for n, u in (("addrmsnorm", 1.7), ("addrmsnorm (PDL)", 1.4), ("FlashInfer (norm.cuh) (PDL)", 2.0))]
+    t = plain.table(rows)
+    assert "decode chain of 64 dependent calls at one row" in t and "| 1 × 4096 | 1.70 | 1.40 | 2.00 | 0.70× |" in t
+
+
 def _rope_rows():
     from addrmsnorm.bench import rope
 

@@ -14,6 +14,8 @@ grid, bf16 and fp16. QK norm: a Qwen3/Llama-8B-shaped QKV buffer, 32 q heads and
 CHAIN dependent calls in one CUDA graph (µs per call, PDL where the implementation has it). The peers
 normalize q's and k's heads in place on their views (FlashInfer's per-head 3-D rmsnorm, one call each);
 ours does both in one launch (qk_rmsnorm_). Plain quant: static fp8 at the bulk shapes of H 4096 and 8192.
+Decode: the plain norm at one row of H 2048, 4096 and 8192 (bf16), a chain of CHAIN dependent calls in one CUDA
+graph, each reading the row the call before wrote, ours and FlashInfer's, with and without PDL (µs per call).
 
 Every implementation is first checked against the one reference (reference.rmsnorm_ref; for fp8,
 quant(the reference's fp32 y)) and marked where it differs.
@@ -303,8 +305,56 @@ def run_quant(roofline: float, log=print) -> list[dict]:
     return rows
 
 
+# ----- the plain norm's decode chain -----------------------------------------------------------------------
+
+DECODE_H = (2048, 4096, 8192)  # one row a call, as a decoder's norms at batch 1
+
+
+def decode_impls(pdl: bool) -> dict:
+    """name -> make() -> fn(x, w, out): the plain norm of x written to out."""
+    suffix = " (PDL)" if pdl else ""
+
+    def ours():
+        return lambda x, w, out: addrmsnorm.rmsnorm(x, w, EPS, out=out, pdl=pdl)
+
+    def flashinfer():
+        from flashinfer.norm import rmsnorm
+        return lambda x, w, out: rmsnorm(x, w, EPS, out=out, enable_pdl=pdl)
+
+    return {OURS + suffix: ours, "FlashInfer (norm.cuh)" + suffix: flashinfer}
+
+
+def run_decode(log=print, hs=DECODE_H) -> list[dict]:
+    """The plain norm's decode chain at 1 x H, bf16: CHAIN dependent calls in one graph, each reading the row the
+    call before wrote (two buffers in turn); µs per call, with and without PDL."""
+    rows = []
+    for H in hs:
+        gen = torch.Generator(device="cuda").manual_seed(H)
+        w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
+        for pdl in (False, True):
+            for name, fn in _live(decode_impls(pdl), log)[0].items():
+                base = dict(section="plain_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="-")
+                try:
+                    bufs = [torch.randn(1, H, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
+                    note = _y_note(fn(bufs[0], w, bufs[1]), bufs[0], w)
+
+                    def chain(_, fn=fn, bufs=bufs):
+                        for i in range(CHAIN):
+                            fn(bufs[i % 2], w, bufs[1 - i % 2])
+                    t = time_graph(chain, 1)
+                    rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN,
+                                     us_max=t.max_us / CHAIN, note=note))
+                except Exception as e:  # noqa: BLE001
+                    _fail(rows, base, e)
+        log(f"plain chain 1x{H}: " + "; ".join(f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median")
+                                              else f"{r['impl']} {r.get('note')}"
+                                              for r in rows if r["H"] == H))
+    return rows
+
+
 def run(roofline: float, log=print, shapes=None) -> list[dict]:
     rows = run_plain(roofline, log, shapes)
+    rows += run_decode(log)
     rows += run_qk(roofline, log)
     rows += run_quant(roofline, log)
     return rows
@@ -357,6 +407,11 @@ def table(rows: list[dict]) -> str:
     if sel:
         parts += ["Plain RMSNorm, bulk (GB/s · % of roofline · µs):", "",
                   _grid(sel, lambda r: f"{r['N']} × {r['H']} {r['x_dtype']}", "N × H, dtype"), ""]
+    sel = [r for r in rows if r["section"] == "plain_latency"]
+    if sel:
+        parts += [f"Plain RMSNorm, decode chain of {CHAIN} dependent calls at one row, bf16 (µs per call):", "",
+                  _grid(sel, lambda r: f"1 × {r['H']}", "N × H", "us_median", False, lambda r: f"{r['us_median']:.2f}"),
+                  ""]
     sel = [r for r in rows if r["section"] == "qk_norm"]
     if sel:
         parts += [f"QK norm, {QK_HEADS[0]} q + {QK_HEADS[1]} kv heads × {QK_HEADS[2]} of a fused QKV buffer, in place "

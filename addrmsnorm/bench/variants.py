@@ -18,7 +18,9 @@ measured by the same byte model, so its GB/s is the one kernel's work over its t
 
 Shapes: Gemma 3 27B's hidden 5376 and a 4096 row, bulk (16384 rows) and a prefill chunk (2048 rows), bf16,
 Gemma's 1 + w on both weights; and a decode chain at 1 × 5376 (CHAIN dependent in-place calls in one CUDA
-graph, µs per call; PDL where the implementation has it; torch.compile's form returns new tensors).
+graph, µs per call; PDL where the implementation has it; torch.compile's form returns new tensors). The gated norm:
+65536 × 4096 in groups of 4096 and 1024, 16384 × 2048 in Qwen3-Next's value heads of 128, and 4096 × 8192 in one
+group (GATED_SHAPES). The latent pair: DeepSeek-V3's 1536 + 512 of a 2112-wide row, bulk and a decode chain.
 
 Every implementation is first checked against the one reference (reference.sandwich_rmsnorm_ref), y and
 h, and marked where it differs.
@@ -133,7 +135,8 @@ def run_sandwich(roofline: float, log=print, shapes=SANDWICH_SHAPES) -> list[dic
     return rows
 
 
-GATED_SHAPES = ((65536, 4096, 4096), (65536, 4096, 1024), (8192, 4096, 128), (2048, 4096, 128))
+# (N, H, group): Mamba2-like groups of 4096 and 1024, Qwen3-Next's value heads of 128, one group of 8192
+GATED_SHAPES = ((65536, 4096, 4096), (65536, 4096, 1024), (16384, 2048, 128), (4096, 8192, 8192))
 FLA = "fla-core FusedRMSNormGated"
 
 
