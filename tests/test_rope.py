@@ -556,6 +556,14 @@ def test_functional_form_backward_runs_the_operator_and_double_backward_the_torc
     assert q.grad is not None and wk.grad is not None and wk.grad.abs().max() > 0
 
 
+def test_the_one_launch_prototype_gives_the_gradient():
+    """devtools/rope_bwd_one_launch.py (issue 66's design: q's and k's heads and both dweights in one launch, the
+    cache read by position) holds its gradients to the torch operations' within the backward's tolerance."""
+    from helpers import load_devtool
+
+    load_devtool("rope_bwd_one_launch").check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1)
+
+
 @pytest.mark.parametrize("case", ["rstd", "dtype", "groups", "residual", "eps", "head_dim"])
 def test_backward_operator_with_the_rotation_refuses_bad_input(case):
     T, heads, D = 4, 2, 64

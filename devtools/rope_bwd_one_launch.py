@@ -1,0 +1,193 @@
+"""A prototype of the rotation's backward in one launch (issue 66), timed beside the functional form's backward.
+
+The functional form's first-order backward (functional._QkRope.backward) gathers each token's angles from the
+cache into fp32 (tokens, rotary_dim) tensors, then runs the backward operator with the rotation once for q's
+heads and once for k's, each with its own dweight reduction: five launches or more, and the angles written and read
+back. The prototype reads a token's cache row by its position, walks the token's q heads then its k heads in tiles
+of HEADS heads (each head as its two halves, NeoX, the whole head rotated), and keeps both weights' dweight
+partials in registers; one reduction launch sums the partials of both (a [programs, 2 * head_dim] workspace). Two
+launches in all, and only the heads' bytes and the cache rows moved.
+
+It is a measurement, not a kernel of the library: bf16 heads, an fp32 cos_sin_cache, int64 positions inside the
+cache, weights of the heads' dtype, the contract's numerics. Its dx is held to the torch operations' gradient
+(autograd.qk_rope_backward) within the backward's tolerance, and against the functional form's bits (reported, not
+required: the tile's reduction order may differ).
+
+    python devtools/rope_bwd_one_launch.py             the functional form, then the prototype's sweep, T = 8192
+    TRITON_INTERPRET=1 python devtools/rope_bwd_one_launch.py --check      the gradients on small shapes, on the CPU
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from addrmsnorm import autograd, configs, functional
+from addrmsnorm.kernels import _rstd_from_sum_sq, rmsnorm_dweight
+
+EPS = 1e-6
+SHAPES = ((8192, 32, 8, 128), (8192, 16, 8, 256))
+SWEEP = {"programs_per_sm": (4, 8, 16), "heads": (2, 4, 8), "warps": (1, 2, 4)}
+
+
+@triton.jit
+def _part(x_ptr, dy_ptr, dx_ptr, w_lo, w_hi, cos, sin, dw_lo, dw_hi, t, eps,
+          N: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr):
+    """One token's N heads of one part (q's or k's), HEADS at a time: dx stored, dweight accumulated."""
+    half: tl.constexpr = D // 2
+    c = tl.arange(0, half)[None, :]
+    for h0 in tl.static_range(0, N, HEADS):
+        heads = h0 + tl.arange(0, HEADS)
+        m = (heads < N)[:, None]
+        off = (t * N + heads).to(tl.int64)[:, None] * D + c
+        x_lo = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
+        x_hi = tl.load(x_ptr + off + half, mask=m, other=0.0).to(tl.float32)
+        dy_lo = tl.load(dy_ptr + off, mask=m, other=0.0).to(tl.float32)
+        dy_hi = tl.load(dy_ptr + off + half, mask=m, other=0.0).to(tl.float32)
+        # the rotation's transpose (NeoX, angles by frequency: a column and its partner share cos and sin)
+        g_lo = dy_lo * cos + dy_hi * sin
+        g_hi = dy_hi * cos - dy_lo * sin
+        rstd = _rstd_from_sum_sq(tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1), D, eps, 0)[:, None]
+        n_lo = x_lo * rstd
+        n_hi = x_hi * rstd
+        gw_lo = g_lo * w_lo
+        gw_hi = g_hi * w_hi
+        mean = ((tl.sum(gw_lo * n_lo, axis=1) + tl.sum(gw_hi * n_hi, axis=1)) / D)[:, None]
+        tl.store(dx_ptr + off, (rstd * (gw_lo - n_lo * mean)).to(dx_ptr.dtype.element_ty), mask=m)
+        tl.store(dx_ptr + off + half, (rstd * (gw_hi - n_hi * mean)).to(dx_ptr.dtype.element_ty), mask=m)
+        dw_lo += g_lo * n_lo
+        dw_hi += g_hi * n_hi
+    return dw_lo, dw_hi
+
+
+@triton.jit
+def _qk_rope_bwd_one_launch(q_ptr, k_ptr, dq_ptr, dk_ptr, dxq_ptr, dxk_ptr, wq_ptr, wk_ptr, pos_ptr, cache_ptr,
+                            stride_cache, partial_ptr, T, eps,
+                            NQ: tl.constexpr, NK: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr):
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    half: tl.constexpr = D // 2
+    c = tl.arange(0, half)
+    wq_lo = tl.load(wq_ptr + c).to(tl.float32)[None, :]
+    wq_hi = tl.load(wq_ptr + half + c).to(tl.float32)[None, :]
+    wk_lo = tl.load(wk_ptr + c).to(tl.float32)[None, :]
+    wk_hi = tl.load(wk_ptr + half + c).to(tl.float32)[None, :]
+    dwq_lo = tl.zeros([HEADS, half], dtype=tl.float32)
+    dwq_hi = tl.zeros([HEADS, half], dtype=tl.float32)
+    dwk_lo = tl.zeros([HEADS, half], dtype=tl.float32)
+    dwk_hi = tl.zeros([HEADS, half], dtype=tl.float32)
+    per = tl.cdiv(T, n_programs)
+    first = pid * per
+    for t in range(first, tl.minimum(first + per, T)):
+        row = cache_ptr + tl.load(pos_ptr + t) * stride_cache
+        cos = tl.load(row + c)[None, :]
+        sin = tl.load(row + half + c)[None, :]
+        dwq_lo, dwq_hi = _part(q_ptr, dq_ptr, dxq_ptr, wq_lo, wq_hi, cos, sin, dwq_lo, dwq_hi, t, eps, NQ, D, HEADS)
+        dwk_lo, dwk_hi = _part(k_ptr, dk_ptr, dxk_ptr, wk_lo, wk_hi, cos, sin, dwk_lo, dwk_hi, t, eps, NK, D, HEADS)
+    out = partial_ptr + pid.to(tl.int64) * (2 * D) + c
+    tl.store(out, tl.sum(dwq_lo, axis=0))
+    tl.store(out + half, tl.sum(dwq_hi, axis=0))
+    tl.store(out + D, tl.sum(dwk_lo, axis=0))
+    tl.store(out + D + half, tl.sum(dwk_hi, axis=0))
+
+
+def one_launch(q, k, dq, dk, wq, wk, positions, cache, programs_per_sm=8, heads=4, warps=2, n_sms=None):
+    """(dq_x, dk_x, dwq, dwk) of the QK norm with the rotation (NeoX, whole heads), in two launches."""
+    T, nq, D = q.shape
+    nk = k.shape[1]
+    if n_sms is None:
+        n_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
+    programs = max(1, min(T, n_sms * programs_per_sm))
+    dxq, dxk = torch.empty_like(q), torch.empty_like(k)
+    partial = torch.empty(programs, 2 * D, dtype=torch.float32, device=q.device)
+    _qk_rope_bwd_one_launch[(programs,)](q, k, dq, dk, dxq, dxk, wq, wk, positions, cache, cache.stride(0), partial,
+                                         T, EPS, NQ=nq, NK=nk, D=D, HEADS=heads, num_warps=warps)
+    dw = torch.empty(2 * D, dtype=wq.dtype, device=q.device)
+    bc = configs.DWEIGHT_BLOCK_C
+    rmsnorm_dweight[(triton.cdiv(2 * D, bc),)](partial, dw, programs, 2 * D, BLOCK_P=configs.DWEIGHT_BLOCK_P,
+                                               BLOCK_C=bc, num_warps=configs.DWEIGHT_WARPS)
+    return dxq, dxk, dw[:D], dw[D:]
+
+
+def functional_form(q, k, dq, dk, wq, wk, positions, cache):
+    """The functional form's first-order backward as it runs (the gather, then one operator call a part)."""
+    D = q.shape[2]
+    c, s = autograd.rope_angles(positions, cache, None, None, D, 0)
+    (dxq, dwq), (dxk, dwk) = (functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
+                              for x, w, dy in ((q, wq, dq), (k, wk, dk)))
+    return dxq, dxk, dwq, dwk
+
+
+def _inputs(T, nq, nk, D, device, g, max_position=131072):
+    q = torch.randn(T, nq, D, generator=g, device=device).bfloat16()
+    k = torch.randn(T, nk, D, generator=g, device=device).bfloat16()
+    return (q, k, torch.randn_like(q), torch.randn_like(k),
+            (1 + 0.1 * torch.randn(D, generator=g, device=device)).bfloat16(),
+            (1 + 0.1 * torch.randn(D, generator=g, device=device)).bfloat16(),
+            torch.randint(0, max_position, (T,), generator=g, device=device, dtype=torch.int64))
+
+
+def check(device="cpu", shapes=((16, 4, 2, 64), (9, 3, 1, 128)), **cfg) -> None:
+    """The prototype's gradients against the torch operations' (and the functional form's bits, reported)."""
+    from addrmsnorm.reference import GRAD_TOLERANCES_BY_DTYPE, assert_grad_close
+
+    tol = GRAD_TOLERANCES_BY_DTYPE[torch.bfloat16]
+    for T, nq, nk, D in shapes:
+        g = torch.Generator(device=device).manual_seed(T + D)
+        q, k, dq, dk, wq, wk, p = _inputs(T, nq, nk, D, device, g, 64)
+        cache = torch.randn(64, D, generator=g, device=device)
+        got = one_launch(q, k, dq, dk, wq, wk, p, cache, **cfg)
+        c, s = autograd.rope_angles(p, cache, None, None, D, 0)
+        want_q = autograd.qk_rope_backward(q, wq, dq, EPS, 0.0, c, s, D, 0)
+        want_k = autograd.qk_rope_backward(k, wk, dk, EPS, 0.0, c, s, D, 0)
+        for name, a, b in (("dq", got[0], want_q[0]), ("dk", got[1], want_k[0]), ("dwq", got[2], want_q[1]),
+                           ("dwk", got[3], want_k[1])):
+            assert_grad_close(a, b, tol, f"{T} x ({nq} + {nk}) x {D} {name}")
+        ours = functional_form(q, k, dq, dk, wq, wk, p, cache)
+        same = [torch.equal(a, b) for a, b in zip(got, ours)]
+        print(f"check {T} x ({nq} + {nk}) x {D} {cfg}: within the tolerance; the functional form's bits "
+              f"(dq, dk, dwq, dwk): {same}")
+
+
+def bench() -> None:
+    from addrmsnorm.bench.timing import measure_roofline, sets_for_cold_l2, time_graph
+
+    roof = measure_roofline().gbs
+    print(f"== {torch.cuda.get_device_name()}, roofline {roof:.0f} GB/s")
+    for T, nq, nk, D in SHAPES:
+        nbytes = 3 * 2 * T * (nq + nk) * D
+        g = torch.Generator(device="cuda").manual_seed(T + D)
+        cache = torch.randn(131072, D, generator=g, device="cuda")
+        sets = [_inputs(T, nq, nk, D, "cuda", g) for _ in range(sets_for_cold_l2(nbytes))]
+        check("cuda", ((T, nq, nk, D),))
+
+        def timed(name, fn):
+            kept = []
+            t = time_graph(lambda i: kept.append(fn(*sets[i], cache)), len(sets))
+            gbs = nbytes / t.median_us / 1e3
+            print(f"{nq}+{nk} x {D} T {T} | {name:40s} | {t.median_us:7.1f} us | {100 * gbs / roof:5.1f}%", flush=True)
+
+        timed("the functional form (gather, two passes)", functional_form)
+        for pps, heads, warps in itertools.product(*SWEEP.values()):
+            if heads > nq:
+                continue
+            try:
+                timed(f"one launch: {pps}/SM, {heads} heads, {warps} warps",
+                      lambda *a, pps=pps, heads=heads, warps=warps: one_launch(*a, programs_per_sm=pps, heads=heads,
+                                                                               warps=warps))
+            except Exception as e:  # noqa: BLE001 - a config that does not compile or fit is reported
+                print(f"{nq}+{nk} x {D} T {T} | one launch {pps}/SM {heads} heads {warps} warps | failed: "
+                      f"{type(e).__name__}: {str(e)[:80]}")
+        sets = None
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    if "--check" in sys.argv:
+        check()
+    else:
+        bench()
