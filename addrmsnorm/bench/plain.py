@@ -126,6 +126,30 @@ def _measured(rows, base, nbytes, roofline, n_sets, setup):
     torch.cuda.empty_cache()
 
 
+def _chained(rows, base, setup):
+    """One decode-chain row: setup() gives chain(_), CHAIN dependent calls to capture in one graph, and a correctness
+    note (None: the row carries none); µs per call. A failure is reported in the row, not raised."""
+    try:
+        chain, note = setup()
+        t = time_graph(chain, 1)
+        row = dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN, us_max=t.max_us / CHAIN)
+        rows.append(row if note is None else dict(row, note=note))
+    except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
+        _fail(rows, base, e)
+
+
+def _gbs_line(title: str, rows: list[dict]) -> str:
+    """One log line of bandwidth rows: each implementation's GB/s, or why it has none."""
+    return f"{title}: " + "; ".join(f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
+                                    for r in rows)
+
+
+def _us_line(title: str, rows: list[dict]) -> str:
+    """One log line of decode-chain rows: each implementation's µs per call, or why it has none."""
+    return f"{title}: " + "; ".join(f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median")
+                                    else f"{r['impl']} {r.get('note')}" for r in rows)
+
+
 def run_plain(roofline: float, log=print, shapes=None, dtypes=("bf16", "fp16")) -> list[dict]:
     impls, _ = _live(plain_impls(), log)
     rows = []
@@ -137,19 +161,12 @@ def run_plain(roofline: float, log=print, shapes=None, dtypes=("bf16", "fp16")) 
             gen = torch.Generator(device="cuda").manual_seed(N + H)
             w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
             for name, fn in impls.items():
-                base = dict(section="plain", impl=name, N=N, H=H, x_dtype=dname, residual_dtype="-")
-                try:
+                def setup(fn=fn, n_sets=n_sets):
                     sets = [torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
-                    note = _y_note(fn(sets[0], w), sets[0], w)
-                    _bandwidth(rows, base, nbytes, roofline, [lambda x=x: fn(x, w) for x in sets], n_sets, note)
-                except Exception as e:  # noqa: BLE001
-                    _fail(rows, base, e)
-                finally:
-                    sets = None
-                torch.cuda.empty_cache()
-            log(f"plain {N}x{H} {dname}: " + "; ".join(
-                f"{r['impl']} {r['gbs']:.0f}" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
-                for r in rows if (r["N"], r["H"], r["x_dtype"]) == (N, H, dname)))
+                    return [lambda x=x: fn(x, w) for x in sets], _y_note(fn(sets[0], w), sets[0], w)
+                _measured(rows, dict(section="plain", impl=name, N=N, H=H, x_dtype=dname, residual_dtype="-"),
+                          nbytes, roofline, n_sets, setup)
+            log(_gbs_line(f"plain {N}x{H} {dname}", [r for r in rows if (r["N"], r["H"], r["x_dtype"]) == (N, H, dname)]))
     return rows
 
 
@@ -333,22 +350,16 @@ def run_decode(log=print, hs=DECODE_H) -> list[dict]:
         w = (1 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(torch.bfloat16)
         for pdl in (False, True):
             for name, fn in _live(decode_impls(pdl), log)[0].items():
-                base = dict(section="plain_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="-")
-                try:
+                def setup(fn=fn):
                     bufs = [torch.randn(1, H, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(2)]
-                    note = _y_note(fn(bufs[0], w, bufs[1]), bufs[0], w)
 
-                    def chain(_, fn=fn, bufs=bufs):
+                    def chain(_):
                         for i in range(CHAIN):
                             fn(bufs[i % 2], w, bufs[1 - i % 2])
-                    t = time_graph(chain, 1)
-                    rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN,
-                                     us_max=t.max_us / CHAIN, note=note))
-                except Exception as e:  # noqa: BLE001
-                    _fail(rows, base, e)
-        log(f"plain chain 1x{H}: " + "; ".join(f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median")
-                                              else f"{r['impl']} {r.get('note')}"
-                                              for r in rows if r["H"] == H))
+                    return chain, _y_note(fn(bufs[0], w, bufs[1]), bufs[0], w)
+                _chained(rows, dict(section="plain_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="-"),
+                         setup)
+        log(_us_line(f"plain chain 1x{H}", [r for r in rows if r["H"] == H]))
     return rows
 
 
@@ -401,29 +412,32 @@ def _grid(sel, key_fn, label, value="gbs", better_high=True, fmt=None) -> str:
     return "\n".join(out)
 
 
-def table(rows: list[dict]) -> str:
+def chain_grid(sel, key_fn, label) -> str:
+    """A decode chain's table: µs per call by implementation, and ours over the fastest peer's time."""
+    return _grid(sel, key_fn, label, "us_median", False, lambda r: f"{r['us_median']:.2f}")
+
+
+def section_tables(rows: list[dict], specs) -> str:
+    """The report's tables of some sections, in the order of specs: (section, title, key_fn, label, chain), a
+    bandwidth grid (GB/s · % of roofline · µs), or with chain a decode chain's (µs per call); a section without
+    rows is left out."""
     parts = []
-    sel = [r for r in rows if r["section"] == "plain"]
-    if sel:
-        parts += ["Plain RMSNorm, bulk (GB/s · % of roofline · µs):", "",
-                  _grid(sel, lambda r: f"{r['N']} × {r['H']} {r['x_dtype']}", "N × H, dtype"), ""]
-    sel = [r for r in rows if r["section"] == "plain_latency"]
-    if sel:
-        parts += [f"Plain RMSNorm, decode chain of {CHAIN} dependent calls at one row, bf16 (µs per call):", "",
-                  _grid(sel, lambda r: f"1 × {r['H']}", "N × H", "us_median", False, lambda r: f"{r['us_median']:.2f}"),
-                  ""]
-    sel = [r for r in rows if r["section"] == "qk_norm"]
-    if sel:
-        parts += [f"QK norm, {QK_HEADS[0]} q + {QK_HEADS[1]} kv heads × {QK_HEADS[2]} of a fused QKV buffer, in place "
-                  "(GB/s · % of roofline · µs):", "",
-                  _grid(sel, lambda r: f"T = {r['N']}", "tokens"), ""]
-    sel = [r for r in rows if r["section"] == "qk_latency"]
-    if sel:
-        parts += [f"QK norm, decode chain of {CHAIN} dependent calls (µs per call):", "",
-                  _grid(sel, lambda r: f"T = {r['N']}", "tokens", "us_median", False, lambda r: f"{r['us_median']:.2f}"),
-                  ""]
-    sel = [r for r in rows if r["section"] == "plain_quant"]
-    if sel:
-        parts += ["Plain norm, static fp8 output (GB/s · % of roofline · µs):", "",
-                  _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H"), ""]
+    for section, title, key_fn, label, chain in specs:
+        sel = [r for r in rows if r["section"] == section]
+        if sel:
+            parts += [title, "", (chain_grid if chain else _grid)(sel, key_fn, label), ""]
     return "\n".join(parts)
+
+
+def table(rows: list[dict]) -> str:
+    return section_tables(rows, (
+        ("plain", "Plain RMSNorm, bulk (GB/s · % of roofline · µs):",
+         lambda r: f"{r['N']} × {r['H']} {r['x_dtype']}", "N × H, dtype", False),
+        ("plain_latency", f"Plain RMSNorm, decode chain of {CHAIN} dependent calls at one row, bf16 (µs per call):",
+         lambda r: f"1 × {r['H']}", "N × H", True),
+        ("qk_norm", f"QK norm, {QK_HEADS[0]} q + {QK_HEADS[1]} kv heads × {QK_HEADS[2]} of a fused QKV buffer, in "
+         "place (GB/s · % of roofline · µs):", lambda r: f"T = {r['N']}", "tokens", False),
+        ("qk_latency", f"QK norm, decode chain of {CHAIN} dependent calls (µs per call):",
+         lambda r: f"T = {r['N']}", "tokens", True),
+        ("plain_quant", "Plain norm, static fp8 output (GB/s · % of roofline · µs):",
+         lambda r: f"{r['N']} × {r['H']}", "N × H", False)))

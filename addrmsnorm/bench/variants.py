@@ -36,8 +36,8 @@ import torch
 import addrmsnorm
 from addrmsnorm.reference import TOLERANCES, sandwich_rmsnorm_ref
 
-from .plain import CHAIN, OURS, _bandwidth, _fail, _grid, _live
-from .timing import sets_for_cold_l2, time_graph
+from .plain import CHAIN, OURS, _chained, _gbs_line, _live, _measured, _us_line, section_tables
+from .timing import sets_for_cold_l2
 
 EPS = 1e-6
 OFFSET = 1.0  # Gemma's 1 + w
@@ -97,41 +97,29 @@ def run_sandwich(roofline: float, log=print, shapes=SANDWICH_SHAPES) -> list[dic
         gen = torch.Generator(device="cuda").manual_seed(N + H)
         pw, w = _weights(H, gen, xd)
         for name, fn in impls.items():
-            base = dict(section="sandwich", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16")
-            try:
+            def setup(fn=fn, n_sets=n_sets):
                 sets = [tuple(torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(2))
                         for _ in range(n_sets)]
                 x0, r0 = sets[0]
-                note = _note(*fn(x0, r0, pw, w), x0, r0, pw, w)
-                _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(s[0], s[1], pw, w) for s in sets], n_sets,
-                           note)
-            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
-                _fail(rows, base, e)
-            finally:
-                sets = None
-            torch.cuda.empty_cache()
-        log(f"sandwich {N}x{H}: " + "; ".join(f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs")
-                                              else f"{r['impl']} {r.get('note')}"
-                                              for r in rows if (r["N"], r["H"]) == (N, H)))
+                return [lambda s=s: fn(s[0], s[1], pw, w) for s in sets], _note(*fn(x0, r0, pw, w), x0, r0, pw, w)
+            _measured(rows, dict(section="sandwich", impl=name, N=N, H=H, x_dtype="bf16", residual_dtype="bf16"),
+                      nbytes, roofline, n_sets, setup)
+        log(_gbs_line(f"sandwich {N}x{H}", [r for r in rows if (r["N"], r["H"]) == (N, H)]))
     H = SANDWICH_DECODE_H  # a decode chain: each call's outputs are the next call's inputs
     gen = torch.Generator(device="cuda").manual_seed(H)
     pw, w = _weights(H, gen, xd)
     for name, fn in {**impls, **_live(sandwich_impls(pdl=True), log)[0]}.items():
-        base = dict(section="sandwich_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="bf16")
-        try:
+        def setup(fn=fn):
             state = [torch.randn(1, H, device="cuda", generator=gen).to(xd) for _ in range(2)]
 
             def chain(_):
                 x, r = state
                 for _ in range(CHAIN):
                     x, r = fn(x, r, pw, w)
-            t = time_graph(chain, 1)
-            rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN, us_max=t.max_us / CHAIN))
-        except Exception as e:  # noqa: BLE001
-            _fail(rows, base, e)
-    log("sandwich chain 1x5376: " + "; ".join(f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median")
-                                              else f"{r['impl']} {r.get('note')}"
-                                              for r in rows if r["section"] == "sandwich_latency"))
+            return chain, None
+        _chained(rows, dict(section="sandwich_latency", impl=name, N=1, H=H, x_dtype="bf16", residual_dtype="bf16"),
+                 setup)
+    log(_us_line(f"sandwich chain 1x{H}", [r for r in rows if r["section"] == "sandwich_latency"]))
     return rows
 
 
@@ -180,8 +168,7 @@ def run_gated(roofline: float, log=print, shapes=GATED_SHAPES) -> list[dict]:
         gen = torch.Generator(device="cuda").manual_seed(N + H + g)
         w = (1.0 + 0.1 * torch.randn(H, device="cuda", generator=gen)).to(xd)
         for name, fn in impls.items():
-            base = dict(section="gated", impl=name, N=N, H=H, group=g, x_dtype="bf16", residual_dtype="bf16")
-            try:
+            def setup(name=name, fn=fn, n_sets=n_sets):
                 sets = [tuple(torch.randn(N, H, device="cuda", generator=gen).to(xd) for _ in range(2))
                         for _ in range(n_sets)]
                 x0, z0 = sets[0]
@@ -191,16 +178,10 @@ def run_gated(roofline: float, log=print, shapes=GATED_SHAPES) -> list[dict]:
                     got = fn(x0, z0, w, g)[:256].double()
                     err = ((got - want).abs() / (tol.atol + tol.rtol * want.abs())).max().item()
                     note = f"y off the reference by {err:.1f}x the tolerance" if err > 1.0 else ""
-                _bandwidth(rows, base, nbytes, roofline, [lambda s=s: fn(s[0], s[1], w, g) for s in sets], n_sets,
-                           note)
-            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
-                _fail(rows, base, e)
-            finally:
-                sets = None
-            torch.cuda.empty_cache()
-        log(f"gated {N}x{H} groups of {g}: " + "; ".join(
-            f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
-            for r in rows if (r["N"], r["H"], r["group"]) == (N, H, g)))
+                return [lambda s=s: fn(s[0], s[1], w, g) for s in sets], note
+            _measured(rows, dict(section="gated", impl=name, N=N, H=H, group=g, x_dtype="bf16", residual_dtype="bf16"),
+                      nbytes, roofline, n_sets, setup)
+        log(_gbs_line(f"gated {N}x{H} groups of {g}", [r for r in rows if (r["N"], r["H"], r["group"]) == (N, H, g)]))
     return rows
 
 
@@ -245,8 +226,7 @@ def run_pair(roofline: float, log=print) -> list[dict]:
         nbytes = 2 * xd.itemsize * N * (Ha + Hb) + xd.itemsize * (Ha + Hb)
         n_sets = sets_for_cold_l2(nbytes)
         for name, fn in impls.items():
-            base = dict(section="pair", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16", residual_dtype="bf16")
-            try:
+            def setup(fn=fn, n_sets=n_sets):
                 bufs = [torch.randn(N, width, device="cuda", generator=gen).to(xd) for _ in range(n_sets)]
                 a0, b0 = bufs[0][:, :Ha], bufs[0][:, Ha:Ha + Hb]
                 note = ""
@@ -254,37 +234,26 @@ def run_pair(roofline: float, log=print) -> list[dict]:
                     want = rmsnorm_ref(x[:256], w, EPS).y.double()
                     err = ((got[:256].double() - want).abs() / (tol.atol + tol.rtol * want.abs())).max().item()
                     note = note or (f"y off the reference by {err:.1f}x the tolerance" if err > 1.0 else "")
-                calls = [lambda u=u: fn(u[:, :Ha], wa, u[:, Ha:Ha + Hb], wb) for u in bufs]
-                _bandwidth(rows, base, nbytes, roofline, calls, n_sets, note)
-            except Exception as e:  # noqa: BLE001 - a failing implementation is reported, not fatal
-                _fail(rows, base, e)
-            finally:
-                bufs = None
-            torch.cuda.empty_cache()
-        log(f"pair {N} x ({Ha} + {Hb}): " + "; ".join(
-            f"{r['impl']} {r['gbs']:.0f} GB/s" if r.get("gbs") else f"{r['impl']} {r.get('note')}"
-            for r in rows if r["section"] == "pair" and r["N"] == N))
+                return [lambda u=u: fn(u[:, :Ha], wa, u[:, Ha:Ha + Hb], wb) for u in bufs], note
+            _measured(rows, dict(section="pair", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16",
+                                 residual_dtype="bf16"), nbytes, roofline, n_sets, setup)
+        log(_gbs_line(f"pair {N} x ({Ha} + {Hb})", [r for r in rows if r["section"] == "pair" and r["N"] == N]))
     # Decode: CHAIN dependent in-place steps in one graph, one buffer's latents (as a decoder's layers).
     for N in PAIR_DECODE_ROWS:
         for pdl in (False, True):
             for name, fn in _live(pair_impls(pdl), log)[0].items():
-                base = dict(section="pair_latency", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16",
-                            residual_dtype="bf16")
-                try:
+                def setup(fn=fn):
                     buf = torch.randn(N, width, device="cuda", generator=gen).to(xd)
 
                     def chain(_):
                         a, b = buf[:, :Ha], buf[:, Ha:Ha + Hb]
                         for _ in range(CHAIN):
                             a, b = fn(a, wa, b, wb)
-                    t = time_graph(chain, 1)
-                    rows.append(dict(base, us_median=t.median_us / CHAIN, us_min=t.min_us / CHAIN,
-                                     us_max=t.max_us / CHAIN))
-                except Exception as e:  # noqa: BLE001
-                    _fail(rows, base, e)
-        log(f"pair chain {N} x ({Ha} + {Hb}): " + "; ".join(
-            f"{r['impl']} {r['us_median']:.2f} us" if r.get("us_median") else f"{r['impl']} {r.get('note')}"
-            for r in rows if r["section"] == "pair_latency" and r["N"] == N))
+                    return chain, None
+                _chained(rows, dict(section="pair_latency", impl=name, N=N, H=f"{Ha} + {Hb}", x_dtype="bf16",
+                                    residual_dtype="bf16"), setup)
+        log(_us_line(f"pair chain {N} x ({Ha} + {Hb})",
+                     [r for r in rows if r["section"] == "pair_latency" and r["N"] == N]))
     return rows
 
 
@@ -293,27 +262,14 @@ def run(roofline: float, log=print) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    parts = []
-    sel = [r for r in rows if r["section"] == "sandwich"]
-    if sel:
-        parts += ["Sandwich norm, bf16, Gemma's 1 + w (GB/s by the one kernel's byte model · % of roofline · µs):", "",
-                  _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H"), ""]
-    sel = [r for r in rows if r["section"] == "gated"]
-    if sel:
-        parts += ["Gated norm, bf16, rmsnorm(x) * w * silu(z) (GB/s by the one kernel's byte model · % of roofline · µs):",
-                  "", _grid(sel, lambda r: f"{r['N']} × {r['H']}, groups of {r['group']}", "N × H, group"), ""]
-    sel = [r for r in rows if r["section"] == "pair"]
-    if sel:
-        parts += ["Latent pair, bf16, one buffer of 2112 columns (GB/s by the one launch's byte model · % of roofline "
-                  "· µs):", "", _grid(sel, lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)"), ""]
-    sel = [r for r in rows if r["section"] == "pair_latency"]
-    if sel:
-        parts += [f"Latent pair, decode chain of {CHAIN} dependent calls (µs per call):", "",
-                  _grid(sel, lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)", "us_median", False,
-                        lambda r: f"{r['us_median']:.2f}"), ""]
-    sel = [r for r in rows if r["section"] == "sandwich_latency"]
-    if sel:
-        parts += [f"Sandwich norm, decode chain of {CHAIN} dependent calls at 1 × {SANDWICH_DECODE_H} (µs per call):",
-                  "", _grid(sel, lambda r: f"{r['N']} × {r['H']}", "N × H", "us_median", False,
-                            lambda r: f"{r['us_median']:.2f}"), ""]
-    return "\n".join(parts)
+    return section_tables(rows, (
+        ("sandwich", "Sandwich norm, bf16, Gemma's 1 + w (GB/s by the one kernel's byte model · % of roofline · µs):",
+         lambda r: f"{r['N']} × {r['H']}", "N × H", False),
+        ("gated", "Gated norm, bf16, rmsnorm(x) * w * silu(z) (GB/s by the one kernel's byte model · % of roofline · "
+         "µs):", lambda r: f"{r['N']} × {r['H']}, groups of {r['group']}", "N × H, group", False),
+        ("pair", "Latent pair, bf16, one buffer of 2112 columns (GB/s by the one launch's byte model · % of roofline "
+         "· µs):", lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)", False),
+        ("pair_latency", f"Latent pair, decode chain of {CHAIN} dependent calls (µs per call):",
+         lambda r: f"{r['N']} × ({r['H']})", "N × (a + b)", True),
+        ("sandwich_latency", f"Sandwich norm, decode chain of {CHAIN} dependent calls at 1 × {SANDWICH_DECODE_H} (µs "
+         "per call):", lambda r: f"{r['N']} × {r['H']}", "N × H", True)))
