@@ -1309,6 +1309,24 @@ def _bwd_single_pass(
 
 
 @triton.jit
+def _rope_halves_grad(dy_lo, dy_hi, h_lo, h_hi, w_lo, w_hi, cos_lo, cos_hi, sin_lo, sin_hi, H, eps):
+    """A tile of heads' gradients through the NeoX rotation and the norm, each head as its two halves, fp32: the
+    forward's out_lo = y_lo cos_lo - y_hi sin_lo, out_hi = y_hi cos_hi + y_lo sin_hi give y's gradient
+    g_lo = dy_lo cos_lo + dy_hi sin_hi, g_hi = dy_hi cos_hi - dy_lo sin_lo; then the norm's, rstd from h and eps.
+    Returns (dh_lo, dh_hi, g_lo, g_hi, n_lo, n_hi): the gradient of h, and y's and the normalized row's, whose
+    products are the tile's dweight terms."""
+    g_lo = dy_lo * cos_lo + dy_hi * sin_hi
+    g_hi = dy_hi * cos_hi - dy_lo * sin_lo
+    rstd = _rstd_from_sum_sq(tl.sum(h_lo * h_lo, axis=1) + tl.sum(h_hi * h_hi, axis=1), H, eps, 0)[:, None]
+    n_lo = h_lo * rstd
+    n_hi = h_hi * rstd
+    gw_lo = g_lo * w_lo
+    gw_hi = g_hi * w_hi
+    mean = ((tl.sum(gw_lo * n_lo, axis=1) + tl.sum(gw_hi * n_hi, axis=1)) / H)[:, None]
+    return rstd * (gw_lo - n_lo * mean), rstd * (gw_hi - n_hi * mean), g_lo, g_hi, n_lo, n_hi
+
+
+@triton.jit
 def _bwd_rope_halves(
     dy_ptr, dres_out_ptr, h_ptr, weight_ptr, dres_ptr, dx_ptr, partial_ptr,
     n_rows, H, stride_dy_row, stride_dres_out_row, stride_h_row, stride_dres_row, stride_dx_row,
@@ -1316,10 +1334,9 @@ def _bwd_rope_halves(
     BLOCK_H: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, SEPARATE_DX: tl.constexpr, STAGES: tl.constexpr,
 ):
     """The backward of _rope_halves (NeoX, every column rotated: H = 2 * half), on _bwd_single_pass's plan: each
-    row as its two halves, [R, BLOCK_H / 2] tiles of one layout, so that a thread holds both columns of its pairs.
-    The forward's out_lo = y_lo cos_lo - y_hi sin_lo, out_hi = y_hi cos_hi + y_lo sin_hi give y's gradient
-    g_lo = dy_lo cos_lo + dy_hi sin_hi, g_hi = dy_hi cos_hi - dy_lo sin_lo; then the norm's backward over both
-    halves, rstd from h and eps (the rotation's forward stores none). cos and sin are rows by column.
+    row as its two halves, [R, BLOCK_H / 2] tiles of one layout, so that a thread holds both columns of its pairs;
+    the arithmetic is _rope_halves_grad's (rstd from h and eps: the rotation's forward stores none). cos and sin
+    are rows by column.
 
     A tile's rows are one token's heads (a token's group_rows heads in tiles of ROWS_PER_PROGRAM, the last one
     masked where they do not divide), so the token's cos and sin are read once a tile, as vectors: read a head at
@@ -1362,16 +1379,8 @@ def _bwd_rope_halves(
         cos_hi = tl.load(cos_row + half, mask=c_mask, other=1.0).to(tl.float32)[None, :]
         sin_lo = tl.load(sin_row, mask=c_mask, other=0.0).to(tl.float32)[None, :]
         sin_hi = tl.load(sin_row + half, mask=c_mask, other=0.0).to(tl.float32)[None, :]
-        g_lo = dy_lo * cos_lo + dy_hi * sin_hi
-        g_hi = dy_hi * cos_hi - dy_lo * sin_lo
-        rstd = _rstd_from_sum_sq(tl.sum(h_lo * h_lo, axis=1) + tl.sum(h_hi * h_hi, axis=1), H, eps, 0)[:, None]
-        n_lo = h_lo * rstd
-        n_hi = h_hi * rstd
-        gw_lo = g_lo * w_lo
-        gw_hi = g_hi * w_hi
-        mean = ((tl.sum(gw_lo * n_lo, axis=1) + tl.sum(gw_hi * n_hi, axis=1)) / H)[:, None]
-        dh_lo = rstd * (gw_lo - n_lo * mean)
-        dh_hi = rstd * (gw_hi - n_hi * mean)
+        dh_lo, dh_hi, g_lo, g_hi, n_lo, n_hi = _rope_halves_grad(dy_lo, dy_hi, h_lo, h_hi, w_lo, w_hi, cos_lo, cos_hi,
+                                                                  sin_lo, sin_hi, H, eps)
         # Predicated, not branched: with has_dres_out = 0 the loads are masked off and add 0.
         dro_row = dres_out_ptr + rows_2d * stride_dres_out_row + cc
         dh_lo += tl.load(dro_row, mask=m & (has_dres_out != 0), other=0.0).to(tl.float32)

@@ -550,8 +550,7 @@ def prefill_targets(rows: list[dict]) -> str:
                       f"{met} of {total}.", "", *t])
 
 
-VARIANT_GATED_MIN_PCT = 90.0      # issue 68: every gated row, of the roofline
-VARIANT_GATED_PEERS = ("fla-core FusedRMSNormGated", "torch.compile (same math)")  # each at least 1.00x
+VARIANT_GATED_MIN_PCT = 90.0      # issue 68: every gated row, of the roofline, and at least 1.00x each peer
 VARIANT_PAIR_MIN_OF_TWO = 1.00    # issue 68: the latent pair in bulk against our two plain launches (GB/s)
 VARIANT_SANDWICH_SHAPES = ((16384, 4096), (16384, 5376))
 VARIANT_SANDWICH_MIN_PCT = 95.0   # and at least 1.00x torch.compile of the same math
@@ -560,7 +559,10 @@ PLAIN_DECODE_MAX_FI = 0.8         # issue 68: the plain norm's decode chain (PDL
 
 def variant_targets(rows: list[dict]) -> str:
     """Issue 68's targets for the variants and the plain norm's decode chain, each marked met or missed, from this
-    run's own rows (bench/variants.py, bench/plain.py)."""
+    run's own rows (bench/variants.py, bench/plain.py), the implementations by the names those modules give them."""
+    from addrmsnorm.bench import plain, variants
+
+    compiled = "torch.compile (same math)"
     t = ["| target | shape | ours | against | |", "|---|---|---|---|---|"]
     met = total = 0
 
@@ -580,38 +582,38 @@ def variant_targets(rows: list[dict]) -> str:
     gated = [r for r in rows if r["section"] == "gated" and r.get("gbs")]
     for key in dict.fromkeys((r["N"], r["H"], r["group"]) for r in gated):
         group = {r["impl"]: r for r in gated if (r["N"], r["H"], r["group"]) == key}
-        mine = group.get("addrmsnorm")
+        mine = group.get(plain.OURS)
         if mine is None:
             continue
         shape = f"gated {key[0]} × {key[1]}, groups of {key[2]}"
         mark(mine["pct_roofline"] >= VARIANT_GATED_MIN_PCT, f"≥ {VARIANT_GATED_MIN_PCT:.0f}% of the roofline", shape,
              f"{mine['gbs']:.0f} GB/s, {mine['pct_roofline']:.1f}%")
-        for name in VARIANT_GATED_PEERS:
+        for name in (variants.FLA, compiled):
             against_peer(f"≥ 1.00× {name}", shape, mine, group.get(name), 1.00)
     pair = [r for r in rows if r["section"] == "pair" and r.get("gbs")]
     for N in dict.fromkeys(r["N"] for r in pair):
         group = {r["impl"]: r for r in pair if r["N"] == N}
-        mine = group.get("addrmsnorm")
+        mine = group.get(plain.OURS)
         if mine is not None:
             against_peer(f"≥ {VARIANT_PAIR_MIN_OF_TWO:.2f}× our two plain launches", f"pair {N} × ({mine['H']})",
-                         mine, group.get("addrmsnorm, two plain launches"), VARIANT_PAIR_MIN_OF_TWO)
+                         mine, group.get(variants.PAIR_TWO), VARIANT_PAIR_MIN_OF_TWO)
     sandwich = [r for r in rows if r["section"] == "sandwich" and r.get("gbs")]
     for key in VARIANT_SANDWICH_SHAPES:
         group = {r["impl"]: r for r in sandwich if (r["N"], r["H"]) == key}
-        mine = group.get("addrmsnorm")
+        mine = group.get(plain.OURS)
         if mine is None:
             continue
         shape = f"sandwich {key[0]} × {key[1]}"
         mark(mine["pct_roofline"] >= VARIANT_SANDWICH_MIN_PCT, f"≥ {VARIANT_SANDWICH_MIN_PCT:.0f}% of the roofline",
              shape, f"{mine['gbs']:.0f} GB/s, {mine['pct_roofline']:.1f}%")
-        against_peer("≥ 1.00× torch.compile", shape, mine, group.get("torch.compile (same math)"), 1.00)
+        against_peer("≥ 1.00× torch.compile", shape, mine, group.get(compiled), 1.00)
     chain = [r for r in rows if r["section"] == "plain_latency" and r.get("us_median")]
     for H in dict.fromkeys(r["H"] for r in chain):
         group = {r["impl"]: r for r in chain if r["H"] == H}
-        mine = group.get("addrmsnorm (PDL)")
-        if mine is not None:
-            against_peer(f"decode chain ≤ {PLAIN_DECODE_MAX_FI}× FlashInfer (PDL)", f"plain 1 × {H}", mine,
-                         group.get("FlashInfer (norm.cuh) (PDL)"), PLAIN_DECODE_MAX_FI, key="us_median")
+        ours, fi = (name for name in plain.decode_impls(pdl=True))
+        if group.get(ours) is not None:
+            against_peer(f"decode chain ≤ {PLAIN_DECODE_MAX_FI}× FlashInfer (PDL)", f"plain 1 × {H}", group[ours],
+                         group.get(fi), PLAIN_DECODE_MAX_FI, key="us_median")
     if total == 0:
         return ""
     return "\n".join([f"Targets (issue 68, the variants and the plain decode chain): met at {met} of {total}.", "",

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from addrmsnorm import autograd, configs, functional
-from addrmsnorm.kernels import _rstd_from_sum_sq, rmsnorm_dweight
+from addrmsnorm.kernels import _rope_halves_grad, rmsnorm_dweight
 
 EPS = 1e-6
 SHAPES = ((8192, 32, 8, 128), (8192, 16, 8, 256))
@@ -48,17 +48,11 @@ def _part(x_ptr, dy_ptr, dx_ptr, w_lo, w_hi, cos, sin, dw_lo, dw_hi, t, eps,
         x_hi = tl.load(x_ptr + off + half, mask=m, other=0.0).to(tl.float32)
         dy_lo = tl.load(dy_ptr + off, mask=m, other=0.0).to(tl.float32)
         dy_hi = tl.load(dy_ptr + off + half, mask=m, other=0.0).to(tl.float32)
-        # the rotation's transpose (NeoX, angles by frequency: a column and its partner share cos and sin)
-        g_lo = dy_lo * cos + dy_hi * sin
-        g_hi = dy_hi * cos - dy_lo * sin
-        rstd = _rstd_from_sum_sq(tl.sum(x_lo * x_lo, axis=1) + tl.sum(x_hi * x_hi, axis=1), D, eps, 0)[:, None]
-        n_lo = x_lo * rstd
-        n_hi = x_hi * rstd
-        gw_lo = g_lo * w_lo
-        gw_hi = g_hi * w_hi
-        mean = ((tl.sum(gw_lo * n_lo, axis=1) + tl.sum(gw_hi * n_hi, axis=1)) / D)[:, None]
-        tl.store(dx_ptr + off, (rstd * (gw_lo - n_lo * mean)).to(dx_ptr.dtype.element_ty), mask=m)
-        tl.store(dx_ptr + off + half, (rstd * (gw_hi - n_hi * mean)).to(dx_ptr.dtype.element_ty), mask=m)
+        # the library's arithmetic (NeoX, angles by frequency: a column and its partner share cos and sin)
+        dx_lo, dx_hi, g_lo, g_hi, n_lo, n_hi = _rope_halves_grad(dy_lo, dy_hi, x_lo, x_hi, w_lo, w_hi, cos, cos,
+                                                                  sin, sin, D, eps)
+        tl.store(dx_ptr + off, dx_lo.to(dx_ptr.dtype.element_ty), mask=m)
+        tl.store(dx_ptr + off + half, dx_hi.to(dx_ptr.dtype.element_ty), mask=m)
         dw_lo += g_lo * n_lo
         dw_hi += g_hi * n_hi
     return dw_lo, dw_hi
