@@ -228,11 +228,20 @@ def gated_backward(x, z, weight, dy, eps: float, weight_offset: float, group_siz
     return dx.to(x.dtype), dz.to(z.dtype), dw
 
 
-def rope_angles(positions, cos_sin_cache, cos, sin, rotary_dim: int, style: int):
+def rope_angles(positions, cos_sin_cache, cos, sin, rotary_dim: int, style: int, inside: bool = False):
     """The rotation's cos and sin per rotated column, (tokens, rotary_dim) fp32: HF's cos and sin as they are,
-    or a cos_sin_cache's rows at the positions spread over the columns as the style pairs them."""
+    or a cos_sin_cache's rows at the positions spread over the columns as the style pairs them. With inside (every
+    position known to be a row of the cache) the two come from one gather and one copy, as views of one (tokens,
+    2 * rotary_dim) tensor (a row stride of 2 * rotary_dim): the same values."""
     if cos is not None:
         return cos.float(), sin.float()
+    if inside:  # the rows (h cosines, h sines), then each value copied to its two columns: [c | c | s | s] (NeoX)
+        rows = cos_sin_cache[:, :rotary_dim].index_select(0, positions.long()).float()
+        T, h = rows.shape[0], rotary_dim // 2
+        shape = (T, 2, 1, h) if style == 0 else (T, 2, h, 1)
+        wide = (T, 2, 2, h) if style == 0 else (T, 2, h, 2)
+        cs = rows.view(shape).expand(wide).reshape(T, 2 * rotary_dim)
+        return cs[:, :rotary_dim], cs[:, rotary_dim:]
     half = rotary_dim // 2
     # A position outside the cache (a call with check_positions=False) has NaN angles, never another row's.
     p = positions.long()

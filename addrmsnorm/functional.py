@@ -949,12 +949,15 @@ class _QkRope(torch.autograd.Function):
             except ValueError as e:
                 raise ValueError(f"qk_rmsnorm_rope's backward: {e}; the forward did not check them "
                                  f"(check_positions=False, capture or compile) and gave NaN for those tokens") from None
-        c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs)  # elsewhere: NaN angles for them
+        # Positions checked (by the forward, or just above) are rows of the cache: one gather. Elsewhere, NaN angles
+        # for the tokens outside it.
+        c, s = autograd.rope_angles(positions, cache, cos, sin, rd, rs, inside=ctx.checked or _eager())
         if torch.is_grad_enabled():  # create_graph: the gradient in torch operations, differentiable again
             dqx, dwq = autograd.qk_rope_backward(q, q_weight, dq, eps, weight_offset, c, s, rd, rs)
             dkx, dwk = autograd.qk_rope_backward(k, k_weight, dk, eps, weight_offset, c, s, rd, rs)
         else:  # one pass a part: the rotation by the negative angle, then the norm's backward (rmsnorm_bwd's ROPE)
-            c, s = c.contiguous(), s.contiguous()
+            # the kernel takes rows of any stride, of consecutive columns
+            c, s = (a if a.stride(-1) == 1 else a.contiguous() for a in (c, s))
             (dqx, dwq), (dkx, dwk) = (_rope_part_backward(x, w, dy, c, s, eps, weight_offset, rd, rs, need)
                                       for x, w, dy, need in ((q, q_weight, dq, ctx.needs_input_grad[2]),
                                                              (k, k_weight, dk, ctx.needs_input_grad[3])))

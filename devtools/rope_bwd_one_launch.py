@@ -110,7 +110,7 @@ def one_launch(q, k, dq, dk, wq, wk, positions, cache, programs_per_sm=8, heads=
 def functional_form(q, k, dq, dk, wq, wk, positions, cache):
     """The functional form's first-order backward as it runs (the gather, then one operator call a part)."""
     D = q.shape[2]
-    c, s = autograd.rope_angles(positions, cache, None, None, D, 0)
+    c, s = autograd.rope_angles(positions, cache, None, None, D, 0, inside=True)  # checked positions: one gather
     (dxq, dwq), (dxk, dwk) = (functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
                               for x, w, dy in ((q, wq, dq), (k, wk, dk)))
     return dxq, dxk, dwq, dwk

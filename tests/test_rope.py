@@ -564,6 +564,21 @@ def test_the_one_launch_prototype_gives_the_gradient():
     load_devtool("rope_bwd_one_launch").check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1)
 
 
+@pytest.mark.parametrize("style", [0, 1])
+@pytest.mark.parametrize("T, D, rd", [(9, 64, 64), (9, 128, 64), (9, 256, 256), (8192, 128, 128), (8192, 256, 64)])
+def test_the_backwards_one_gather_gives_the_angles_of_the_checked_path(style, T, D, rd):
+    """The backward's angles for positions known to be rows of the cache come from one gather, as views of one
+    tensor: the same values, bit for bit, as the path that makes positions outside the cache NaN, and rows of
+    consecutive columns (the stride the kernel takes); at a prefill's T too."""
+    from addrmsnorm import autograd
+    cache, p = _cache(4096, D), _positions(T, 4096)
+    want = autograd.rope_angles(p, cache, None, None, rd, style)
+    got = autograd.rope_angles(p, cache, None, None, rd, style, inside=True)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape == (T, rd) and a.stride(-1) == 1 and a.dtype == torch.float32
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("case", ["rstd", "dtype", "groups", "residual", "eps", "head_dim"])
 def test_backward_operator_with_the_rotation_refuses_bad_input(case):
     T, heads, D = 4, 2, 64

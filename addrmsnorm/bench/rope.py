@@ -254,12 +254,13 @@ def run_backward(roofline: float, log=print, shapes=BACKWARD) -> list[dict]:
         cache = _cache(D, gen)
 
         def torch_ops(q, k, dq, dk, p, c16=None, s16=None):
-            c, s = autograd.rope_angles(p, cache, None, None, D, 0)
+            c, s = autograd.rope_angles(p, cache, None, None, D, 0, inside=True)
             return (autograd.qk_rope_backward(q, wq, dq, EPS, 0.0, c, s, D, 0),
                     autograd.qk_rope_backward(k, wk, dk, EPS, 0.0, c, s, D, 0))
 
+        # The positions are rows of the cache (the functional form's backward knows it once they are checked)
         def ours(q, k, dq, dk, p, c16, s16):  # the functional form's first-order backward, a cache's angles
-            c, s = autograd.rope_angles(p, cache, None, None, D, 0)
+            c, s = autograd.rope_angles(p, cache, None, None, D, 0, inside=True)
             return tuple(functional._rope_part_backward(x, w, dy, c, s, EPS, 0.0, D, 0, True)
                          for x, w, dy in ((q, wq, dq), (k, wk, dk)))
 
