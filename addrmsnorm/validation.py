@@ -198,12 +198,12 @@ def _check_out_dtype(out, x) -> None:
         raise TypeError(f"out has dtype {out.dtype}; it must be x's dtype ({x.dtype})")
 
 
-def _check_weight(weight, H: int, name: str = "weight") -> None:
-    """(H,), contiguous: indexed by column only."""
-    if weight.shape != (H,):
-        raise ValueError(f"{name} has shape {tuple(weight.shape)}, expected ({H},)")
-    if H > 1 and weight.stride(0) != 1:
-        raise ValueError(f"{name} must be contiguous, got stride {weight.stride(0)}")
+def _check_vector(t, n: int, name: str = "weight") -> None:
+    """(n,), contiguous: a weight (n = H, indexed by column only), or the rotation's positions (n = tokens)."""
+    if t.shape != (n,):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({n},)")
+    if n > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
 
 
 def rstd_shape(shape, sandwich: bool = False) -> torch.Size:
@@ -222,7 +222,7 @@ def _check_post_weight(post_weight, weight, x, H: int) -> None:
     """The mapping of the sandwich norm's first weight: (H,), contiguous, of weight's dtype (one
     weight_dtype in the C ABI describes both)."""
     check_tensor("post_weight", post_weight)
-    _check_weight(post_weight, H, "post_weight")
+    _check_vector(post_weight, H, "post_weight")
     if weight is not None and post_weight.dtype != weight.dtype:
         raise TypeError(f"post_weight has dtype {post_weight.dtype}; it must be weight's dtype ({weight.dtype})")
 
@@ -267,7 +267,7 @@ def _map_forward(x, residual, weight, out, residual_out, rstd, post_weight=None,
         raise TypeError(f"residual_out has dtype {residual_out.dtype}; it must be residual's dtype "
                         f"({residual.dtype})")
     if weight is not None:
-        _check_weight(weight, H)
+        _check_vector(weight, H)
     if post_weight is not None:
         _check_post_weight(post_weight, weight, x, H)
     tensors = {"x": x, "residual": residual, "weight": weight, "out": out, "residual_out": residual_out,
@@ -545,7 +545,7 @@ def _map_quant(x, residual, weight, quant_dtype, scale, group_size, scale_ub, ou
     if y_out is not None and y_out.dtype != x.dtype:
         raise TypeError(f"y has dtype {y_out.dtype}; it must be x's dtype ({x.dtype})")
     if weight is not None:
-        _check_weight(weight, H)
+        _check_vector(weight, H)
     if post_weight is not None:
         _check_post_weight(post_weight, weight, x, H)
     if z is not None:
@@ -780,7 +780,7 @@ def _map_backward(dy, dresidual_out, h, rstd, weight):
         raise TypeError(f"dresidual_out has dtype {dresidual_out.dtype}; it must be h's dtype ({h.dtype})")
     tensors = {"dy": dy, "h": h} if rstd is None else {"dy": dy, "h": h, "rstd": rstd}
     if weight is not None:
-        _check_weight(weight, H)
+        _check_vector(weight, H)
         tensors["weight"] = weight
     if dresidual_out is not None:
         tensors["dresidual_out"] = dresidual_out
@@ -1090,7 +1090,7 @@ def _map_plain_parts(x, weight, shape, z, group_size, b, b_weight, b_out, meta=F
         raise ValueError(f"b has shape {tuple(b.shape)}; it must have x's rows, {tuple(shape[:-1])} + (width,)")
     Hb = b.shape[-1]
     if b_weight is not None:
-        _check_weight(b_weight, Hb, "b_weight")
+        _check_vector(b_weight, Hb, "b_weight")
     br = rows("b", b, b.shape)
     if b_out is not None:
         bo = br if b_out is b else rows("b_out", b_out, b.shape)
@@ -1248,10 +1248,7 @@ def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, 
     if positions is not None:
         if positions.dtype not in POSITION_DTYPES:
             raise TypeError(f"positions has dtype {positions.dtype}; it must be int32 or int64")
-        if positions.dim() != 1 or positions.shape[0] != tokens:
-            raise ValueError(f"positions has shape {tuple(positions.shape)}; it must be ({tokens},), one a token")
-        if tokens > 1 and positions.stride(0) != 1:
-            raise ValueError(f"positions must be contiguous, got stride {positions.stride(0)}")
+        _check_vector(positions, tokens, "positions")  # one a token
     for name, t, rows in (("cos_sin_cache", cos_sin_cache, None), ("cos", cos, tokens), ("sin", sin, tokens)):
         if t is not None:
             check_tensor(name, t)
@@ -1367,22 +1364,23 @@ class QkCall:
 def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_heads=0):
     check_head_counts(num_q_heads, num_kv_heads, head_dim, num_v_heads)
     qkv = check_tensor("qkv", qkv)
-    if (q_weight is None) != (k_weight is None):
+    if (q_weight is None) != (k_weight is None):  # (torch_ext/ops.cpp's qk_rmsnorm_ says why it is stated here)
         given, missing = ("q_weight", "k_weight") if k_weight is None else ("k_weight", "q_weight")
         raise ValueError(f"{missing} is None but {given} is given: the QK norm takes both weights, or neither "
                          f"(weightless)")
-    weighted = q_weight is not None
-    if weighted:
-        q_weight = check_tensor("q_weight", q_weight)
-        k_weight = check_tensor("k_weight", k_weight)
-        if k_weight.dtype != q_weight.dtype:
-            raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's dtype ({q_weight.dtype})")
+    for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
+        if w is not None:
+            check_tensor(name, w)
+    if q_weight is not None and k_weight.dtype != q_weight.dtype:
+        raise TypeError(f"k_weight has dtype {k_weight.dtype}; it must be q_weight's dtype ({q_weight.dtype})")
     if qkv.dim() != 2:
         raise ValueError(f"qkv has shape {tuple(qkv.shape)}; it must be 2-D, (tokens, width)")
-    if weighted and head_dim >= 1:  # else the C runtime's head_dim rule (below) names the argument the caller got wrong
-        _check_weight(q_weight, head_dim, "q_weight")
-        _check_weight(k_weight, head_dim, "k_weight")
-    device = check_devices({"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight} if weighted else {"qkv": qkv})
+    if head_dim >= 1:  # else the C runtime's head_dim rule (below) names the argument the caller got wrong
+        for name, w in (("q_weight", q_weight), ("k_weight", k_weight)):
+            if w is not None:
+                _check_vector(w, head_dim, name)
+    device = check_devices({name: t for name, t in (("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight))
+                            if t is not None})
     if num_v_heads < 0:
         raise ValueError(f"num_v_heads must be >= 0, got {num_v_heads}")
     width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim

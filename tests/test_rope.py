@@ -258,7 +258,7 @@ def test_refusals_name_the_argument_and_write_nothing():
     assert_refused(ValueError, "style is 'yarn'", lambda: call(style="yarn"), qkv)
     assert_refused(TypeError, "positions has dtype torch.float32; it must be int32 or int64",
                    lambda: call(positions=pos.float()), qkv)
-    assert_refused(ValueError, r"positions has shape \(3,\); it must be \(4,\)", lambda: call(positions=pos[:3]), qkv)
+    assert_refused(ValueError, r"positions has shape \(3,\), expected \(4,\)", lambda: call(positions=pos[:3]), qkv)
     assert_refused(TypeError, r"cos_sin_cache has dtype torch.float16; the angles are float32 or the heads' dtype",
                    lambda: call(cos_sin_cache=cache.half()), qkv)
     assert_refused(TypeError, "sin has dtype torch.float32; it must be cos's dtype",

@@ -160,11 +160,11 @@ void dtype_is(const char* name, const at::Tensor& t, const char* input, const at
                      "; it must be ", input, "'s dtype (", dtype_str(ref.scalar_type()), ")");
 }
 
-// 3. A weight: (H,), contiguous.
-void weight_of(const char* name, const at::Tensor& w, int64_t H) {
-    TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == H, name, " has shape ", shape_str(w.sizes()), ", expected (", H,
+// 3. A vector of n elements, contiguous: a weight (n = H), or the rotation's positions (n = tokens).
+void vector_of(const char* name, const at::Tensor& w, int64_t n) {
+    TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == n, name, " has shape ", shape_str(w.sizes()), ", expected (", n,
                       ",)");
-    TORCH_CHECK_VALUE(H <= 1 || w.stride(0) == 1, name, " must be contiguous, got stride ", w.stride(0));
+    TORCH_CHECK_VALUE(n <= 1 || w.stride(0) == 1, name, " must be contiguous, got stride ", w.stride(0));
 }
 
 // 3. The tensor whose last dimension is the struct's hidden (x, dy): at least one dimension. Returns hidden.
@@ -191,6 +191,23 @@ float* rstd_of(const at::Tensor* rstd, c10::IntArrayRef lead) {
                       "rstd must be a contiguous float32 tensor of shape ", shape_str(lead), ", got ",
                       dtype_str(r.scalar_type()), " ", shape_str(r.sizes()));
     return static_cast<float*>(data(r));
+}
+
+// 1 and 3. The struct's dtypes of x, residual and weight (the weightless norm's weight_dtype is x's).
+void map_dtypes(addrmsnorm_norm_args& a, const at::Tensor& x, const at::Tensor* residual, const OptTensor& weight) {
+    a.x_dtype = dtype_of("x", x);
+    a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
+    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
+}
+
+// 1 and 3. The sandwich norm's first weight (NULL: none): (H,), of weight's dtype; the struct has one weight_dtype,
+// post_weight's when weightless.
+void map_post_weight(addrmsnorm_norm_args& a, const at::Tensor* pw, const OptTensor& weight, int64_t H) {
+    if (pw == nullptr) return;
+    dtype_of("post_weight", *pw);
+    vector_of("post_weight", *pw, H);
+    if (weight) dtype_is("post_weight", *pw, "weight", *weight);
+    else a.weight_dtype = dtype_of("post_weight", *pw);
 }
 
 // 4. One device, a CUDA one: each tensor on the first's (x, dy or qkv).
@@ -296,21 +313,14 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
     // The sandwich norm's first weight, mapped where there is a residual (without one the C ABI refuses it).
     const at::Tensor* pw = post_weight && residual != nullptr ? &*post_weight : nullptr;
-    a.x_dtype = dtype_of("x", x);
-    a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
-    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
+    map_dtypes(a, x, residual, weight);
     if (out != nullptr) dtype_of("out", *out);
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     const int64_t H = hidden_of("x", x);
     if (out != nullptr) dtype_is("out", *out, "x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
-    if (weight) weight_of("weight", *weight, H);
-    if (pw != nullptr) {
-        dtype_of("post_weight", *pw);
-        weight_of("post_weight", *pw, H);
-        if (weight) dtype_is("post_weight", *pw, "weight", *weight);
-        else a.weight_dtype = dtype_of("post_weight", *pw);  // one weight_dtype: post_weight's when weightless
-    }
+    if (weight) vector_of("weight", *weight, H);
+    map_post_weight(a, pw, weight, H);
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     same_device("post_weight", pw, x);
@@ -333,7 +343,7 @@ void norm_call(const at::Tensor& x, const at::Tensor* residual, const OptTensor&
                           "b has shape ", shape_str(b->sizes()), "; it must have x's rows, ",
                           shape_str(x.sizes().slice(0, std::max<int64_t>(x.dim(), 1) - 1)), " + (width,)");
         const int64_t Hb = b->size(-1);
-        if (b_weight) weight_of("b_weight", *b_weight, Hb);
+        if (b_weight) vector_of("b_weight", *b_weight, Hb);
         a.b = data(*b);
         a.stride_b = as_rows("b", *b, b->sizes()).stride;
         a.b_weight = b_weight ? data(*b_weight) : nullptr;
@@ -456,7 +466,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(const at::Tensor& d
     if (dro != nullptr) dtype_of("dresidual_out", *dro);
     const int64_t H = hidden_of("dy", dy);
     if (dro != nullptr) dtype_is("dresidual_out", *dro, "h", h);
-    if (weight) weight_of("weight", *weight, H);
+    if (weight) vector_of("weight", *weight, H);
     same_device("h", &h, dy, "dy");
     same_device("rstd", rstd, dy, "dy");
     if (weight) same_device("weight", &*weight, dy, "dy");
@@ -585,21 +595,14 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
     addrmsnorm_quant qd{};
     qd.dtype = quant_dtype_of(functional ? *quant_dtype : out->scalar_type(), !functional);
     addrmsnorm_norm_args a = addrmsnorm_norm_args_init();
-    a.x_dtype = dtype_of("x", x);
-    a.residual_dtype = residual != nullptr ? dtype_of("residual", *residual) : a.x_dtype;
-    a.weight_dtype = weight ? dtype_of("weight", *weight) : a.x_dtype;
+    map_dtypes(a, x, residual, weight);
     if (residual_out != nullptr) dtype_of("residual_out", *residual_out);
     if (y != nullptr) dtype_of("y", *y);
     const int64_t H = hidden_of("x", x);
     if (residual_out != nullptr && residual != nullptr) dtype_is("residual_out", *residual_out, "residual", *residual);
     if (y != nullptr) dtype_is("y", *y, "x", x);
-    if (weight) weight_of("weight", *weight, H);
-    if (post_weight) {  // the sandwich norm's first weight (the C ABI has one weight_dtype for both)
-        dtype_of("post_weight", *post_weight);
-        weight_of("post_weight", *post_weight, H);
-        if (weight) dtype_is("post_weight", *post_weight, "weight", *weight);
-        else a.weight_dtype = dtype_of("post_weight", *post_weight);
-    }
+    if (weight) vector_of("weight", *weight, H);
+    map_post_weight(a, post_weight ? &*post_weight : nullptr, weight, H);
     same_device("residual", residual, x);
     if (weight) same_device("weight", &*weight, x);
     if (post_weight) same_device("post_weight", &*post_weight, x);
@@ -649,9 +652,7 @@ QuantOutputs quant_call(const at::Tensor& x, const at::Tensor* residual, const O
         const c10::ScalarType sd = scales_dtype(qd.mode);
         TORCH_CHECK_VALUE(scales_out->scalar_type() == sd, "scales_out has dtype ", dtype_str(scales_out->scalar_type()),
                           "; it must be ", c10::getDtypeNames(sd).first);
-        TORCH_CHECK_VALUE(!want || scales_out->sizes() == c10::IntArrayRef(*want), "scales_out has shape ",
-                          shape_str(scales_out->sizes()), ", expected ",
-                          shape_str(want ? c10::IntArrayRef(*want) : c10::IntArrayRef{}));
+        if (want) shape_is("scales_out", *scales_out, *want);
         TORCH_CHECK_VALUE(!(is_block(qd.mode) && swizzled && scales_out->numel() > 1 && scales_out->stride(0) != 1),
                           "scales_out: the swizzled layout is one contiguous buffer (stride 1)");
     }
@@ -733,9 +734,7 @@ bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptT
         const at::Tensor& p = *positions;
         TORCH_CHECK_TYPE(p.scalar_type() == c10::kInt || p.scalar_type() == c10::kLong, "positions has dtype ",
                          dtype_str(p.scalar_type()), "; it must be int32 or int64");
-        TORCH_CHECK_VALUE(p.dim() == 1 && p.size(0) == tokens, "positions has shape ", shape_str(p.sizes()),
-                          "; it must be (", tokens, ",), one a token");
-        TORCH_CHECK_VALUE(tokens <= 1 || p.stride(0) == 1, "positions must be contiguous, got stride ", p.stride(0));
+        vector_of("positions", p, tokens);  // one a token
         r->positions = data(p);
         r->positions_dtype = p.scalar_type() == c10::kInt ? ADDRMSNORM_INT32 : ADDRMSNORM_INT64;
     }
@@ -746,9 +745,7 @@ bool rope_of(const at::Tensor& qkv, int64_t tokens, int64_t head_dim, const OptT
         if (!angles[i].t) continue;
         const at::Tensor& t = *angles[i].t;
         const addrmsnorm_dtype d = dtype_of(angles[i].name, t);
-        if (i == 2 && cos)  // the struct has one angle dtype
-            TORCH_CHECK_TYPE(t.scalar_type() == cos->scalar_type(), "sin has dtype ", dtype_str(t.scalar_type()),
-                             "; it must be cos's dtype (", dtype_str(cos->scalar_type()), ")");
+        if (i == 2 && cos) dtype_is("sin", t, "cos", *cos);  // the struct has one angle dtype
         if (i == 0 || i == 1 || !cos) r->angle_dtype = d;
         const bool cache_rows = angles[i].rows < 0;
         TORCH_CHECK_VALUE(t.dim() == 2 && (cache_rows || t.size(0) == angles[i].rows) && t.size(1) == rd,
@@ -777,24 +774,25 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
                  bool pdl, const OptTensor& positions, const OptTensor& cos_sin_cache, const OptTensor& cos,
                  const OptTensor& sin, int64_t rotary_dim, int64_t rope_style, int64_t num_v_heads) {
     const addrmsnorm_dtype x_dtype = dtype_of("qkv", qkv);
+    // Both weights, or neither: the C runtime could not tell one weight alone from another variant at
+    // num_q_heads 0 (addrmsnorm_norm_args_qk's weight2_from_group), so the mapping states it.
     TORCH_CHECK_VALUE(q_weight.has_value() == k_weight.has_value(), q_weight ? "k_weight" : "q_weight",
                       " is None but ", q_weight ? "q_weight" : "k_weight",
                       " is given: the QK norm takes both weights, or neither (weightless)");
-    const bool weighted = q_weight.has_value();
-    const addrmsnorm_dtype weight_dtype = weighted ? dtype_of("q_weight", *q_weight) : x_dtype;
-    if (weighted) {
-        dtype_of("k_weight", *k_weight);
-        dtype_is("k_weight", *k_weight, "q_weight", *q_weight);
+    const at::Tensor* qw = q_weight ? &*q_weight : nullptr;
+    const at::Tensor* kw = k_weight ? &*k_weight : nullptr;
+    const addrmsnorm_dtype weight_dtype = qw ? dtype_of("q_weight", *qw) : x_dtype;
+    if (kw) {
+        dtype_of("k_weight", *kw);
+        dtype_is("k_weight", *kw, "q_weight", *qw);
     }
     TORCH_CHECK_VALUE(qkv.dim() == 2, "qkv has shape ", shape_str(qkv.sizes()), "; it must be 2-D, (tokens, width)");
-    if (weighted && head_dim >= 1) {  // else the C runtime's head_dim rule names the argument the caller got wrong
-        weight_of("q_weight", *q_weight, head_dim);
-        weight_of("k_weight", *k_weight, head_dim);
+    if (head_dim >= 1) {  // else the C runtime's head_dim rule names the argument the caller got wrong
+        if (qw) vector_of("q_weight", *qw, head_dim);
+        if (kw) vector_of("k_weight", *kw, head_dim);
     }
-    if (weighted) {
-        same_device("q_weight", &*q_weight, qkv, "qkv");
-        same_device("k_weight", &*k_weight, qkv, "qkv");
-    }
+    same_device("q_weight", qw, qkv, "qkv");
+    same_device("k_weight", kw, qkv, "qkv");
     cuda_device("qkv", qkv);
     // The columns past the q and k heads (and v's, num_v_heads) are never touched; the C ABI checks the
     // head counts and head_dim, then that the rows of that width are apart.
@@ -808,9 +806,8 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
     const int64_t tokens = qkv.size(0);
     addrmsnorm_rope rope;
     const bool roped = rope_of(qkv, tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, rope_style, &rope);
-    addrmsnorm_norm_args a = addrmsnorm_norm_args_qkv(data(qkv), weighted ? data(*q_weight) : nullptr,
-                                                      weighted ? data(*k_weight) : nullptr, tokens, num_q_heads,
-                                                      num_kv_heads, num_v_heads, head_dim,
+    addrmsnorm_norm_args a = addrmsnorm_norm_args_qkv(data(qkv), qw ? data(*qw) : nullptr, kw ? data(*kw) : nullptr,
+                                                      tokens, num_q_heads, num_kv_heads, num_v_heads, head_dim,
                                                       tokens > 1 ? qkv.stride(0) : qkv.size(1));
     a.x_dtype = a.residual_dtype = x_dtype;
     a.weight_dtype = weight_dtype;
