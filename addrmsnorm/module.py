@@ -11,6 +11,32 @@ from . import validation as v
 from .functional import _hf, plain_numerics_index
 
 
+def _setting(name: str, check) -> property:
+    """A module's setting: check(value) raises, or gives the value kept; the module's operator arguments follow
+    (_set_tail)."""
+    attr = "_" + name
+
+    def set_(self, value) -> None:
+        setattr(self, attr, check(value))
+        self._set_tail()
+
+    return property(lambda self: getattr(self, attr), set_)
+
+
+def _kept(check):
+    """A check that raises on a bad value, as a setting's: the value itself is kept."""
+    def kept(value):
+        check(value)
+        return value
+    return kept
+
+
+def _pdl_value(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"pdl must be a bool, got {type(value).__name__}")
+    return value
+
+
 class FusedAddRMSNorm(torch.nn.Module):
     """Residual add + RMSNorm over the last dimension, in one kernel.
 
@@ -50,35 +76,9 @@ class FusedAddRMSNorm(torch.nn.Module):
 
     # weight_offset, numerics and pdl are checked when set, and fold into the operator's trailing
     # arguments once, not on every call.
-    @property
-    def weight_offset(self) -> float:
-        return self._weight_offset
-
-    @weight_offset.setter
-    def weight_offset(self, value) -> None:
-        self._weight_offset = v.check_scalar("weight_offset", value, positive=False)
-        self._set_tail()
-
-    @property
-    def numerics(self) -> str:
-        return self._numerics
-
-    @numerics.setter
-    def numerics(self, value) -> None:
-        _hf(value)
-        self._numerics = value
-        self._set_tail()
-
-    @property
-    def pdl(self) -> bool:
-        return self._pdl
-
-    @pdl.setter
-    def pdl(self, value) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"pdl must be a bool, got {type(value).__name__}")
-        self._pdl = value
-        self._set_tail()
+    weight_offset = _setting("weight_offset", lambda value: v.check_scalar("weight_offset", value, positive=False))
+    numerics = _setting("numerics", _kept(_hf))
+    pdl = _setting("pdl", _pdl_value)
 
     def _set_tail(self) -> None:
         # The operator's arguments after eps, named once here and passed by position on every call (ops.tail:
@@ -105,15 +105,7 @@ class RMSNorm(FusedAddRMSNorm):
     be a view of two leading strides (a head's rows inside a fused QKV buffer), normalized without a
     copy."""
 
-    @property
-    def numerics(self) -> str:
-        return self._numerics
-
-    @numerics.setter
-    def numerics(self, value) -> None:  # the plain norm's three (configs.PLAIN_NUMERICS)
-        plain_numerics_index(value)
-        self._numerics = value
-        self._set_tail()
+    numerics = _setting("numerics", _kept(plain_numerics_index))  # its three
 
     def _set_tail(self) -> None:
         self._tail = ops.tail("norm", "eps", weight_offset=self._weight_offset,

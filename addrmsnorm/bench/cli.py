@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import os
 import re
 import shlex
@@ -259,35 +260,18 @@ def run(args) -> int:
 
         rows += backward.run(roof.gbs, log=_log)
         _log("training rows done")
-    if not args.no_plain:
-        from addrmsnorm.bench import plain
-
-        rows += plain.run(roof.gbs, log=_log)
-        _log("plain-norm rows done")
-        if args.plain_only:
-            shapes = []
     if args.block_quant_only:  # the block-scaled formats' rows alone
         shapes = []
-    if not args.no_variants:
-        from addrmsnorm.bench import variants
-
-        rows += variants.run(roof.gbs, log=_log)
-        _log("variant rows done")
-        if args.variants_only:
-            shapes = []
-    if not args.no_rope:
-        from addrmsnorm.bench import rope
-
-        rows += rope.run(roof.gbs, log=_log)
-        _log("rotation rows done")
-        if args.rope_only:
-            shapes = []
-    if not args.no_prefill:
-        from addrmsnorm.bench import prefill
-
-        rows += prefill.run(roof.gbs, log=_log)
-        _log("prefill-chunk rows done")
-        if args.prefill_only:
+    # The sections of their own, each in its module; with its --X-only, the only one (no bandwidth grid).
+    for name, skip, only, what in (("plain", args.no_plain, args.plain_only, "plain-norm rows"),
+                                   ("variants", args.no_variants, args.variants_only, "variant rows"),
+                                   ("rope", args.no_rope, args.rope_only, "rotation rows"),
+                                   ("prefill", args.no_prefill, args.prefill_only, "prefill-chunk rows")):
+        if skip:
+            continue
+        rows += importlib.import_module(f"addrmsnorm.bench.{name}").run(roof.gbs, log=_log)
+        _log(f"{what} done")
+        if only:
             shapes = []
     if not args.no_quant and not args.plain_only:
         from addrmsnorm.bench import quant
