@@ -12,6 +12,7 @@ reduction, alone or among many.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # The Triton release this table's register plan (MAX_REGISTERS, BACKWARD_TABLE's programs_per_sm) was
@@ -93,6 +94,13 @@ class TableRule:
         if self.vector_typed_only:
             return quant == 0 and vector_typed
         return True
+
+
+def _memo(rule):
+    """A dispatch rule remembered per argument list (types too: a bool is not the int it equals): the tables are
+    constants, and the JIT asks a rule on every call, where a table's scan costs microseconds and a lookup a tenth of
+    one."""
+    return functools.lru_cache(maxsize=4096, typed=True)(rule)
 
 
 # The quantized forward's modes: the QUANT constexpr, one specialization per mode (the values of the
@@ -510,6 +518,7 @@ BACKWARD_TABLE: tuple[TableRule, ...] = tuple(
 DWEIGHT_BLOCK_P, DWEIGHT_BLOCK_C, DWEIGHT_WARPS = 512, 16, 4
 
 
+@_memo
 def select_backward_config(H: int, x_itemsize: int, residual_itemsize: int) -> KernelConfig:
     """The backward's dispatch rule: as ``select_forward_config``, over ``BACKWARD_TABLE``."""
     return _select(BACKWARD_TABLE, H, x_itemsize, residual_itemsize)
@@ -534,6 +543,7 @@ ROPE_BACKWARD_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
 ))
 
 
+@_memo
 def select_rope_backward_config(H: int) -> KernelConfig:
     """The rotation's backward config for 16-bit heads of H <= QK_MAX_HEAD_DIM columns."""
     return _select(ROPE_BACKWARD_TABLE, H, 2, 2)
@@ -610,7 +620,7 @@ POSITION_DTYPES = ("int32", "int64")
 ROPE_VARIANTS = tuple((angles, pos) for angles in ("x", "fp32") for pos in (None,) + POSITION_DTYPES)
 # Weights of the heads' dtype with every variant; float32 weights (training under autocast, with HF's cos and sin)
 # with cos and sin alone: with positions into a cos_sin_cache (vLLM's serving call) no float32-weight kernel is
-# built, and both validators refuse the call (validation.check_rope; validate.cpp's validate_rope).
+# built, and the one validator refuses the call (validate.cpp's validate_rope).
 ROPE_FP32_WEIGHTS_WITH_POSITIONS = False
 # The rotation's vector-aligned kernels (ALIGN > 1: the QK norm's rows) rotate NeoX's halves with every column of
 # the head rotated (rotary_dim = head_dim, as Llama, Qwen, Mistral and Gemma rotate): they read a head as its two
@@ -650,6 +660,7 @@ ROPE_TABLE = tuple(TableRule(2, h, cfg) for h, cfg in (
 ))
 
 
+@_memo
 def select_rope_config(H: int, aligned: bool) -> KernelConfig:
     """The rotation's config: ROPE_TABLE's for heads on the 16-byte vector (ALIGN > 1), ROPE_MISALIGNED_TABLE's
     otherwise."""
@@ -688,6 +699,7 @@ SANDWICH_QUANT = ((QUANT_STATIC, "fp8e4m3"), (QUANT_PER_TOKEN, "fp8e4m3"), (QUAN
                   (QUANT_NVFP4, "fp4e2m1"), (QUANT_MXFP8, "fp8e4m3"))
 
 
+@_memo
 def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
     """The sandwich norm's config: the row of SANDWICH_TABLE that admits H (x_itemsize 2)."""
     return _select(SANDWICH_TABLE, H, x_itemsize, x_itemsize)
@@ -699,7 +711,9 @@ def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
 # and HF's form). A group wider than the last row is refused (GATED_MAX_GROUP, the C runtime's rule): the families'
 # groups are 128 (Qwen3-Next's value heads) to 8192 (Mamba2's one group of d_inner). Each thread holds at
 # most 16 elements of x and of z; fp32 x (training without autocast) takes the same rows. Not yet tuned
-# on the GPU.
+# on the GPU. The looped path gates too (kernels.py's _looped_row with GATED: a group walked in chunks, z and the
+# weight read again in the second pass), a candidate for the widest groups (devtools/tune.py variants --extra
+# l<chunk>w<warps>); no row takes it until it is measured, and the gated quantized outputs stay single-pass.
 _GATED_ROWS = (
     (128, _single(128, 16, 4)),
     (256, _single(256, 8, 4)),
@@ -722,6 +736,7 @@ GATE_ACTIVATIONS = ("silu",)
 GATED_QUANT = ((QUANT_STATIC, "fp8e4m3"), (QUANT_PER_TOKEN, "fp8e4m3"))
 
 
+@_memo
 def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:
     """The gated norm's config: the row of GATED_TABLE that admits the group (validation refuses wider)."""
     return _select(GATED_TABLE, group_size, x_itemsize, x_itemsize)
@@ -739,6 +754,7 @@ PAIR_TABLE = tuple(
 PAIR_DTYPES = ("fp16", "bf16")
 
 
+@_memo
 def select_pair_config(width: int, x_itemsize: int) -> KernelConfig:
     """The pair's config: the row of PAIR_TABLE that admits the wider part (x_itemsize 2)."""
     return _select(PAIR_TABLE, width, x_itemsize, x_itemsize)
@@ -749,11 +765,13 @@ def select_pair_config(width: int, x_itemsize: int) -> KernelConfig:
 PLAIN_TABLES = {2: "PLAIN_TABLE", 4: "FORWARD_TABLE"}
 
 
+@_memo
 def select_plain_config(H: int, x_itemsize: int, vector_typed: bool = False) -> KernelConfig:
     """The plain norm's config: the row of PLAIN_TABLES[x_itemsize] for (x, x) that admits H."""
     return _select(globals()[PLAIN_TABLES[x_itemsize]], H, x_itemsize, x_itemsize, 0, vector_typed)
 
 
+@_memo
 def select_forward_config(H: int, x_itemsize: int, residual_itemsize: int, quant: int = 0,
                           vector_typed: bool = False, plain: bool = False) -> KernelConfig:
     """The dispatch rule: the first table row of the stream width whose ``h_max`` admits H.

@@ -898,9 +898,12 @@ def qk_rmsnorm_rope_(
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         raise ValueError("qk_rmsnorm_rope_ rotates by positions and cos_sin_cache, or by cos and sin: none is given "
                          "(qk_rmsnorm_ is the QK norm alone)")
-    if check_positions and positions is not None and _eager():
-        v.check_positions_in_cache(v.check_rope(qkv.dtype, qkv.shape[0] if qkv.dim() else 0, head_dim, qkv.device,
-                                                positions, cos_sin_cache, cos, sin, rd, rs, n != 0))
+    # Positions read back before anything is written, where they and the cache can be read as such; every rule is
+    # the operator's (it refuses the calls this skips, and a call with positions outside the cache is refused here
+    # first).
+    if (check_positions and _eager() and isinstance(positions, _Tensor) and isinstance(cos_sin_cache, _Tensor)
+            and positions.dtype in v.POSITION_DTYPES and cos_sin_cache.dim() == 2):
+        v.check_positions_in_cache(positions, cos_sin_cache.shape[0])
     ops.qk_rmsnorm_(qkv, q_weight, k_weight, eps, num_q_heads, num_kv_heads, head_dim, weight_offset=weight_offset,
                     numerics=n, pdl=pdl, positions=positions, cos_sin_cache=cos_sin_cache, cos=cos, sin=sin,
                     rotary_dim=rd, rope_style=rs, num_v_heads=num_v_heads)
@@ -942,10 +945,8 @@ class _QkRope(torch.autograd.Function):
         q, k, q_weight, k_weight, positions, cache, cos, sin = ctx.saved_tensors
         eps, weight_offset, rd, rs = ctx.args
         if positions is not None and not ctx.checked and _eager():  # the forward read no positions back
-            call = v.RopeCall()
-            call.positions, call.max_position = positions, cache.shape[0]
             try:
-                v.check_positions_in_cache(call)
+                v.check_positions_in_cache(positions, cache.shape[0])
             except ValueError as e:
                 raise ValueError(f"qk_rmsnorm_rope's backward: {e}; the forward did not check them "
                                  f"(check_positions=False, capture or compile) and gave NaN for those tokens") from None
@@ -1041,11 +1042,10 @@ def qk_rmsnorm_rope(
     if positions is None and cos_sin_cache is None and cos is None and sin is None:
         raise ValueError("qk_rmsnorm_rope rotates by positions and cos_sin_cache, or by cos and sin: none is given")
     checked = check_positions and positions is not None and _eager()
-    if checked:
-        v.check_positions_in_cache(v.check_rope(q.dtype, T, D, q.device, positions, cos_sin_cache, cos, sin, rd, rs,
-                                                n != 0))
     oq, ok = _QkRope.apply(qf, kf, q_weight, k_weight, eps, weight_offset, n, pdl, positions, cos_sin_cache, cos, sin,
                            rd, rs, checked)
+    if checked:  # after the call, which checked every rule (its outputs are its own: nothing of the caller's written)
+        v.check_positions_in_cache(positions, cos_sin_cache.shape[0])
     return oq.view(q.shape), ok.view(k.shape)
 
 

@@ -815,6 +815,9 @@ def _looped_row(
     scale_ub_ptr=None, stride_s_row=0, stride_s_group=0, group_size=0, has_ub=0, ue8m0=0, swizzled=0,
     has_weight=1, x_scale=1.0,
     SANDWICH: tl.constexpr = False, post_weight_ptr=None, post_weight_offset=0.0, n_rows=0,
+    # GATED (GROUPED, no residual, QUANT 0): a program's row is one group of a token's row, as _tile_rows has it:
+    # z's group beside x's, the weight's columns of that group; silu(z) read in pass 1 only where it gates h.
+    GATED: tl.constexpr = False, z_ptr=None, stride_z_row=0, gate_first=0,
 ):
     # One row per program, walked in BLOCK_H chunks twice (SANDWICH: three times, pass 0 for x's rstd). KEEP_H: L2 hints that h is read again
     # (stored evict-last, evict-first on its last read), so that the passes after the first find it in
@@ -827,6 +830,13 @@ def _looped_row(
     residual_out_row = residual_out_ptr + row * stride_residual_out_row
     # The plain norm stores no h: pass 2 reads x again (each chunk before its own store, in place too).
     h_row = residual_out_row if RESIDUAL else x_row
+    z_row = x_row  # GATED's; unread otherwise
+    w_row = weight_ptr
+    if GATED:
+        tok = row // group_rows
+        part = (row - tok * group_rows) * stride_x_group
+        z_row = z_ptr + tok * stride_z_row + part
+        w_row = weight_ptr + part
     if SANDWICH:
         rstd_x = _post_rstd(x_row, H, eps, BLOCK_H, HF_NUMERICS)
 
@@ -859,6 +869,9 @@ def _looped_row(
                 h = h_stored.to(tl.float32)
         else:
             h = h_stored.to(tl.float32)
+            if GATED:
+                if gate_first != 0:  # rmsnorm(x * silu(z))
+                    h = h * _silu(tl.load(z_row + cols, mask=mask, other=0.0))
         acc += h * h
         if QUANT == 2:
             u = tl.abs(h_stored.to(tl.float32) * w)
@@ -889,11 +902,18 @@ def _looped_row(
         mask = cols < H
         h = tl.load(h_row + cols, mask=mask, other=0.0,
                     eviction_policy="evict_first" if KEEP_H else "").to(tl.float32)
-        w = _weight_f32(_load_w(weight_ptr, cols, mask, has_weight), weight_dtype) + w_off
+        g = 0.0
+        if GATED:
+            g = _silu(tl.load(z_row + cols, mask=mask, other=0.0))
+            if gate_first != 0:
+                h = h * g
+        w = _weight_f32(_load_w(w_row, cols, mask, has_weight), weight_dtype) + w_off
         if not RESIDUAL:
             _loads_before_stores()  # in place, y overwrites the x this pass reads
         if QUANT == 0:
             y = _scale(h, rstd, w, out_ptr.dtype.element_ty, HF_NUMERICS)
+            if GATED:
+                y = _gate_epilogue(y, g, gate_first, out_ptr.dtype.element_ty, HF_NUMERICS)
             tl.store(out_row + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
             # (h_stored * w) first: with a weight of h's 16-bit type and no offset the product is exact
@@ -1116,7 +1136,7 @@ def rmsnorm_fwd(
                     GROUPED=GROUPED, group_rows=group_rows, stride_x_group=stride_x_group,
                     stride_out_group=stride_out_group, has_weight=has_weight, x_scale=x_scale,
                     SANDWICH=SANDWICH, post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
-                    n_rows=n_rows)
+                    n_rows=n_rows, GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first)
     elif ROPE and ALIGN > 1:
         # NeoX with the whole head rotated (configs.rope_on_vector: the launchers send every other call to ALIGN 1),
         # rotary_dim / 2, the angles' pointers and their row strides on ALIGN's promise (launcher.py's align_elems
@@ -1198,6 +1218,7 @@ def rmsnorm_quant_fwd(
         stride_z_row = _aligned(stride_z_row, ALIGN)
         stride_x_group = _aligned(stride_x_group, ALIGN)
     if LOOPED:
+        tl.static_assert(not GATED, "the gated norm's quantized outputs take single-pass rows alone")
         _looped_row(x_ptr, residual_ptr, weight_ptr, q_ptr, residual_out_ptr,
                     H, stride_x_row, stride_residual_row, stride_q_row, stride_residual_out_row,
                     eps, weight_offset, weight_dtype, BLOCK_H, KEEP_H, RESIDUAL,

@@ -189,8 +189,8 @@ class ForwardCall:
 #    and the pointers' alignment and overlap. A call without memory (a fake), and an output not yet
 #    allocated, passes stand-in addresses (StandIns).
 #
-# What this file still states of the rules (docs/guide.md, "Adding a variant"): check_rope (the functional forms'
-# position check); sandwich_takes and gate_takes (they trace under torch.compile, where no C call runs).
+# What this file still states of the rules (docs/guide.md, "Adding a variant"): sandwich_takes and gate_takes (they
+# trace under torch.compile, where no C call runs).
 
 
 def _check_out_dtype(out, x) -> None:
@@ -964,14 +964,14 @@ def gate_takes(x, z, weight) -> bool:
     """Whether the gated kernels take a call on these tensors (the C runtime's gate rules restated, for a patch
     that must fall back rather than refuse, and that must trace under torch.compile): 16-bit x, z and weight of one
     dtype, rows of one stride, the row (the group) a multiple of 8 of at most GATED_MAX_GROUP, 16-byte
-    aligned starts and row strides."""
+    aligned starts and row strides (a single row has none)."""
     if x.dtype not in GATED_DTYPES or z.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype):
         return False
     if x.dim() != 2 or z.shape != x.shape or x.stride(-1) != 1 or z.stride(-1) != 1:
         return False
     H = x.shape[-1]
     return (H % VARIANT_ALIGN == 0 and H <= configs.GATED_MAX_GROUP
-            and all(t.stride(0) % VARIANT_ALIGN == 0 for t in (x, z))
+            and (x.shape[0] <= 1 or all(t.stride(0) % VARIANT_ALIGN == 0 for t in (x, z)))  # one row: no stride
             and starts_aligned(x, z, *(() if weight is None else (weight,))))
 
 
@@ -1196,7 +1196,7 @@ class RopeCall:
     them), indexed by frequency; HF's cos and sin by column."""
 
     __slots__ = ("cos", "sin", "positions", "stride_cos", "stride_sin", "rotary_dim", "style", "by_freq",
-                 "max_position", "spans")
+                 "max_position")
 
     def launch(self) -> tuple:
         return (self.cos, self.sin, self.positions, self.stride_cos, self.stride_sin, self.rotary_dim, self.style,
@@ -1261,60 +1261,6 @@ def map_rope(tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, 
     return strides
 
 
-def check_rope(x_dtype, tokens: int, head_dim: int, device, positions, cos_sin_cache, cos, sin, rotary_dim,
-               style, hf: bool, written: tuple | None = None, strides=False, meta=False,
-               weight_dtype=None) -> RopeCall | None:
-    """Every rule of a rotation (none given: None): map_rope's (unless its ``strides`` are passed, from a call
-    that mapped every tensor first), then validate_rope's on the values, in its order. ``written`` is the
-    (start, end) byte span the call writes (qkv's heads): no angle or position may meet it. ``meta``: the
-    rules that need no memory alone (returns None). ``weight_dtype``: the QK norm's weights' (None: weightless,
-    or the backward's, which takes any)."""
-    if strides is False:
-        strides = map_rope(tokens, head_dim, device, positions, cos_sin_cache, cos, sin, rotary_dim, style)
-    if strides is None:
-        return None
-    cached, by_column = positions is not None or cos_sin_cache is not None, cos is not None or sin is not None
-    if cached and by_column:
-        raise ValueError("the rotation takes positions and cos_sin_cache, or cos and sin, not both")
-    if cached and (positions is None or cos_sin_cache is None):
-        missing = "positions" if positions is None else "cos_sin_cache"
-        raise ValueError(f"{missing} is None: positions and cos_sin_cache come together (positions index the "
-                         f"cache's rows)")
-    if by_column and (cos is None or sin is None):
-        raise ValueError(f"{'sin' if sin is None else 'cos'} is None but {'cos' if sin is None else 'sin'} is "
-                         f"given: the rotation takes both")
-    if style not in (0, 1):
-        raise ValueError(f"rope_style must be 0 (neox) or 1 (gptj), got {style}")
-    rd = head_dim if rotary_dim == 0 else rotary_dim
-    if rd < 0 or rd % 2 or rd > head_dim:
-        raise ValueError(f"rotary_dim must be even and in [2, head_dim = {head_dim}] (0: head_dim), got {rotary_dim}")
-    if x_dtype not in ROPE_DTYPES:
-        raise TypeError(f"the rotation takes {dtype_words(ROPE_DTYPES)} heads, got {x_dtype}")
-    if head_dim > QK_MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be at most {QK_MAX_HEAD_DIM} with the rotation, got {head_dim}")
-    adt = (cos_sin_cache if cached else cos).dtype
-    if adt not in (torch.float32, x_dtype):
-        raise TypeError(f"{'cos_sin_cache' if cached else 'cos'} has dtype {adt}; the angles are float32 or the "
-                        f"heads' dtype ({x_dtype})")
-    if hf and (cached or adt != x_dtype):
-        raise ValueError("numerics='hf' rotates as HF's apply_rotary_pos_emb does: with cos and sin of the heads' "
-                         f"dtype ({x_dtype}), not a cos_sin_cache or float32 angles")
-    if cached and weight_dtype is not None and weight_dtype != x_dtype and not configs.ROPE_FP32_WEIGHTS_WITH_POSITIONS:
-        raise TypeError(f"q_weight has dtype {weight_dtype}; with positions and a cos_sin_cache the weights are the "
-                        f"heads' dtype ({x_dtype}) (float32 weights take cos and sin)")
-    if meta:  # the fake implementation's: no memory
-        return None
-    if cached and tokens and cos_sin_cache.shape[0] < 1:
-        raise ValueError("max_position (cos_sin_cache's rows) must be in [1, 2^31), got 0")
-    call = rope_call(tokens, head_dim, positions, cos_sin_cache, cos, sin, rotary_dim, style, strides)
-    if written is not None and tokens:
-        w0, w1 = written
-        for name, a0, a1 in call.spans:
-            if a0 < w1 and w0 < a1:
-                raise ValueError(f"{name} overlaps the heads the call writes; it must not share memory with them")
-    return call
-
-
 def rope_call(tokens: int, head_dim: int, positions, cos_sin_cache, cos, sin, rotary_dim, style, strides) -> RopeCall:
     """An admitted rotation as the launcher takes it (RopeCall), from map_rope's strides."""
     cached = positions is not None or cos_sin_cache is not None
@@ -1326,33 +1272,22 @@ def rope_call(tokens: int, head_dim: int, positions, cos_sin_cache, cos, sin, ro
         call.cos, call.sin = cos_sin_cache, cos_sin_cache[:, rd // 2:]
         call.stride_cos = call.stride_sin = strides["cos_sin_cache"]
         call.positions = positions
-        spans = [("positions", positions.data_ptr(), positions.data_ptr() + tokens * positions.element_size()),
-                 ("cos_sin_cache", *_angle_span(cos_sin_cache, call.stride_cos))]
     else:
         call.stride_cos, call.stride_sin = strides["cos"], strides["sin"]
         call.cos, call.sin, call.positions, call.max_position = cos, sin, None, 0
-        spans = [("cos", *_angle_span(cos, call.stride_cos)), ("sin", *_angle_span(sin, call.stride_sin))]
-    call.spans = spans
     return call
 
 
-def _angle_span(t, stride: int) -> tuple[int, int]:
-    """The bytes of a 2-D angle tensor's rows."""
-    n = t.shape[0]
-    end = t.data_ptr() + ((n - 1) * stride + t.shape[1]) * t.element_size() if n else t.data_ptr()
-    return t.data_ptr(), end
-
-
-def check_positions_in_cache(call: RopeCall | None) -> None:
+def check_positions_in_cache(positions, max_position: int) -> None:
     """positions below the cache's rows, read back to the host (a synchronization): the eager functions' check
     (the kernel itself writes nothing of a token whose position is outside the cache)."""
-    if call is None or call.positions is None or call.positions.numel() == 0:
+    if positions.numel() == 0:
         return
-    lo, hi = torch.aminmax(call.positions)
+    lo, hi = torch.aminmax(positions)
     lo, hi = int(lo), int(hi)
-    if lo < 0 or hi >= call.max_position:
-        raise ValueError(f"positions run from {lo} to {hi}; cos_sin_cache has {call.max_position} rows (positions "
-                         f"must be in [0, {call.max_position}))")
+    if lo < 0 or hi >= max_position:
+        raise ValueError(f"positions run from {lo} to {hi}; cos_sin_cache has {max_position} rows (positions "
+                         f"must be in [0, {max_position}))")
 
 
 class QkCall:
@@ -1381,10 +1316,8 @@ def _map_qk(qkv, q_weight, k_weight, num_q_heads, num_kv_heads, head_dim, num_v_
                 _check_vector(w, head_dim, name)
     device = check_devices({name: t for name, t in (("qkv", qkv), ("q_weight", q_weight), ("k_weight", k_weight))
                             if t is not None})
-    if num_v_heads < 0:
-        raise ValueError(f"num_v_heads must be >= 0, got {num_v_heads}")
     width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim
-    if num_q_heads >= 1 and num_kv_heads >= 1 and head_dim >= 1 and qkv.shape[1] < width:
+    if num_q_heads >= 1 and num_kv_heads >= 1 and num_v_heads >= 0 and head_dim >= 1 and qkv.shape[1] < width:
         heads = (f"q, k and v heads' ({num_q_heads} + {num_kv_heads} + {num_v_heads})" if num_v_heads else
                  f"q and k heads' ({num_q_heads} + {num_kv_heads})")
         raise ValueError(f"qkv has width {qkv.shape[1]}, less than the {heads} * {head_dim} = {width}")

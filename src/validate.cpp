@@ -940,6 +940,9 @@ addrmsnorm_status validate_qk(const Call& c) {
     if (num_q_heads < 1 || num_kv_heads < 1)
         return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_q_heads and num_kv_heads must be >= 1, got %lld and %lld",
                     (long long)num_q_heads, (long long)num_kv_heads);
+    // addrmsnorm_norm_args_qkv sets v_from_group for any num_v_heads but 0: a negative count leaves fewer groups.
+    if (c.v_from_group != 0 && num_v_heads < 0)
+        return fail(ADDRMSNORM_ERROR_INVALID_ARGUMENT, "num_v_heads must be >= 0, got %lld", (long long)num_v_heads);
     ADDRMSNORM_REFUSE_IF(c.v_from_group != 0 && num_v_heads < 1,
                          "v_from_group is %lld of %lld groups: the v heads start after the k heads and before the last "
                          "group", (long long)c.v_from_group, (long long)c.groups);

@@ -44,6 +44,37 @@ def make_inputs(N, H, combo, device, seed=0, lead=None):
     return x, r, w
 
 
+def strided_rows(rng, dtype, n, H, device):
+    """n rows of H in a buffer of their own, laid out as callers' views come (for the predicates' tests): a row
+    stride of H, H + 8 or H + 4, and a start 0, 8 elements (16 bytes of fp16) or one element's size in elements
+    off the buffer's, drawn from rng (a random.Random)."""
+    item = torch.tensor([], dtype=dtype).element_size()
+    stride = H + (8 if rng.random() < 0.3 else 4 if rng.random() < 0.05 else 0)
+    off = 8 if rng.random() < 0.3 else item if rng.random() < 0.05 else 0
+    buf = torch.zeros(off + n * stride + H, dtype=dtype, device=device)
+    return torch.as_strided(buf[off:], (n, H), (stride, 1))
+
+
+def assert_predicate_is_the_checks(rng, widths, tensors, check, takes, rounds=400, each=50):
+    """hf.py's "would this call be taken" predicates against the checks: over random calls (16-bit mostly, fp32
+    sometimes; a width of ``widths`` or 100; one or three rows), ``tensors(dtype, n, H, of)`` makes the call's
+    tensors (``of(dtype)``: that dtype, or now and then fp32), ``check(*tensors)`` raises where the checks refuse
+    it, and ``takes(*tensors)``, the predicate, must say the same; each verdict at least ``each`` times."""
+    seen = {True: 0, False: 0}
+    for _ in range(rounds):
+        dt = torch.float32 if rng.random() < 0.1 else rng.choice([torch.bfloat16, torch.float16])
+        H, n = 100 if rng.random() < 0.1 else rng.choice(widths), rng.choice([1, 3])
+        t = tensors(dt, n, H, lambda dtype: dtype if rng.random() < 0.95 else torch.float32)
+        try:
+            check(*t)
+            admitted = True
+        except (TypeError, ValueError):
+            admitted = False
+        assert takes(*t) == admitted, (H, n, [(a.dtype, a.stride(), a.data_ptr() % 16) for a in t])
+        seen[admitted] += 1
+    assert min(seen.values()) >= each, seen
+
+
 def expected_residual_out(h_fp32, dtype):
     """What residual_out must hold, bit for bit, on this backend."""
     if dtype == torch.bfloat16 and not ON_GPU:

@@ -13,7 +13,7 @@ from addrmsnorm import reference as R
 from addrmsnorm.tolerances import GRAD_TOLERANCES, QUANT_Y_RTOL, Y_TOLERANCES
 
 from conftest import DEVICE, ON_GPU, needs_kernels, gpu_only
-from helpers import argument_named, assert_refused
+from helpers import argument_named, assert_predicate_is_the_checks, assert_refused, strided_rows
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -263,3 +263,45 @@ def test_gated_quantized_refusals_name_the_argument():
     ]
     for exc, match, call in cases:
         assert_refused((exc, RuntimeError) if ON_GPU else exc, match, call, x, z, w)
+
+
+def test_the_hf_patch_asks_the_checks_whether_the_gated_norm_takes_a_call():
+    """hf.py runs HF's own gated norm where ours would refuse: its predicate (validation.gate_takes) says yes
+    exactly where the checks admit the call, over dtypes, widths, one and several rows, starts off the 16-byte
+    boundary and row strides (each tensor in a buffer of its own: no overlaps)."""
+    import random
+
+    from addrmsnorm import validation
+
+    rng = random.Random(12)
+
+    def tensors(dt, n, H, of):  # x, z, weight
+        x, z = strided_rows(rng, dt, n, H, DEVICE), strided_rows(rng, of(dt), n, H, DEVICE)
+        return x, z, strided_rows(rng, of(dt), 1, H, DEVICE)[0]
+
+    assert_predicate_is_the_checks(
+        rng, (64, 128, 136), tensors,
+        lambda x, z, w: validation.check_rmsnorm(x, w, eps=1e-6, weight_offset=0.0, numerics=0, z=z),
+        validation.gate_takes)
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["norm_first", "gate_first"])
+@pytest.mark.parametrize("numerics", ["contract", "hf"])
+def test_the_looped_path_gates_too(monkeypatch, before, numerics):
+    """A group walked in chunks (the looped path, for groups too wide to hold in registers: a tuning candidate)
+    gives the reference's y (HF's numerics: the single pass's, within the tolerance): z's group and the weight's
+    columns of each group read beside x's, in both orders."""
+    from addrmsnorm import configs
+
+    chunk = 1024 if ON_GPU else 64
+    cases = [(8192, None), (4 * chunk, chunk)] if ON_GPU else [(256, None), (4 * chunk, chunk)]
+    inputs = [_inputs(ROWS, h, torch.bfloat16, seed=h, z_stride=h + 64) for h, _ in cases]
+    kw = dict(norm_before_gate=before, numerics=numerics)
+    single = [addrmsnorm.gated_rmsnorm(x, z, w, 1e-6, group_size=g, **kw) for (x, z, w), (_, g) in zip(inputs, cases)]
+    monkeypatch.setattr(configs, "select_gated_config",
+                        lambda *_: configs.KernelConfig(block_h=chunk, rows_per_program=1, num_warps=4, looped=True))
+    for (x, z, w), (h, g), want in zip(inputs, cases, single):
+        y = addrmsnorm.gated_rmsnorm(x, z, w, 1e-6, group_size=g, **kw)
+        if numerics == "contract":
+            want = R.gated_rmsnorm_ref(x, z, w, 1e-6, g, before)
+        _close(y, want, torch.bfloat16, f"looped y, {h} in groups of {g}")

@@ -259,7 +259,7 @@ def test_refusals_name_the_argument_and_write_nothing():
     assert_refused(TypeError, "positions has dtype torch.float32; it must be int32 or int64",
                    lambda: call(positions=pos.float()), qkv)
     assert_refused(ValueError, r"positions has shape \(3,\), expected \(4,\)", lambda: call(positions=pos[:3]), qkv)
-    assert_refused(TypeError, r"cos_sin_cache has dtype torch.float16; the angles are float32 or the heads' dtype",
+    assert_refused(TypeError, r"cos_sin_cache has dtype (torch\.)?float16; the angles are float32 or the heads' dtype",
                    lambda: call(cos_sin_cache=cache.half()), qkv)
     assert_refused(TypeError, "sin has dtype torch.float32; it must be cos's dtype",
                    lambda: call(positions=None, cos_sin_cache=None, cos=cos, sin=sin.float()), qkv)
@@ -658,3 +658,37 @@ def test_functional_positions_outside_the_cache_without_the_check():
     assert torch.equal(bits(oq[good]), bits(wq_)) and torch.equal(bits(ok[good]), bits(wk_))
     with pytest.raises(ValueError, match=r"qk_rmsnorm_rope's backward: positions run from 0 to 16"):
         (oq.float().sum() + ok.float().sum()).backward()
+
+
+def test_the_hf_patch_asks_the_checks_whether_the_rotation_takes_a_call():
+    """hf.py runs HF's own attention where qk_rmsnorm_rope would refuse: its predicate (hf._rope_takes, which must
+    trace under torch.compile and so cannot ask the C runtime) says yes exactly where the call is admitted, over
+    the heads', weights' and angles' dtypes, head_dim and the numerics (the patch's own conditions, one eps for
+    both norms and no autocast, held fixed)."""
+    import random
+    import types
+
+    from addrmsnorm import configs, hf
+
+    rng = random.Random(13)
+    T, nq, nk = 2, 2, 1
+    seen = {True: 0, False: 0}
+    for _ in range(120):
+        dt = rng.choice([torch.bfloat16, torch.float16, torch.float16, torch.float32])
+        D = rng.choice([64, 64, 128, 1024])
+        wdt, cdt = (rng.choice([dt, dt, torch.float32, torch.bfloat16]) for _ in range(2))
+        numerics = rng.choice([0, 1])
+        norm = types.SimpleNamespace(weight=torch.ones(D, dtype=wdt, device=DEVICE), eps=1e-6)
+        attn = types.SimpleNamespace(q_norm=norm, k_norm=norm, head_dim=D)
+        q = torch.randn(1, T, nq, D, device=DEVICE).to(dt)
+        k = torch.randn(1, T, nk, D, device=DEVICE).to(dt)
+        cos = torch.randn(1, T, D, device=DEVICE).to(cdt)
+        try:
+            addrmsnorm.qk_rmsnorm_rope(q, k, norm.weight, norm.weight, 1e-6, cos=cos, sin=cos,
+                                       numerics=configs.PLAIN_NUMERICS[numerics])
+            admitted = True
+        except (TypeError, ValueError):
+            admitted = False
+        assert hf._rope_takes(attn, q, cos, numerics) == admitted, (dt, D, wdt, cdt, numerics)
+        seen[admitted] += 1
+    assert min(seen.values()) >= 20, seen

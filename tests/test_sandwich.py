@@ -14,7 +14,7 @@ from addrmsnorm import reference as R
 from addrmsnorm.tolerances import GRAD_TOLERANCES, QUANT_Y_RTOL, RSTD_TOLERANCE, Y_TOLERANCES
 
 from conftest import DEVICE, ON_GPU, gpu_only, needs_kernels
-from helpers import argument_named, assert_refused
+from helpers import argument_named, assert_predicate_is_the_checks, assert_refused, strided_rows
 
 pytestmark = needs_kernels
 OPS = torch.ops.addrmsnorm
@@ -262,32 +262,15 @@ def test_the_hf_patch_asks_the_checks_whether_the_sandwich_takes_a_call():
 
     rng = random.Random(11)
 
-    def view(dtype, n, H):
-        item = torch.tensor([], dtype=dtype).element_size()
-        stride = H + (8 if rng.random() < 0.3 else 4 if rng.random() < 0.05 else 0)
-        off = 8 if rng.random() < 0.3 else item if rng.random() < 0.05 else 0  # in elements (8: 16 bytes of fp16)
-        buf = torch.zeros(off + n * stride + H, dtype=dtype, device=DEVICE)
-        return torch.as_strided(buf[off:], (n, H), (stride, 1))
+    def tensors(dt, n, H, of):  # x, residual, post_weight, weight
+        x, r = strided_rows(rng, dt, n, H, DEVICE), strided_rows(rng, of(dt), n, H, DEVICE)
+        return x, r, strided_rows(rng, of(dt), 1, H, DEVICE)[0], strided_rows(rng, of(dt), 1, H, DEVICE)[0]
 
-    seen = {True: 0, False: 0}
-    for _ in range(400):
-        dt = torch.float32 if rng.random() < 0.1 else rng.choice([torch.bfloat16, torch.float16])
-        H, n = 100 if rng.random() < 0.1 else rng.choice([64, 72, 128]), rng.choice([1, 3])
-
-        def of(dtype):
-            return dtype if rng.random() < 0.95 else torch.float32
-        x, r = view(dt, n, H), view(of(dt), n, H)
-        pw, w = view(of(dt), 1, H)[0], view(of(dt), 1, H)[0]
-        try:
-            validation.check_forward(x, r, w, eps=1e-6, weight_offset=0.0, numerics=0, post_weight=pw,
-                                     post_weight_offset=0.0)
-            admitted = True
-        except (TypeError, ValueError):
-            admitted = False
-        assert validation.sandwich_takes(x, r, pw, w) == admitted, (dt, r.dtype, pw.dtype, w.dtype, H, n,
-                                                                     x.stride(), r.stride(), x.data_ptr() % 16)
-        seen[admitted] += 1
-    assert min(seen.values()) >= 50, seen
+    assert_predicate_is_the_checks(
+        rng, (64, 72, 128), tensors,
+        lambda x, r, pw, w: validation.check_forward(x, r, w, eps=1e-6, weight_offset=0.0, numerics=0,
+                                                     post_weight=pw, post_weight_offset=0.0),
+        validation.sandwich_takes)
 
 
 def test_the_hf_patch_predicates_trace_under_compile():

@@ -795,11 +795,10 @@ void qk_rmsnorm_(const at::Tensor& qkv, const OptTensor& q_weight, const OptTens
     same_device("k_weight", kw, qkv, "qkv");
     cuda_device("qkv", qkv);
     // The columns past the q and k heads (and v's, num_v_heads) are never touched; the C ABI checks the
-    // head counts and head_dim, then that the rows of that width are apart.
-    TORCH_CHECK_VALUE(num_v_heads >= 0, "num_v_heads must be >= 0, got ", num_v_heads);
+    // head counts (num_v_heads >= 0 too) and head_dim, then that the rows of that width are apart.
     const int64_t width = (num_q_heads + num_kv_heads + num_v_heads) * head_dim;
-    TORCH_CHECK_VALUE(num_q_heads < 1 || num_kv_heads < 1 || head_dim < 1 || qkv.size(1) >= width, "qkv has width ",
-                      qkv.size(1), ", less than the ", num_v_heads ? "q, k and v heads' (" : "q and k heads' (",
+    TORCH_CHECK_VALUE(num_q_heads < 1 || num_kv_heads < 1 || num_v_heads < 0 || head_dim < 1 || qkv.size(1) >= width,
+                      "qkv has width ", qkv.size(1), ", less than the ", num_v_heads ? "q, k and v heads' (" : "q and k heads' (",
                       num_q_heads, " + ", num_kv_heads, num_v_heads ? " + " + std::to_string(num_v_heads) : "",
                       ") * ", head_dim, " = ", width);
     last_contiguous("qkv", qkv);
