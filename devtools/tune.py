@@ -7,7 +7,7 @@
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
     PYTHONPATH=. python devtools/tune.py weight [--h 4096,4100] [--dtypes bf16,bf16/fp32]
     PYTHONPATH=. python devtools/tune.py plain  [--h 128,4096] [--dtypes bf16]     # the plain norm (no residual)
-    PYTHONPATH=. ADDRMSNORM_BACKEND=triton python devtools/tune.py variants [--which gated,pair,sandwich]
+    PYTHONPATH=. ADDRMSNORM_BACKEND=triton python devtools/tune.py variants [--which gated,pair,sandwich] [--extra s8192r1w16ec64]
     PYTHONPATH=. python devtools/tune.py once 16384x4096 [--dtype bf16]   # a few plain launches, for ncu
     PYTHONPATH=. python devtools/tune.py once copy16384x4096               # the same bytes, copied
 
@@ -47,7 +47,8 @@ variants: the gated norm (issue 68's rows: 65536 x 4096 in groups of 4096 and 10
 128, 4096 x 8192 in one group), the latent pair (1536 + 512 of a 2112-wide buffer, 16384 and 2048 rows, in place)
 and the sandwich norm (Gemma's 1 + w, 16384 x 4096 and x 5376), each through its public call on the Triton JIT
 backend with its config rule patched to each candidate: single passes at 8 to 64 elements a thread (rows per
-program and warps), with and without evict-last, and --extra; bf16, cold L2, graph replay. Each candidate's
+program and warps), with and without evict-last, and --extra (a c<cap> suffix times that config under a register
+cap, set in configs.MAX_REGISTERS for the sweep as a table row's would be); bf16, cold L2, graph replay. Each candidate's
 output is checked against the table config's (allclose: another config may sum in another order).
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
@@ -574,8 +575,10 @@ VARIANT_SHAPES = {"gated": ((65536, 4096, 4096), (65536, 4096, 1024), (16384, 20
                   "pair": (16384, 2048), "sandwich": ((16384, 4096), (16384, 5376))}
 
 
-def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda") -> None:
-    """See the module docstring: the gated norm, the pair and the sandwich norm under each candidate config."""
+def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda", capped=()) -> None:
+    """See the module docstring: the gated norm, the pair and the sandwich norm under each candidate config, then
+    each of ``capped``'s (config, register cap) pairs, the cap set in configs.MAX_REGISTERS as a table row's
+    would be (these kernels' kind is the forward's)."""
     import addrmsnorm
     from addrmsnorm.bench.variants import EPS, OFFSET, PAIR_WIDTHS
 
@@ -612,6 +615,8 @@ def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda")
                 call = lambda: addrmsnorm.sandwich_rmsnorm(x, r, pw, w, EPS, weight_offset=OFFSET)[0]  # noqa: E731
                 return call, call
             cases.append((f"sandwich {N}x{H}", "select_sandwich_config", H, forward_bytes(N, H, 2, 2, 2), make))
+    major, minor = torch.cuda.get_device_capability() if dev == "cuda" else (9, 0)
+    plan = configs.MAX_REGISTERS.setdefault(10 * major + minor, {}).setdefault("forward", {})
     print("| case | config | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|", file=out, flush=True)
     for name, rule, width, nbytes, make in cases:
         saved = getattr(configs, rule)
@@ -622,25 +627,34 @@ def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda")
         calls, check = [m[0] for m in made], made[0][1]
         want = None
         best = (0.0, "")
-        for cfg in _variant_candidates(width, chosen, extra):
+        for cfg, cap in [(c, None) for c in _variant_candidates(width, chosen, extra)] + list(capped):
             setattr(configs, rule, lambda *_, cfg=cfg: cfg)
+            key = (cfg.block_h, cfg.rows_per_program, cfg.num_warps)
+            planned = plan.get(key)
+            if cap:
+                plan[key] = cap
+            tag = _tag(cfg) + (f" cap {cap}" if cap else "")
             try:
                 got = check()
                 if want is None:
                     want = got.float().clone()
                 elif not torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2):
-                    print(f"| {name} | {_tag(cfg)} | off the table config's output | | |", file=out, flush=True)
+                    print(f"| {name} | {tag} | off the table config's output | | |", file=out, flush=True)
                     continue
                 t = time_graph(lambda i: calls[i](), n_sets)
             except Exception as e:  # noqa: BLE001 - out of registers or shared memory, or a rule that refuses it
-                print(f"| {name} | {_tag(cfg)} | failed: {type(e).__name__}: {str(e)[:120]} | | |", file=out, flush=True)
+                print(f"| {name} | {tag} | failed: {type(e).__name__}: {str(e)[:120]} | | |", file=out, flush=True)
                 continue
             finally:
                 setattr(configs, rule, saved)
+                if planned is None:
+                    plan.pop(key, None)
+                else:
+                    plan[key] = planned
             gbs = nbytes / t.median_us / 1e3
-            best = max(best, (gbs, _tag(cfg)))
-            mark = "**table** " if cfg == chosen else ""
-            print(f"| {name} | {mark}{_tag(cfg)} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
+            best = max(best, (gbs, tag))
+            mark = "**table** " if cfg == chosen and not cap else ""
+            print(f"| {name} | {mark}{tag} | {t.median_us:.2f} | {gbs:.0f} | {100 * gbs / roof:.1f}% |",
                   file=out, flush=True)
         print(f"| {name} | **best**: {best[1]} | | {best[0]:.0f} | {100 * best[0] / roof:.1f}% |", file=out, flush=True)
         made = calls = check = None
@@ -667,23 +681,29 @@ def main():
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
     ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16fe,l2048w4 (s: single BLOCK r "
-                                                "rows w warps [f: weight first][e: evict-last]; l: looped chunk w "
-                                                "warps [x: re-read][k: h kept])")
+                                                "rows w warps [f: weight first][e: evict-last][c<cap>: variants, "
+                                                "a register cap]; l: looped chunk w warps [x: re-read][k: h kept])")
     args = ap.parse_args()
     out = sys.stdout
     if args.what == "once":
         return once(args.shape, args.dtype)
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", file=out)
-    extra = []
+    extra, capped = [], []
     for e in filter(None, args.extra.split(",") if args.what != "bwd" else []):
-        # s<block>r<rows>w<warps>[f: weight first][e: x and residual loaded evict-last]
-        # l<chunk>w<warps>[x: pass 2 re-reads x and residual][k: h kept in L2 between the passes]
-        m = re.fullmatch(r"s(\d+)r(\d+)w(\d+)([fe]*)|l(\d+)w(\d+)([xk]*)", e)
+        # s<block>r<rows>w<warps>[f: weight first][e: x and residual loaded evict-last][c<cap>: variants, under a
+        # register cap]; l<chunk>w<warps>[x: pass 2 re-reads x and residual][k: h kept in L2 between the passes]
+        m = re.fullmatch(r"s(\d+)r(\d+)w(\d+)([fe]*)(?:c(\d+))?|l(\d+)w(\d+)([xk]*)", e)
         if not m:
             raise SystemExit(f"bad candidate {e!r}")
-        b, r, w, flags, chunk, lw, lflags = m.groups()
-        extra.append(KernelConfig(int(b), int(r), int(w), False, weight_first="f" in flags, evict_last="e" in flags)
-                     if b else KernelConfig(int(chunk), 1, int(lw), True, reread="x" in lflags, keep_h="k" in lflags))
+        b, r, w, flags, cap, chunk, lw, lflags = m.groups()
+        if cap and args.what != "variants":
+            raise SystemExit(f"{e!r}: a candidate's own cap is for variants; {args.what} takes --caps")
+        cfg = (KernelConfig(int(b), int(r), int(w), False, weight_first="f" in flags, evict_last="e" in flags)
+               if b else KernelConfig(int(chunk), 1, int(lw), True, reread="x" in lflags, keep_h="k" in lflags))
+        if cap:
+            capped.append((cfg, int(cap)))
+        else:
+            extra.append(cfg)
     if args.what == "decode":
         return decode(out, extra=extra)
     roof = measure_roofline()
@@ -691,7 +711,7 @@ def main():
           file=out)
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "variants":
-        return variants(roof.gbs, out, args.which.split(","), extra)
+        return variants(roof.gbs, out, args.which.split(","), extra, capped=capped)
     if args.what == "plain":
         return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out, args.rows,
                      qk=not args.no_qk)

@@ -46,3 +46,28 @@ def test_the_candidates_hold_8_to_64_elements_a_thread_with_and_without_evict_la
     shape = lambda c: (c.block_h, c.rows_per_program, c.num_warps)  # noqa: E731
     for k in {shape(c) for c in cands[1:]}:  # the table's config may stand for one of the pair
         assert {c.evict_last for c in cands if shape(c) == k} == {True, False}, k
+
+
+def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeypatch):
+    """--extra's c<cap> suffix: the config is timed with the cap in configs.MAX_REGISTERS (where the launcher reads
+    it), tagged with it, and the plan is as it was afterwards."""
+    tune = load_devtool("tune")
+    from addrmsnorm import configs, launcher
+    monkeypatch.setattr(tune, "time_graph", lambda f, n: (f(0), _Timing())[1])
+    monkeypatch.setattr(tune, "sets_for_cold_l2", lambda nbytes: 1)
+    monkeypatch.setattr(tune, "VARIANT_SHAPES", {"gated": ((4, 256, 128),)})
+    monkeypatch.setattr(tune, "_variant_candidates", lambda width, chosen, extra=(): [chosen])
+    cfg = configs.KernelConfig(128, 2, 1, False, evict_last=True, weight_first=True)
+    key = (cfg.block_h, cfg.rows_per_program, cfg.num_warps)
+    seen = []
+    planned = launcher._planned_cap
+    monkeypatch.setattr(launcher, "_planned_cap", lambda kind, c, arch: seen.append((kind, c, planned(kind, c, 90)))
+                        or None)  # the interpreter compiles no cap: record what the launcher would have asked
+    before = {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()}
+    out = io.StringIO()
+    tune.variants(1000.0, out, ["gated"], device="cpu", capped=[(cfg, 48)])
+    rows = [r for r in out.getvalue().splitlines() if "cap 48" in r and "**best**" not in r]
+    assert len(rows) == 1 and "weight-first" in rows[0] and "failed" not in rows[0], out.getvalue()
+    assert ("forward", cfg, 48) in seen, seen
+    assert {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()} == before
+    assert key not in configs.MAX_REGISTERS[90]["forward"]
