@@ -575,7 +575,7 @@ VARIANT_SHAPES = {"gated": ((65536, 4096, 4096), (65536, 4096, 1024), (16384, 20
                   "pair": (16384, 2048), "sandwich": ((16384, 4096), (16384, 5376))}
 
 
-def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda", capped=()) -> None:
+def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda", capped=(), only_extra=False) -> None:
     """See the module docstring: the gated norm, the pair and the sandwich norm under each candidate config, then
     each of ``capped``'s (config, register cap) pairs, the cap set in configs.MAX_REGISTERS as a table row's
     would be (these kernels' kind is the forward's)."""
@@ -627,7 +627,8 @@ def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda",
         calls, check = [m[0] for m in made], made[0][1]
         want = None
         best = (0.0, "")
-        for cfg, cap in [(c, None) for c in _variant_candidates(width, chosen, extra)] + list(capped):
+        cands = [chosen] + [c for c in extra if c != chosen] if only_extra else _variant_candidates(width, chosen, extra)
+        for cfg, cap in [(c, None) for c in cands] + list(capped):
             setattr(configs, rule, lambda *_, cfg=cfg: cfg)
             key = (cfg.block_h, cfg.rows_per_program, cfg.num_warps)
             planned = plan.get(key)
@@ -679,7 +680,7 @@ def main():
     ap.add_argument("--plain", action="store_true", help="quant: the plain norm's epilogues (no residual)")
     ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
-    ap.add_argument("--only-extra", action="store_true", help="bulk: the table's config and --extra only")
+    ap.add_argument("--only-extra", action="store_true", help="bulk, variants: the table's config and --extra only")
     ap.add_argument("--extra", default="", help="bulk: more configs, e.g. s4096r1w16fe,l2048w4 (s: single BLOCK r "
                                                 "rows w warps [f: weight first][e: evict-last][c<cap>: variants, "
                                                 "a register cap]; l: looped chunk w warps [x: re-read][k: h kept])")
@@ -711,7 +712,7 @@ def main():
           file=out)
     dts = [(DT[x], DT[r or x]) for x, _, r in (d.partition("/") for d in args.dtypes.split(","))]
     if args.what == "variants":
-        return variants(roof.gbs, out, args.which.split(","), extra, capped=capped)
+        return variants(roof.gbs, out, args.which.split(","), extra, capped=capped, only_extra=args.only_extra)
     if args.what == "plain":
         return plain([int(h) for h in args.h.split(",")], args.dtypes.split(","), roof.gbs, out, args.rows,
                      qk=not args.no_qk)

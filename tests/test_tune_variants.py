@@ -56,7 +56,6 @@ def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeyp
     monkeypatch.setattr(tune, "time_graph", lambda f, n: (f(0), _Timing())[1])
     monkeypatch.setattr(tune, "sets_for_cold_l2", lambda nbytes: 1)
     monkeypatch.setattr(tune, "VARIANT_SHAPES", {"gated": ((4, 256, 128),)})
-    monkeypatch.setattr(tune, "_variant_candidates", lambda width, chosen, extra=(): [chosen])
     cfg = configs.KernelConfig(128, 2, 1, False, evict_last=True, weight_first=True)
     key = (cfg.block_h, cfg.rows_per_program, cfg.num_warps)
     seen = []
@@ -65,9 +64,10 @@ def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeyp
                         or None)  # the interpreter compiles no cap: record what the launcher would have asked
     before = {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()}
     out = io.StringIO()
-    tune.variants(1000.0, out, ["gated"], device="cpu", capped=[(cfg, 48)])
+    tune.variants(1000.0, out, ["gated"], device="cpu", capped=[(cfg, 48)], only_extra=True)
     rows = [r for r in out.getvalue().splitlines() if "cap 48" in r and "**best**" not in r]
     assert len(rows) == 1 and "weight-first" in rows[0] and "failed" not in rows[0], out.getvalue()
     assert ("forward", cfg, 48) in seen, seen
     assert {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()} == before
     assert key not in configs.MAX_REGISTERS[90]["forward"]
+    assert len([r for r in out.getvalue().splitlines() if r.startswith("| gated")]) == 3  # table, capped, best
