@@ -561,7 +561,9 @@ def test_the_one_launch_prototype_gives_the_gradient():
     cache read by position) holds its gradients to the torch operations' within the backward's tolerance."""
     from helpers import load_devtool
 
-    load_devtool("rope_bwd_one_launch").check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1)
+    tool = load_devtool("rope_bwd_one_launch")
+    tool.check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1)
+    tool.check(DEVICE, ((9, 3, 1, 128),), heads=4, warps=1)  # tiles wider than either part's heads: masked
 
 
 @pytest.mark.parametrize("style", [0, 1])
