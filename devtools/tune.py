@@ -47,8 +47,9 @@ variants: the gated norm (issue 68's rows: 65536 x 4096 in groups of 4096 and 10
 128, 4096 x 8192 in one group), the latent pair (1536 + 512 of a 2112-wide buffer, 16384 and 2048 rows, in place)
 and the sandwich norm (Gemma's 1 + w, 16384 x 4096 and x 5376), each through its public call on the Triton JIT
 backend with its config rule patched to each candidate: single passes at 8 to 64 elements a thread (rows per
-program and warps), with and without evict-last, and --extra (a c<cap> suffix times that config under a register
-cap, set in configs.MAX_REGISTERS for the sweep as a table row's would be); bf16, cold L2, graph replay. Each candidate's
+program and warps), with and without evict-last, and --extra (each case takes the single passes of its own width's
+tile and every loop; a c<cap> suffix times that config under a register cap, set in configs.MAX_REGISTERS for the
+sweep as a table row's would be); bf16, cold L2, graph replay. Each candidate's
 output is checked against the table config's (allclose: another config may sum in another order).
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
@@ -627,8 +628,10 @@ def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda",
         calls, check = [m[0] for m in made], made[0][1]
         want = None
         best = (0.0, "")
-        cands = [chosen] + [c for c in extra if c != chosen] if only_extra else _variant_candidates(width, chosen, extra)
-        for cfg, cap in [(c, None) for c in cands] + list(capped):
+        fits = lambda c: c.looped or c.block_h == triton.next_power_of_2(width)  # noqa: E731 - a case's own tiles
+        cands = ([chosen] + [c for c in extra if c != chosen and fits(c)] if only_extra
+                 else _variant_candidates(width, chosen, [c for c in extra if fits(c)]))
+        for cfg, cap in [(c, None) for c in cands] + [(c, cap) for c, cap in capped if fits(c)]:
             setattr(configs, rule, lambda *_, cfg=cfg: cfg)
             key = (cfg.block_h, cfg.rows_per_program, cfg.num_warps)
             planned = plan.get(key)

@@ -64,7 +64,9 @@ def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeyp
                         or None)  # the interpreter compiles no cap: record what the launcher would have asked
     before = {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()}
     out = io.StringIO()
-    tune.variants(1000.0, out, ["gated"], device="cpu", capped=[(cfg, 48)], only_extra=True)
+    other = configs.KernelConfig(256, 1, 1, False)  # another width's tile: not this case's candidate
+    tune.variants(1000.0, out, ["gated"], device="cpu", extra=[other], capped=[(cfg, 48), (other, 48)],
+                  only_extra=True)
     rows = [r for r in out.getvalue().splitlines() if "cap 48" in r and "**best**" not in r]
     assert len(rows) == 1 and "weight-first" in rows[0] and "failed" not in rows[0], out.getvalue()
     assert ("forward", cfg, 48) in seen, seen
