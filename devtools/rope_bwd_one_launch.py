@@ -32,8 +32,10 @@ from addrmsnorm.kernels import _rope_halves_grad, rmsnorm_dweight
 EPS = 1e-6
 SHAPES = ((8192, 32, 8, 128), (8192, 16, 8, 256))
 # Around the best of the first sweep (H100, 2026-12-07: 4 programs an SM, tiles of 8 heads, 2 and 4 warps; tiles of 2
-# heads ran at 15-64%): a tile wider than a part's heads is masked (k's 8 heads in tiles of 16).
-SWEEP = {"programs_per_sm": (2, 4, 8), "heads": (4, 8, 16), "warps": (2, 4, 8)}
+# heads ran at 15-64%): a tile wider than a part's heads is masked (k's 8 heads in tiles of 16). The first sweep's
+# kernel unrolled a part's tiles (tl.static_range): its sm_90 code held 200-255 registers at 2 and 4 warps (2
+# programs an SM, or spills), where the loop below holds 80 (4 heads) and 128 (8 heads) at 4 warps at 32+8 x 128.
+SWEEP = {"programs_per_sm": (2, 4, 6, 8), "heads": (4, 8, 16), "warps": (2, 4, 8)}
 
 
 @triton.jit
@@ -42,7 +44,7 @@ def _part(x_ptr, dy_ptr, dx_ptr, w_lo, w_hi, cos, sin, dw_lo, dw_hi, t, eps,
     """One token's N heads of one part (q's or k's), HEADS at a time: dx stored, dweight accumulated."""
     half: tl.constexpr = D // 2
     c = tl.arange(0, half)[None, :]
-    for h0 in tl.static_range(0, N, HEADS):
+    for h0 in range(0, N, HEADS):  # a loop, not unrolled: the tiles' loads are not all held at once
         heads = h0 + tl.arange(0, HEADS)
         m = (heads < N)[:, None]
         off = (t * N + heads).to(tl.int64)[:, None] * D + c
