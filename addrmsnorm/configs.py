@@ -710,8 +710,8 @@ def select_sandwich_config(H: int, x_itemsize: int) -> KernelConfig:
 # 6 kernels per arch (fp16, bf16 and fp32 x and z, weights of x's dtype, vector-aligned rows, the contract
 # and HF's form). A group wider than the last row is refused (GATED_MAX_GROUP, the C runtime's rule): the families'
 # groups are 128 (Qwen3-Next's value heads) to 8192 (Mamba2's one group of d_inner). Each thread holds at
-# most 16 elements of x and of z; fp32 x (training without autocast) takes the same rows. Not yet tuned
-# on the GPU. The looped path gates too (kernels.py's _looped_row with GATED: a group walked in chunks, z and the
+# most 16 elements of x and of z; fp32 x (training without autocast) takes the same rows. Swept on an H100
+# (docs/perf-notes.md, "The gated norm's rows on an H100"); no row changed yet. The looped path gates too (kernels.py's _looped_row with GATED: a group walked in chunks, z and the
 # weight read again in the second pass), a candidate for the widest groups (devtools/tune.py variants --extra
 # l<chunk>w<warps>); no row takes it until it is measured, and the gated quantized outputs stay single-pass.
 _GATED_ROWS = (
