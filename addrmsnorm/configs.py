@@ -744,8 +744,9 @@ def select_gated_config(group_size: int, x_itemsize: int) -> KernelConfig:
 
 # The pair (kernels.py's PAIR: two parts of the same rows, of two widths, in one launch; MLA's q and kv latents,
 # 1536 + 512) runs the plain norm's single pass on the tile of the wider part: PLAIN_TABLE's 16-bit single-pass
-# rows up to PAIR_MAX_WIDTH (the last unbounded here; validation refuses wider parts). 4 kernels a row per
-# arch: fp16 and bf16 x with weights of its dtype, vector-aligned rows, the contract and HF's Llama form.
+# rows up to PAIR_MAX_WIDTH (the last unbounded here; validation refuses wider parts). 4 kernels a row and pack
+# (PAIR_PACKS, below) per arch: fp16 and bf16 x with weights of its dtype, vector-aligned rows, the contract and HF's
+# Llama form.
 PAIR_MAX_WIDTH = 8192
 PAIR_TABLE = tuple(
     TableRule(2, r.h_max if r.h_max < PAIR_MAX_WIDTH else None, r.config) for r in PLAIN_TABLE
@@ -758,6 +759,34 @@ PAIR_DTYPES = ("fp16", "bf16")
 def select_pair_config(width: int, x_itemsize: int) -> KernelConfig:
     """The pair's config: the row of PAIR_TABLE that admits the wider part (x_itemsize 2)."""
     return _select(PAIR_TABLE, width, x_itemsize, x_itemsize)
+
+
+# The pair's narrower part runs in a tile of its own width (kernels.py's PAIR_PACK): the launchers put it second, and
+# its programs take PAIR_PACK of its rows in a tile of block_h / PAIR_PACK columns where the wider part's take one
+# of block_h, as many elements a program. In the wider part's tile the narrower's columns past its width were masked
+# lanes: MLA's 512-wide kv latent beside the 1536-wide q latent filled a quarter of a 2048-wide tile (MiniCPM3's
+# 256 beside 768 likewise). A pair config is built at each pack whose tile is at least PAIR_MIN_PACKED_WIDTH wide
+# (aot_build.py's _pair_specs): 24 kernels an arch more, where three packs at every row took sm_100 to 39.8 MiB.
+PAIR_PACKS = (1, 4)
+PAIR_MIN_PACKED_WIDTH = 64
+
+
+def pair_packs_built(block_h: int) -> tuple[int, ...]:
+    """The packs built at a pair config: 1, and those whose tile is PAIR_MIN_PACKED_WIDTH wide or wider."""
+    return tuple(p for p in PAIR_PACKS if p == 1 or block_h // p >= PAIR_MIN_PACKED_WIDTH)
+
+
+@_memo
+def pair_pack(block_h: int, narrower: int) -> int:
+    """The pair's PAIR_PACK: the largest pack built at block_h whose tile, block_h / pack columns, holds the narrower
+    part."""
+    return max(p for p in pair_packs_built(block_h) if block_h // p >= narrower)
+
+
+def pair_grid(cfg: KernelConfig, n_rows: int, pack: int) -> tuple[int, int]:
+    """The pair's grid: (the wider part's programs, which is the kernel's pair_split, and the programs of both)."""
+    split = cfg.grid(n_rows)
+    return split, split - (-n_rows // (cfg.rows_per_program * pack))
 
 
 # The table the plain norm takes, by x's element size: its own for 16-bit x, the fused rows of an fp32

@@ -74,11 +74,13 @@ Points the contract insists on, and how this source honours them:
   silu(z) = z / (1 + exp(-z)) in fp32: after the norm (gate_first 0; HF numerics round the weighted norm
   to x's dtype first, as Qwen3NextRMSNormGated does) or before it (gate_first 1: rmsnorm(x * silu(z))).
   A row's groups are the rows of a GROUPED group (stride_x_group the group's width), and each takes its
-  columns of the weight. gate_first is a runtime argument (a uniform branch around arithmetic only).
+  columns of the weight. gate_first is a runtime argument, taken by selects (x * 1 and y * 1 are exact) rather
+  than branches: a branch held h both ways across the reduction (sm_90: 74 registers against 60 at 8192 on 16 warps).
 * The pair (PAIR, the plain norm's single pass over rows of one stride): two parts of the same rows, of
   two widths and two weights (MLA's q and kv latents), in one launch. The grid's first pair_split programs
   take x's rows and the rest b's, each program on the other part's pointers, width and strides (a uniform
-  branch before any load); both parts share the tile, the wider part's.
+  branch before any load). x is the wider part (the launchers put it first), on its config's tile; b's programs
+  take PAIR_PACK of its rows in a tile of BLOCK_H / PAIR_PACK columns (configs.pair_pack), as many elements.
 
 The kernels know nothing of torch: they take pointers, sizes and strides.
 """
@@ -598,8 +600,11 @@ def _single_pass_rows(
     cols_2d = cols[None, :]
     x_rows, second, z_rows, w_cols = _tile_rows(rows, rows_2d, cols_2d, stride_x_row, group_rows, stride_x_group,
                                                 group_split, stride_z_row, GROUPED, SPLIT, GATED)
-    if WEIGHT_FIRST:  # in flight with x and residual, rather than after the reduction
-        w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
+    if WEIGHT_FIRST:  # in flight with x and residual (GATED: z), rather than after the reduction
+        if GATED:
+            w_raw = _load_w(weight_ptr, w_cols, mask, has_weight)
+        else:
+            w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
     # Evict-last: L2 keeps these lines over others (torch.compile's first read carries the same hint).
     x = tl.load(x_ptr + x_rows + cols_2d, mask=mask, other=0.0,
                 eviction_policy="evict_last" if EVICT_LAST else "")
@@ -616,7 +621,9 @@ def _single_pass_rows(
 
     w_off = _weight_offset(weight_offset, has_weight)
     if GATED:
-        w = _weight_f32(_load_w(weight_ptr, w_cols, mask, has_weight), weight_dtype) + w_off
+        if not WEIGHT_FIRST:
+            w_raw = _load_w(weight_ptr, w_cols, mask, has_weight)
+        w = _weight_f32(w_raw, weight_dtype) + w_off
     else:
         if not WEIGHT_FIRST:
             w_raw = _load_w(weight_ptr, cols, col_mask, has_weight)
@@ -702,8 +709,9 @@ def _plain_prologue(x, z_ptr, z_rows, cols_2d, mask, gate_first, EVICT_LAST: tl.
     if GATED:
         g = _silu(tl.load(z_ptr + z_rows + cols_2d, mask=mask, other=0.0,
                           eviction_policy="evict_last" if EVICT_LAST else ""))
-        if gate_first != 0:  # rmsnorm(x * silu(z))
-            h = h * g
+        # gate_first: rmsnorm(x * silu(z)); a select, not a branch (x * 1 is x exactly), so that the compiler holds
+        # one h across the reduction rather than both
+        h = h * tl.where(gate_first != 0, g, 1.0)
     return h, g
 
 
@@ -744,11 +752,10 @@ def _rope_epilogue(y, x_ptr, x_rows, weight_ptr, weight2_ptr, out_ptr, rows, col
 @triton.jit
 def _gate_epilogue(y, g, gate_first, out_dtype, HF_NUMERICS: tl.constexpr):
     """GATED, gate_first 0: the norm, then the gate; HF rounds the weighted norm to x's dtype first."""
-    if gate_first == 0:
-        if HF_NUMERICS:
-            y = y.to(out_dtype).to(tl.float32)
-        y = y * g
-    return y
+    norm_first = gate_first == 0
+    if HF_NUMERICS:
+        y = tl.where(norm_first, y.to(out_dtype).to(tl.float32), y)
+    return y * tl.where(norm_first, g, 1.0)  # (selects, as in the prologue: y * 1 is y exactly)
 
 
 @triton.jit
@@ -1016,6 +1023,18 @@ def _runtime_ints(fn) -> tuple:
                  if p.annotation in (tl.int32, tl.int64, "tl.int32", "tl.int64"))
 
 
+@triton.jit
+def _pair_rows(x_ptr, weight_ptr, out_ptr, rstd_ptr, n_rows, H, stride_x_row, stride_out_row, eps, weight_offset,
+               weight_dtype, write_rstd, has_weight, first_program, BLOCK_H: tl.constexpr,
+               ROWS_PER_PROGRAM: tl.constexpr, WEIGHT_FIRST: tl.constexpr, EVICT_LAST: tl.constexpr,
+               HF_NUMERICS: tl.constexpr):
+    """PAIR: one part's rows, the plain norm's single pass (rows of one stride), from first_program on."""
+    _single_pass_rows(x_ptr, x_ptr, weight_ptr, out_ptr, out_ptr, n_rows, H, stride_x_row, 0, stride_out_row, 0, eps,
+                      weight_offset, weight_dtype, BLOCK_H, ROWS_PER_PROGRAM, WEIGHT_FIRST, EVICT_LAST, False,
+                      rstd_ptr=rstd_ptr, write_rstd=write_rstd, HF_NUMERICS=HF_NUMERICS, has_weight=has_weight,
+                      first_program=first_program)
+
+
 def rmsnorm_fwd(
     x_ptr,                    # [n_rows, H] input activations (fp16, bf16 or fp32)
     residual_ptr,             # [n_rows, H] residual stream (x's dtype, or fp32)
@@ -1081,20 +1100,11 @@ def rmsnorm_fwd(
     ROPE: tl.constexpr = False,      # GROUPED, single pass, no residual: each normalized head rotated (RoPE)
     POSITIONS: tl.constexpr = False,  # ROPE: a token's angles at the row pos_ptr gives (else its own row)
     V_HEADS: tl.constexpr = False,   # SPLIT: v_rows more rows after each group's (Gemma 4's v heads), weightless
+    PAIR_PACK: tl.constexpr = 1,     # PAIR: the second part's tile, [ROWS_PER_PROGRAM * PAIR_PACK, BLOCK_H / PAIR_PACK]
 ):
     if PDL:
         gdc_wait()  # nothing before this touches memory: the previous kernel may still be running
         gdc_launch_dependents()
-    first_program = pair_split * 0
-    if PAIR:  # the programs from pair_split on normalize the second part: its pointers, width and strides
-        if tl.program_id(0) >= pair_split:
-            x_ptr = b_ptr
-            weight_ptr = b_weight_ptr
-            out_ptr = b_out_ptr
-            H = H_b
-            stride_x_row = stride_b_row
-            stride_out_row = stride_b_out_row
-            first_program = pair_split
     H = _aligned(H, ALIGN)
     stride_x_row = _aligned(stride_x_row, ALIGN)
     stride_residual_row = _aligned(stride_residual_row, ALIGN)
@@ -1105,13 +1115,29 @@ def rmsnorm_fwd(
         stride_out_group = _aligned(stride_out_group, ALIGN)
     if GATED:
         stride_z_row = _aligned(stride_z_row, ALIGN)
+    if PAIR:
+        H_b = _aligned(H_b, ALIGN)
+        stride_b_row = _aligned(stride_b_row, ALIGN)
+        stride_b_out_row = _aligned(stride_b_out_row, ALIGN)
     if ROPE:  # the angles' rows, and rotary_dim, on the same promise (launcher.py's align_elems call)
         stride_cos = _aligned(stride_cos, ALIGN)
         stride_sin = _aligned(stride_sin, ALIGN)
     v_program = False
     if V_HEADS:  # the programs past the q and k heads' take the v heads (v_rows of them after each group's)
         v_program = tl.program_id(0) >= tl.cdiv(n_rows, ROWS_PER_PROGRAM)
-    if v_program:
+    if PAIR:
+        # The wider part (x: the launchers put it first) on the config's tile, then from pair_split on the narrower
+        # (b) in a tile of BLOCK_H / PAIR_PACK columns and PAIR_PACK times the rows, as many elements
+        # (configs.pair_pack): each program on its part's pointers, width and strides.
+        if tl.program_id(0) >= pair_split:
+            _pair_rows(b_ptr, b_weight_ptr, b_out_ptr, rstd_ptr, n_rows, H_b, stride_b_row, stride_b_out_row, eps,
+                       weight_offset, weight_dtype, write_rstd, has_weight, pair_split, BLOCK_H // PAIR_PACK,
+                       ROWS_PER_PROGRAM * PAIR_PACK, WEIGHT_FIRST, EVICT_LAST, HF_NUMERICS)
+        else:
+            _pair_rows(x_ptr, weight_ptr, out_ptr, rstd_ptr, n_rows, H, stride_x_row, stride_out_row, eps,
+                       weight_offset, weight_dtype, write_rstd, has_weight, 0, BLOCK_H, ROWS_PER_PROGRAM,
+                       WEIGHT_FIRST, EVICT_LAST, HF_NUMERICS)
+    elif v_program:
         # Gemma 4's v_norm: the weightless plain norm (no rotation) of the rows from group_rows on in each group,
         # rows of their own so that q's and k's rows run as they do without them
         _single_pass_rows(x_ptr + group_rows * stride_x_group, x_ptr, weight_ptr,
@@ -1158,7 +1184,7 @@ def rmsnorm_fwd(
                           has_weight=has_weight, x_scale=x_scale, SANDWICH=SANDWICH,
                           post_weight_ptr=post_weight_ptr, post_weight_offset=post_weight_offset,
                           GATED=GATED, z_ptr=z_ptr, stride_z_row=stride_z_row, gate_first=gate_first,
-                          first_program=first_program, ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
+                          ROPE=ROPE, POSITIONS=POSITIONS, cos_ptr=cos_ptr,
                           sin_ptr=sin_ptr, pos_ptr=pos_ptr, stride_cos=stride_cos, stride_sin=stride_sin,
                           rope_half=rope_half, rope_style=rope_style, cos_by_freq=cos_by_freq,
                           max_position=max_position)

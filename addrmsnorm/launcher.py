@@ -97,14 +97,19 @@ def launch_forward(
     norm over groups of H columns (stride_x_group and stride_out_group are H, group_rows the groups of a
     row): z's rows have stride_z, and gate_first 0 gives rmsnorm(x) * silu(z), 1 rmsnorm(x * silu(z)).
     ``pair`` (b, b_weight, b_out, H_b, stride_b, stride_b_out), without a residual and in rows of one stride,
-    is the pair: b's rows (as many as x's) normalized with b_weight into b_out in the same launch, on the
-    tile of the wider part. ``rope`` (cos, sin, positions, stride_cos, stride_sin, rotary_dim, style, by_freq,
-    max_position), without a residual, rotates each normalized row (ROPE): a row's token is its group
+    is the pair: b's rows (as many as x's) normalized with b_weight into b_out in the same launch, the wider
+    part first on its config's tile and the narrower packed in a tile of its width (configs.pair_pack).
+    ``rope`` (cos, sin, positions, stride_cos, stride_sin, rotary_dim, style, by_freq, max_position), without a
+    residual, rotates each normalized row (ROPE): a row's token is its group
     (r // group_rows), whose angles are row positions[token] of cos and sin (positions None: row token), by
     frequency (a cos_sin_cache, sin the view past its cosines) or by column (HF's cos and sin). ``pdl`` launches with programmatic dependent launch where the
     device has it (sm_90+; elsewhere it is ignored). ``config`` overrides the dispatch rule, and
     ``max_registers`` the register cap (0: none); they exist for tuning sweeps, not for normal calls.
     """
+    if pair is not None and pair[3] > H:  # the narrower part second, in a tile of its width (configs.pair_pack)
+        b, b_weight, b_out, H_b, stride_b, stride_b_out = pair
+        pair = (x, weight, out, H, stride_x, stride_out)
+        x, weight, out, H, stride_x, stride_out = b, b_weight, b_out, H_b, stride_b, stride_b_out
     sandwich = post_weight is not None
     if sandwich and weight is None:  # the weightless sandwich: post_weight stands in, typed as the weights are
         has_weight, weight = 0, post_weight
@@ -179,8 +184,11 @@ def launch_forward(
     if plain:  # the plain norm is GROUPED (one kernel for 2-D rows and 3-D views, as the AOT build has)
         extra["RESIDUAL"] = False
         extra["GROUPED"] = not paired  # the pair: rows of one stride
+    pack = configs.pair_pack(cfg.block_h, H_b) if paired else 1
     if paired:
         extra["PAIR"] = True
+    if pack > 1:
+        extra["PAIR_PACK"] = pack
     if split:
         extra["SPLIT"] = True
     if sandwich:
@@ -193,8 +201,8 @@ def launch_forward(
         extra["SPLIT"] = True
         extra["ROPE"] = True
         extra["POSITIONS"] = rope[2] is not None
-    pair_split = cfg.grid(n_rows) if paired else 0
-    grid = (cfg.grid(n_rows) * (2 if paired else 1) + (cfg.grid(n_rows // group_rows * v_rows) if v_rows else 0),)
+    pair_split, programs = configs.pair_grid(cfg, n_rows, pack) if paired else (0, cfg.grid(n_rows))
+    grid = (programs + (cfg.grid(n_rows // group_rows * v_rows) if v_rows else 0),)
     with _device_guard(x.device):
         # ALIGN 1: the handle that ignores the pointers' alignment, as the AOT build does (kernels.py)
         kernel = rmsnorm_fwd if align > 1 else rmsnorm_fwd_unaligned

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "addrmsnorm/addrmsnorm.h"
 #include "driver.h"
@@ -112,6 +113,7 @@ Angles angles_of(const Call& c) {
 struct ForwardKernel {
     int config, variant;
     const char* what;
+    int pack = 1;  // the pair: its narrower part's PAIR_PACK (configs.pair_pack)
 };
 
 ForwardKernel forward_kernel(const Call& c, const ForwardViews& v, const Angles& angles) {
@@ -152,10 +154,11 @@ ForwardKernel forward_kernel(const Call& c, const ForwardViews& v, const Angles&
     const float offset = static_cast<float>(c.weight_offset);
     if (pair) {
         const void* pointers[6] = {c.x, v.weight, c.out, v.b, v.b_weight, v.b_out};
-        const int variant = pair_call_variant(pointers, 6, v.hidden | v.b_hidden, std::max(v.hidden, v.b_hidden),
+        int pack = 1;
+        const int variant = pair_call_variant(pointers, 6, v.hidden | v.b_hidden, v.hidden, v.b_hidden,
                                               v.stride_x | v.stride_out | v.stride_b | v.stride_b_out, c.x_dtype,
-                                              c.weight_dtype, offset, c.hf(), &config);
-        return {config, variant, "pair kernel"};
+                                              c.weight_dtype, offset, c.hf(), &config, &pack);
+        return {config, variant, "pair kernel", pack};
     }
     if (gated) {
         const int variant = gated_call_variant(c.x, v.weight, v.z, c.out, v.hidden, v.stride_x | v.stride_out | v.stride_z,
@@ -309,6 +312,14 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     Call c;
     addrmsnorm_status st = validate_norm(args, &c);
     if (st != ADDRMSNORM_SUCCESS || c.rows == 0) return st;
+    if (c.b != nullptr && c.b_hidden > c.hidden) {  // the pair's narrower part second, as launcher.py has it
+        std::swap(c.x, c.b);
+        std::swap(c.out, c.b_out);
+        std::swap(c.weight, c.b_weight);
+        std::swap(c.hidden, c.b_hidden);
+        std::swap(c.stride_x, c.stride_b);
+        std::swap(c.stride_out, c.stride_b_out);
+    }
     const ForwardViews v = forward_views(c);
     const Angles angles = angles_of(c);
     const ForwardKernel fk = forward_kernel(c, v, angles);
@@ -335,8 +346,9 @@ addrmsnorm_status norm_call(const addrmsnorm_norm_args* args, addrmsnorm_stream 
     }
     ForwardParams p;
     set_forward(p, c, v, angles, part_grid);
-    return launch_with(*d, k, part_grid * (c.b != nullptr ? 2u : 1u) + programs(v.rows * v.v_groups), p, stream,
-                       pdl);
+    const unsigned b_grid =
+        c.b != nullptr ? static_cast<unsigned>(pair_packed_programs(v.rows, cfg.rows_per_program, fk.pack)) : 0u;
+    return launch_with(*d, k, part_grid + b_grid + programs(v.rows * v.v_groups), p, stream, pdl);
 }
 
 }  // namespace

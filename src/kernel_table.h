@@ -153,12 +153,13 @@ inline bool is_vector_typed(int align_class, int x_itemsize, int residual_itemsi
 // A forward kernel of a kind (the fused, plain, QK, sandwich, gated or pair kernels) for a call's dtypes (weight:
 // its addrmsnorm_dtype, read as its weight slot), alignment class and numerics; the rotation's adds its variant.
 inline int forward_variant(KernelKind kind, int config, int x, int residual, int weight, int align_class,
-                           int numerics, int rope = 0) {
+                           int numerics, int rope = 0, int pack = 0) {
     KernelKey k = kernel_key(kind, config, x, residual);
     k.weight = weight_slot(x, weight);
     k.align_class = align_class;
     k.numerics = numerics;
     k.rope = rope;
+    k.pack = pack;
     return find_kernel(k);
 }
 
@@ -286,12 +287,21 @@ extern const bool kRopeFp32WeightsWithPositions;  // configs.ROPE_FP32_WEIGHTS_W
                                                  // for the rotation by positions into a cache (else refused)
 // configs.PAIR_TABLE's rule (configs.select_pair_config), generated.
 int select_pair_table_config(long long H, int x_itemsize, int residual_itemsize, int quant, bool vector_typed);
+// configs.pair_pack, generated: the index in kPairPacks (configs.PAIR_PACKS) of the narrower part's pack.
+int pair_pack_index(int block_h, long long narrower);
+extern const int kPairPacks[];
+// configs.pair_grid's second term: the narrower part's rows in programs of rows_per_program * pack each.
+inline long long pair_packed_programs(long long rows, int rows_per_program, int pack) {
+    const long long per = static_cast<long long>(rows_per_program) * pack;
+    return (rows + per - 1) / per;
+}
 
 // The pair's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone (validation refuses
-// others), the contract or HF's Llama form, the config by the wider part.
+// others), the contract or HF's Llama form, the config by the wider part (the first: forward.cpp puts it there),
+// the narrower packed (*pack, configs.pair_pack).
 inline int pair_call_variant(const void* const* pointers, int n_pointers, long long widths, long long wider,
-                             long long strides, addrmsnorm_dtype x_dtype, addrmsnorm_dtype weight_dtype,
-                             float weight_offset, bool hf, int* config) {
+                             long long narrower, long long strides, addrmsnorm_dtype x_dtype,
+                             addrmsnorm_dtype weight_dtype, float weight_offset, bool hf, int* config, int* pack) {
     bool pointers_aligned = true;
     for (int i = 0; i < n_pointers; ++i)
         pointers_aligned = pointers_aligned && reinterpret_cast<unsigned long long>(pointers[i]) % kAlignmentBytes == 0;
@@ -299,7 +309,10 @@ inline int pair_call_variant(const void* const* pointers, int n_pointers, long l
     const int numerics = numerics_mode(hf, weight_offset, 2);
     *config = select_pair_table_config(wider, 2, 2, 0, false);
     if (*config < 0) return -1;
-    return forward_variant(KernelKind::PairForward, *config, x_dtype, x_dtype, weight_dtype, align_class, numerics);
+    const int pack_index = pair_pack_index(kConfigs[*config].block_h, narrower);
+    *pack = kPairPacks[pack_index];
+    return forward_variant(KernelKind::PairForward, *config, x_dtype, x_dtype, weight_dtype, align_class, numerics, 0,
+                           pack_index);
 }
 
 // The gated norm's kernel for a call, as the JIT launcher picks it: vector-aligned rows alone are built

@@ -305,3 +305,25 @@ def test_the_looped_path_gates_too(monkeypatch, before, numerics):
         if numerics == "contract":
             want = R.gated_rmsnorm_ref(x, z, w, 1e-6, g, before)
         _close(y, want, torch.bfloat16, f"looped y, {h} in groups of {g}")
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["norm_first", "gate_first"])
+@pytest.mark.parametrize("numerics", ["contract", "hf"])
+def test_the_weight_loaded_first_gives_the_same_bits(monkeypatch, before, numerics):
+    """weight_first (a tuning candidate: each group's columns of the weight loaded with x and z, before the
+    reduction) changes when the weight arrives, not the arithmetic: the table row's bits, for groups narrower than
+    the row (a program's rows span groups) and one group a row."""
+    import dataclasses
+
+    from addrmsnorm import configs
+
+    cases = [(2048, 128), (8192, None)] if ON_GPU else [(256, 64), (128, None)]
+    kw = dict(norm_before_gate=before, numerics=numerics)
+    for h, g in cases:
+        x, z, w = _inputs(ROWS, h, torch.bfloat16, seed=h, z_stride=h + 64)
+        want = addrmsnorm.gated_rmsnorm(x, z, w, 1e-6, group_size=g, **kw)
+        first = dataclasses.replace(configs.select_gated_config(g or h, 2), weight_first=True)
+        with monkeypatch.context() as m:
+            m.setattr(configs, "select_gated_config", lambda *_: first)
+            got = addrmsnorm.gated_rmsnorm(x, z, w, 1e-6, group_size=g, **kw)
+        assert torch.equal(got, want), (h, g)

@@ -1,10 +1,11 @@
 """The pair (b given: DeepSeek-V3's and Kimi-K2's latent norms, q_a_layernorm and kv_a_layernorm) as a field of
 the plain norm's call: two parts of the same rows, of two widths and two weights, in one launch.
 
-Each part is held to the plain norm of that part, bit for bit (the same contract, the same tile rule but for
-the tile, whose width is the wider part's: so to the float64 reference too), in the MLA shapes (1536 + 512 in
-one buffer of 2112 columns, and in two buffers), in place and out of place; the rest of the row is
-untouched; bad input is refused with nothing written, and both backends give the same bits and name the same
+The wider part runs on the plain norm's tile for its width and is held to the plain norm of it, bit for bit. The
+narrower part runs in a tile of its own (packed rows, on the wider part's warps), whose sum of squares may associate
+differently from the plain norm's tile: it is held to the float64 reference, to batch invariance (a row alone gives
+the bits it gets among others) and to the same bits whichever of a and b it is. In the MLA shapes (1536 + 512 in one
+buffer of 2112 columns, and in two buffers), in place and out of place; the rest of the row is untouched; bad input is refused with nothing written, and both backends give the same bits and name the same
 argument."""
 
 import pytest
@@ -37,6 +38,19 @@ def _weights(Ha, Hb, dtype=torch.bfloat16, seed=1):
     return tuple((1.0 + 0.5 * torch.randn(h, generator=g)).to(dtype).to(DEVICE) for h in (Ha, Hb))
 
 
+def _assert_parts(a, wa, b, wb, ya, yb, numerics):
+    """The wider part is the plain norm's bits; the narrower (its own tile) is within one rounding of the float64
+    reference, and under HF's form within the plain norm's tolerance of the plain norm."""
+    (x1, w1, y1), (x2, w2, y2) = sorted(((a, wa, ya), (b, wb, yb)), key=lambda t: -t[0].shape[-1])
+    assert torch.equal(y1, addrmsnorm.rmsnorm(x1, w1, 1e-6, numerics=numerics))
+    tol = Y_TOLERANCES[NAMES[x2.dtype]]
+    if numerics == "contract":
+        R.assert_close(y2.float(), R.rmsnorm_ref(x2, w2, 1e-6).y.float(), tol, "y of the narrower part")
+    else:
+        R.assert_close(y2.float(), addrmsnorm.rmsnorm(x2, w2, 1e-6, numerics=numerics).float(), tol,
+                       "y of the narrower part")
+
+
 @pytest.mark.parametrize("Ha,Hb,width", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: NAMES[d])
 @pytest.mark.parametrize("numerics", ["contract", "hf"])
@@ -44,14 +58,9 @@ def test_each_part_is_its_plain_norm_in_one_buffer_and_in_two(Ha, Hb, width, dty
     buf = _buffer(ROWS, width, dtype, seed=Ha)
     wa, wb = _weights(Ha, Hb, dtype)
     a, b = buf[:, :Ha], buf[:, Ha:Ha + Hb]
-    want_a = addrmsnorm.rmsnorm(a, wa, 1e-6, numerics=numerics)
-    want_b = addrmsnorm.rmsnorm(b, wb, 1e-6, numerics=numerics)
-    # The contract's parts against the float64 reference too (the pair's tile is the wider part's).
-    if numerics == "contract":
-        for got, x, w in ((want_a, a, wa), (want_b, b, wb)):
-            R.assert_close(got.float(), R.rmsnorm_ref(x, w, 1e-6).y.float(), Y_TOLERANCES[NAMES[dtype]], "y")
     ya, yb = addrmsnorm.rmsnorm_pair(a, wa, b, wb, 1e-6, numerics=numerics)
-    assert torch.equal(ya, want_a) and torch.equal(yb, want_b)
+    _assert_parts(a, wa, b, wb, ya, yb, numerics)
+    want_a, want_b = ya.clone(), yb.clone()
     # Two buffers of their own.
     ya2, yb2 = addrmsnorm.rmsnorm_pair(a.contiguous(), wa, b.contiguous(), wb, 1e-6, numerics=numerics)
     assert torch.equal(ya2, want_a) and torch.equal(yb2, want_b)
@@ -63,6 +72,29 @@ def test_each_part_is_its_plain_norm_in_one_buffer_and_in_two(Ha, Hb, width, dty
     # A row alone gives its bits (batch invariance), and b the narrower or the wider part alike.
     yb1, ya1 = addrmsnorm.rmsnorm_pair(before[3:4, Ha:Ha + Hb], wb, before[3:4, :Ha], wa, 1e-6, numerics=numerics)
     assert torch.equal(ya1, want_a[3:4]) and torch.equal(yb1, want_b[3:4])
+
+
+@pytest.mark.parametrize("Ha,Hb,pack", [(256, 64, 4), (64, 256, 4), (128, 32, 1), (64, 64, 1), (2048, 512, 4),
+                                         (512, 2048, 4), (1536, 512, 4), (4096, 2048, 1), (8192, 1024, 4)])
+def test_the_narrower_part_packs_its_rows_and_every_row_is_written(Ha, Hb, pack):
+    """The narrower part's programs take pack of its rows in a tile of its width (configs.pair_pack), whichever of a
+    and b it is: over row counts that leave a last program part full, every row of both parts is written, the wider
+    part is its plain norm bit for bit, the narrower within the reference's tolerance, and each row's bits are
+    those it gets alone."""
+    from addrmsnorm import configs
+    cfg = configs.select_pair_config(max(Ha, Hb), 2)
+    assert configs.pair_pack(cfg.block_h, min(Ha, Hb)) == pack
+    for n in ((1, 37, 1000) if ON_GPU else (1, 37)):
+        if not ON_GPU and max(Ha, Hb) > 256:
+            continue  # the interpreter's time
+        buf = _buffer(n, Ha + Hb, seed=n + Ha)
+        wa, wb = _weights(Ha, Hb)
+        a, b = buf[:, :Ha], buf[:, Ha:]
+        ya, yb = addrmsnorm.rmsnorm_pair(a, wa, b, wb, 1e-6)
+        _assert_parts(a, wa, b, wb, ya, yb, "contract")
+        for i in sorted({0, n // 2, n - 1}):
+            ya1, yb1 = addrmsnorm.rmsnorm_pair(a[i:i + 1], wa, b[i:i + 1], wb, 1e-6)
+            assert torch.equal(ya1, ya[i:i + 1]) and torch.equal(yb1, yb[i:i + 1])
 
 
 def test_weightless_pair_and_empty_rows():

@@ -133,6 +133,7 @@ class Spec:
     quant: int = 0     # QUANT (quant_forward): one of configs.QUANT_MODES
     q: str = ""        # quant_forward: the quantized output's dtype, one of configs.QUANT_DTYPES
     rope: int = 0      # rope_forward: 1 + the index of its (angle dtype, positions) in configs.ROPE_VARIANTS
+    pack: int = 0      # pair_forward: the index of its PAIR_PACK in configs.PAIR_PACKS
 
     @property
     def base(self) -> str:
@@ -359,9 +360,9 @@ def _pair_specs(cfgs) -> list:
     """The pair's kernels: configs.PAIR_TABLE's rows, for 16-bit x with weights of its dtype, vector-aligned
     rows, the contract and HF's Llama form."""
     v = configs.vector_elems(2, 2)
-    return [Spec("pair_forward", cfgs.index(cfg), x, x, x, v, numerics=mode)
+    return [Spec("pair_forward", cfgs.index(cfg), x, x, x, v, numerics=mode, pack=configs.PAIR_PACKS.index(p))
             for cfg in unique_configs(configs.PAIR_TABLE) for x in configs.PAIR_DTYPES
-            for mode in (configs.CONTRACT, configs.HF_LLAMA)]
+            for mode in (configs.CONTRACT, configs.HF_LLAMA) for p in configs.pair_packs_built(cfg.block_h)]
 
 
 def forward_configs() -> list:
@@ -483,6 +484,8 @@ def compile_inputs(spec: Spec, cfg, arch: int):
         constexprs.update({f: True for f in flags if f not in KERNEL_FLAGS[spec.base]})
         if "ROPE" in flags and spec.base == "forward":
             constexprs["POSITIONS"] = configs.ROPE_VARIANTS[spec.rope - 1][1] is not None
+        if "PAIR" in flags:  # (the JIT's default, 1, where it does not pack: an AOT constexpr has no default)
+            constexprs["PAIR_PACK"] = configs.PAIR_PACKS[spec.pack]
         num_warps = cfg.num_warps
     options = {"num_warps": num_warps, "enable_fp_fusion": configs.FP_FUSION}
     cap = spec_cap(spec, cfg, arch)
@@ -616,19 +619,20 @@ def weight_slot(spec) -> int:
 # The kernel key: a kind (KINDS) and its specialization, the one lookup of every built kernel (the C runtime's
 # find_kernel). Each field's bits, in order from the lowest; kernel_keys.h's pack_kernel_key is generated from it.
 KEY_FIELDS = (("kind", 5), ("config", 8), ("x", 3), ("residual", 3), ("weight", 3), ("align_class", 3),
-              ("numerics", 3), ("quant", 4), ("q", 3), ("rope", 4))
+              ("numerics", 3), ("quant", 4), ("q", 3), ("rope", 4), ("pack", 2))
 
 
 def key_fields(s: Spec) -> dict:
     """A spec's key: its kind's index in KINDS, its config, the dtypes' addrmsnorm_dtype values, the weight (the
     forwards' weight slot, the dweight reduction's dtype, 0 for the backward's untyped weight), the alignment
-    class, HF_NUMERICS, QUANT, the quantized output's dtype + 1 (0: none) and the rotation's variant + 1 (0: none)."""
+    class, HF_NUMERICS, QUANT, the quantized output's dtype + 1 (0: none), the rotation's variant + 1 (0: none) and
+    the pair's pack (its index in configs.PAIR_PACKS)."""
     weight = (weight_slot(s) if s.base in ("forward", "quant_forward") else DTYPE_INDEX[s.weight]
               if s.base == "dweight" else 0)
     return {"kind": list(KINDS).index(s.kind), "config": s.config, "x": DTYPE_INDEX[s.x],
             "residual": DTYPE_INDEX[s.residual], "weight": weight, "align_class": s.align_class,
             "numerics": s.numerics, "quant": s.quant, "q": configs.QUANT_DTYPES.index(s.q) + 1 if s.q else 0,
-            "rope": s.rope}
+            "rope": s.rope, "pack": s.pack}
 
 
 def pack_key(fields: dict) -> int:
@@ -866,6 +870,15 @@ def _rule_cases() -> str:
                 for numerics in (configs.CONTRACT, configs.HF_LLAMA, configs.HF_GEMMA):
                     vt = configs.is_vector_typed(1 << align_class, xs, rs, typed, numerics)
                     out.append(f"{{{align_class}, {xs}, {rs}, {str(typed).lower()}, {numerics}, {str(vt).lower()}}},")
+    out += ["#endif", "#ifdef ADDRMSNORM_PAIR_CASES",
+            "// {rows, wider, narrower, config's block_h, pack, the wider part's programs, all programs}: "
+            "configs.pair_pack and configs.pair_grid"]
+    for rows in (1, 5, 64, 16384):
+        for wider, narrower in ((1536, 512), (2048, 2048), (4096, 8), (8192, 8192), (768, 256), (64, 16), (512, 264)):
+            cfg = configs.select_pair_config(wider, 2)
+            pack = configs.pair_pack(cfg.block_h, narrower)
+            split, programs = configs.pair_grid(cfg, rows, pack)
+            out.append(f"{{{rows}, {wider}, {narrower}, {cfg.block_h}, {pack}, {split}, {programs}}},")
     out.append("#endif")
     return "\n".join(out) + "\n"
 
@@ -991,6 +1004,14 @@ addrmsnorm_cubin_blob:
     lines.append(f"const int kWeightlessDtype = {configs.WEIGHTLESS_DTYPE};")
     lines.append(f"const int kGatedMaxGroup = {configs.GATED_MAX_GROUP};")
     lines.append(f"const int kPairMaxWidth = {configs.PAIR_MAX_WIDTH};")
+    assert configs.PAIR_PACKS[0] == 1, "pair_pack_index falls back to the first pack"
+    lines += ["// configs.pair_pack, as its index in configs.PAIR_PACKS: the largest pack built at block_h",
+              "// (configs.pair_packs_built) whose tile holds the narrower part.",
+              "int pair_pack_index(int block_h, long long narrower) {"]
+    for i, p in reversed(list(enumerate(configs.PAIR_PACKS))):
+        lines.append(f"    if (block_h / {p} >= narrower && block_h / {p} >= {configs.PAIR_MIN_PACKED_WIDTH}) return {i};"
+                     if i else f"    return {i};")
+    lines += ["}", f"const int kPairPacks[] = {{{', '.join(map(str, configs.PAIR_PACKS))}}};"]
     # The variants' admission rules as data (configs.py, which validation.py reads too): their one alignment,
     # the activation dtypes each takes (bits of addrmsnorm_dtype) and the quantized outputs built for them (bit
     # (mode - 1) * kNumQuantDtypes + quant dtype).

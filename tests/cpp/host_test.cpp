@@ -470,6 +470,35 @@ TEST(Dispatch, VectorTypedMatchesThePythonRule) {
             << " typed " << c.weight_is_x_dtype << " numerics " << c.numerics;
 }
 
+struct PairCase {
+    long long rows, wider, narrower;
+    int block_h, pack;
+    long long split, programs;
+};
+const PairCase kPairCases[] = {
+#define ADDRMSNORM_PAIR_CASES
+#include "rule_cases.inc"
+#undef ADDRMSNORM_PAIR_CASES
+};
+
+// The pair's config, its narrower part's pack and the grid, as forward.cpp reaches them: configs.pair_pack's and
+// configs.pair_grid's answers.
+TEST(Dispatch, PairPackAndGridMatchThePythonRules) {
+    using namespace addrmsnorm::detail;
+    for (const PairCase& c : kPairCases) {
+        const int config = select_pair_table_config(c.wider, 2, 2, 0, false);
+        ASSERT_GE(config, 0) << c.wider;
+        const KernelConfig& cfg = kConfigs[config];
+        EXPECT_EQ(cfg.block_h, c.block_h) << c.wider;
+        const int pack = kPairPacks[pair_pack_index(cfg.block_h, c.narrower)];
+        EXPECT_EQ(pack, c.pack) << c.wider << " + " << c.narrower;
+        const long long split = (c.rows + cfg.rows_per_program - 1) / cfg.rows_per_program;
+        EXPECT_EQ(split, c.split);
+        EXPECT_EQ(split + pair_packed_programs(c.rows, cfg.rows_per_program, pack), c.programs)
+            << c.rows << " rows, " << c.wider << " + " << c.narrower;
+    }
+}
+
 TEST(Dispatch, BuiltArchsAreListed) {
     const std::string archs = addrmsnorm_built_archs();
     EXPECT_NE(archs.find("sm_"), std::string::npos);
@@ -774,20 +803,23 @@ TEST(Dispatch, EveryGatedNormCallHasAKernelForEveryArch) {
 TEST(Dispatch, EveryPairCallHasAKernelForEveryArch) {
     using namespace addrmsnorm::detail;
     // The pair: 16-bit parts with weights of their dtype, vector-aligned rows, the contract or HF's Llama form
-    // (as forward.cpp's pair_call_variant asks once the call is validated), the tile of the wider part.
+    // (as forward.cpp's pair_call_variant asks once the call is validated, the wider part first), the tile of the
+    // wider part, and the narrower's packed in a tile that holds it.
     alignas(16) static const unsigned char buf[64] = {};
     const void* pointers[6] = {buf, buf, buf, buf, buf, buf};
     for (long long wa : {8LL, 512LL, 1536LL, 8192LL})
         for (long long wb : {8LL, 512LL, 4096LL})
             for (addrmsnorm_dtype x : {ADDRMSNORM_FLOAT16, ADDRMSNORM_BFLOAT16})
                 for (bool hf : {false, true}) {
-                    int cfg = -1;
-                    const long long wider = wa > wb ? wa : wb;
-                    const int v = pair_call_variant(pointers, 6, wa | wb, wider, 2112 * 8, x, x, 0.0f, hf, &cfg);
+                    int cfg = -1, pack = 0;
+                    const long long wider = wa > wb ? wa : wb, narrower = wa > wb ? wb : wa;
+                    const int v = pair_call_variant(pointers, 6, wa | wb, wider, narrower, 2112 * 8, x, x, 0.0f, hf,
+                                                    &cfg, &pack);
                     ASSERT_GE(v, 0) << "pair " << wa << " + " << wb << " x " << x << " hf " << hf;
                     EXPECT_EQ(kVariants[v].kind, KernelKind::PairForward);
                     EXPECT_EQ(kVariants[v].config, cfg);
                     EXPECT_GE(kConfigs[cfg].block_h, wider);
+                    EXPECT_GE(kConfigs[cfg].block_h / pack, narrower);
                     for (int a = 0; a < kNumArchs; ++a) EXPECT_GT(kImages[v * kNumArchs + a].size, 0u);
                 }
 }
