@@ -1,7 +1,7 @@
 """Tuning measurements for ``addrmsnorm/configs.py`` on a GPU: the data the table's rows come from.
 
     PYTHONPATH=. python devtools/tune.py bulk   [--h 4096,4100] [--dtypes bf16,bf16/fp32]
-    PYTHONPATH=. python devtools/tune.py decode
+    PYTHONPATH=. python devtools/tune.py decode [--plain] [--extra s4096r1w16f]
     PYTHONPATH=. python devtools/tune.py caps   [--h 128,2048,8192] [--caps 0,32,40] [--compile] [--extra s8192r1w16]
     PYTHONPATH=. python devtools/tune.py quant  [--h 32768,65536] [--extra s32768r1w32] [--caps 0] [--modes group] [--plain]
     PYTHONPATH=. python devtools/tune.py bwd    [--h 1024,4096,14336] [--extra s4096r1w32,l1024w4]
@@ -54,7 +54,8 @@ output is checked against the table config's (allclose: another config may sum i
 
 decode: 64 dependent in-place calls in one CUDA graph, per call, for N in (1, 8, 64) and H in (4096,
 8192): the plain one-row Triton kernel (``addrmsnorm.bench.baseline``), then ours with and without
-PDL, and with other warp counts.
+PDL, and with other warp counts. With --plain, the plain norm's chain (H 2048, 4096, 8192; N 1 and 8): the table's
+config, its weight-first form and --extra configs, with and without PDL, beside FlashInfer's rmsnorm with PDL.
 """
 
 from __future__ import annotations
@@ -489,6 +490,41 @@ def decode(out, chain=64, extra=()):
                       f"{t.max_us / chain:.3f} |", file=out, flush=True)
 
 
+def plain_decode(out, hs=(2048, 4096, 8192), chain=64, extra=(), device="cuda"):
+    """The plain norm's decode chain (issue 68: at most 0.8x FlashInfer's with PDL): 64 dependent in-place calls
+    in one CUDA graph, per call, at N = 1 and 8: the table's config, its weight-first form and --extra configs of
+    H's width, each with and without PDL, and FlashInfer's rmsnorm with PDL where it is installed."""
+    try:
+        from flashinfer.norm import rmsnorm as fi_rmsnorm
+    except Exception:  # noqa: BLE001 - not installed: our rows alone
+        fi_rmsnorm = None
+    print("| N x H | kernel | µs per call (median) | min | max |\n|---|---|---|---|---|", file=out)
+    for H in hs:
+        for N in (1, 8):
+            gen = torch.Generator(device=device).manual_seed(N + H)
+            x = torch.randn(N, H, device=device, generator=gen).to(torch.bfloat16)
+            w = (1 + 0.1 * torch.randn(H, device=device, generator=gen)).to(torch.bfloat16)
+            chosen = configs.select_plain_config(H, 2)
+            cfgs = [chosen] + [c for c in (replace(chosen, weight_first=not chosen.weight_first), *extra)
+                               if _fits(c, H) and c != chosen]
+
+            def ours(cfg, pdl):
+                return lambda: launch_forward(x, None, w, x, None, None, n_rows=N, H=H, stride_x=H, stride_residual=0,
+                                              stride_out=H, stride_residual_out=0, eps=1e-6, weight_offset=0.0,
+                                              pdl=pdl, config=cfg)
+            kernels = [(f"addrmsnorm {_tag(cfg)}" + (" (table)" if cfg == chosen else "") + (" PDL" if pdl else ""),
+                        ours(cfg, pdl)) for cfg in cfgs for pdl in (False, True)]
+            if fi_rmsnorm is not None and x.is_cuda:
+                kernels.append(("FlashInfer rmsnorm PDL", lambda: fi_rmsnorm(x, w, 1e-6, out=x, enable_pdl=True)))
+            for name, fn in kernels:
+                def body(_, fn=fn):
+                    for _ in range(chain):
+                        fn()
+                t = time_graph(body, 1)
+                print(f"| {N}x{H} | {name} | {t.median_us / chain:.3f} | {t.min_us / chain:.3f} | "
+                      f"{t.max_us / chain:.3f} |", file=out, flush=True)
+
+
 def weight_variants(hs, dtypes, roof, out, chain=64):
     """Bulk GB/s and decode latency of the weight variants, interleaved in one run."""
     print("| shape | x / residual | weight | µs (median) | min | max | GB/s | % of roofline |\n"
@@ -680,7 +716,8 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--rows", type=int, help="bulk: N (default 2**25 // H); plain: N (default 2**26 // H)")
     ap.add_argument("--no-qk", action="store_true", help="plain: skip the QK norm's sweep")
-    ap.add_argument("--plain", action="store_true", help="quant: the plain norm's epilogues (no residual)")
+    ap.add_argument("--plain", action="store_true", help="quant: the plain norm's epilogues (no residual); decode: "
+                    "the plain norm's chain beside FlashInfer's")
     ap.add_argument("--out-of-place", action="store_true", help="bulk: write y and h to other tensors")
     ap.add_argument("--compile", action="store_true", help="bulk: also time torch.compile of the contract")
     ap.add_argument("--only-extra", action="store_true", help="bulk, variants: the table's config and --extra only")
@@ -709,6 +746,8 @@ def main():
         else:
             extra.append(cfg)
     if args.what == "decode":
+        if args.plain:
+            return plain_decode(out, extra=extra)
         return decode(out, extra=extra)
     roof = measure_roofline()
     print("roofline: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in roof.methods.items()) + f" -> {roof.gbs:.0f} GB/s",

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not INTERPRETED, reason="the sweep's smoke runs 
 
 
 class _Timing:
-    median_us = 1.0
+    median_us = min_us = max_us = 1.0
 
 
 def test_the_variants_sweep_times_every_candidate(monkeypatch):
@@ -73,3 +73,40 @@ def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeyp
     assert {a: {k: dict(v) for k, v in kinds.items()} for a, kinds in configs.MAX_REGISTERS.items()} == before
     assert key not in configs.MAX_REGISTERS[90]["forward"]
     assert len([r for r in out.getvalue().splitlines() if r.startswith("| gated")]) == 3  # table, capped, best
+
+
+def test_the_plain_decode_chain_times_the_table_and_its_weight_first_form(monkeypatch):
+    """tune.py decode --plain (issue 68's plain decode chain): the table's config and its weight-first form, with
+    and without PDL, each a chain of in-place calls that stays within the tolerance of the plain norm."""
+    tune = load_devtool("tune")
+    import torch
+    import addrmsnorm
+    from addrmsnorm import configs
+    from addrmsnorm.reference import TOLERANCES, assert_close
+    seen = []
+
+    def once(f, n):
+        f(0)
+        seen.append(1)
+        return _Timing()
+    monkeypatch.setattr(tune, "time_graph", once)
+    out = io.StringIO()
+    tune.plain_decode(out, hs=(64,), chain=1, device="cpu")
+    rows = [r for r in out.getvalue().splitlines() if r.startswith("| ") and not r.startswith("| N x H")]
+    chosen = configs.select_plain_config(64, 2)
+    for n in (1, 8):
+        mine = [r for r in rows if r.startswith(f"| {n}x64 |")]
+        assert len(mine) == 4, mine  # the table's and the weight-first form, with and without PDL
+        assert sum("(table)" in r for r in mine) == 2 and sum("weight-first" in r for r in mine) == 2
+    assert len(seen) == 8
+    # one call of each form gives the plain norm of x
+    x = torch.randn(8, 64).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(64)).to(torch.bfloat16)
+    want = addrmsnorm.rmsnorm(x, w, 1e-6)
+    from dataclasses import replace
+    from addrmsnorm.launcher import launch_forward
+    for cfg in (chosen, replace(chosen, weight_first=not chosen.weight_first)):
+        y = x.clone()
+        launch_forward(y, None, w, y, None, None, n_rows=8, H=64, stride_x=64, stride_residual=0, stride_out=64,
+                       stride_residual_out=0, eps=1e-6, weight_offset=0.0, config=cfg)
+        assert_close(y.float(), want.float(), TOLERANCES[torch.bfloat16], "y")
