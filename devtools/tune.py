@@ -653,8 +653,21 @@ def variants(roof: float, out, which: list[str], extra=(), device: str = "cuda",
                 return call, call
             cases.append((f"sandwich {N}x{H}", "select_sandwich_config", H, forward_bytes(N, H, 2, 2, 2), make))
     major, minor = torch.cuda.get_device_capability() if dev == "cuda" else (9, 0)
-    plan = configs.MAX_REGISTERS.setdefault(10 * major + minor, {}).setdefault("forward", {})
+    arch = 10 * major + minor
+    had_arch, had_kind = arch in configs.MAX_REGISTERS, "forward" in configs.MAX_REGISTERS.get(arch, {})
+    plan = configs.MAX_REGISTERS.setdefault(arch, {}).setdefault("forward", {})
     print("| case | config | µs (median) | GB/s | % roofline |\n|---|---|---|---|---|", file=out, flush=True)
+    try:
+        _variant_cases(cases, plan, roof, out, extra, capped, only_extra, dev)
+    finally:  # the plan as it was: no entry left behind for an arch or a kind the table does not cap
+        if not had_kind and not plan:
+            configs.MAX_REGISTERS[arch].pop("forward", None)
+        if not had_arch and not configs.MAX_REGISTERS[arch]:
+            configs.MAX_REGISTERS.pop(arch, None)
+
+
+def _variant_cases(cases, plan, roof, out, extra, capped, only_extra, dev) -> None:
+    """variants' loop: each case under each candidate (and each capped candidate, its cap in plan)."""
     for name, rule, width, nbytes, make in cases:
         saved = getattr(configs, rule)
         chosen = saved(width, 2)

@@ -75,6 +75,19 @@ def test_a_capped_candidate_is_timed_under_its_cap_and_the_plan_restored(monkeyp
     assert len([r for r in out.getvalue().splitlines() if r.startswith("| gated")]) == 3  # table, capped, best
 
 
+def test_a_cap_on_an_arch_the_plan_does_not_name_leaves_no_entry(monkeypatch):
+    """The plan as it was, also where it had no entry for the arch (a new card): none is left behind, empty."""
+    tune = load_devtool("tune")
+    from addrmsnorm import configs
+    monkeypatch.setattr(tune, "time_graph", lambda f, n: (f(0), _Timing())[1])
+    monkeypatch.setattr(tune, "sets_for_cold_l2", lambda nbytes: 1)
+    monkeypatch.setattr(tune, "VARIANT_SHAPES", {"gated": ((4, 256, 128),)})
+    monkeypatch.setattr(configs, "MAX_REGISTERS", {a: k for a, k in configs.MAX_REGISTERS.items() if a != 90})
+    cfg = configs.KernelConfig(128, 2, 1, False, evict_last=True)
+    tune.variants(1000.0, io.StringIO(), ["gated"], device="cpu", capped=[(cfg, 48)], only_extra=True)
+    assert 90 not in configs.MAX_REGISTERS
+
+
 def test_the_plain_decode_chain_times_the_table_and_its_weight_first_form(monkeypatch):
     """tune.py decode --plain (issue 68's plain decode chain): the table's config and its weight-first form, with
     and without PDL, each a chain of in-place calls that stays within the tolerance of the plain norm."""
