@@ -35,26 +35,42 @@ SHAPES = ((8192, 32, 8, 128), (8192, 16, 8, 256))
 # heads ran at 15-64%): a tile wider than a part's heads is masked (k's 8 heads in tiles of 16). The first sweep's
 # kernel unrolled a part's tiles (tl.static_range): its sm_90 code held 200-255 registers at 2 and 4 warps (2
 # programs an SM, or spills), where the loop below holds 80 (4 heads) and 128 (8 heads) at 4 warps at 32+8 x 128.
-SWEEP = {"programs_per_sm": (2, 4, 6, 8), "heads": (4, 8, 16), "warps": (2, 4, 8)}
+# The second sweep (H100, 2026-12-08, the loop) plateaued at 75% (4-8 programs an SM, 4-16 heads, 2-4 warps), and
+# Triton's pipeline (tl.range's num_stages) leaves this loop's code as it is (sm_90, compiled here). The third
+# sweep loads ahead by hand: the next token's position and cache row (a token's two dependent loads waited before
+# its heads) and a part's next tile of heads.
+SWEEP = {"programs_per_sm": (4, 6), "heads": (4, 8), "warps": (2, 4), "prefetch": (False, True),
+         "tile_prefetch": (False, True)}
+
+
+@triton.jit
+def _tile(x_ptr, dy_ptr, t, h0, N: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr):
+    """The offsets, mask and raw halves of x and dy of one tile: HEADS heads of token t from head h0 (masked past N)."""
+    half: tl.constexpr = D // 2
+    heads = h0 + tl.arange(0, HEADS)
+    m = (heads < N)[:, None]
+    off = (t * N + heads).to(tl.int64)[:, None] * D + tl.arange(0, half)[None, :]
+    return (off, m, tl.load(x_ptr + off, mask=m, other=0.0), tl.load(x_ptr + off + half, mask=m, other=0.0),
+            tl.load(dy_ptr + off, mask=m, other=0.0), tl.load(dy_ptr + off + half, mask=m, other=0.0))
 
 
 @triton.jit
 def _part(x_ptr, dy_ptr, dx_ptr, w_lo, w_hi, cos, sin, dw_lo, dw_hi, t, eps,
-          N: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr):
-    """One token's N heads of one part (q's or k's), HEADS at a time: dx stored, dweight accumulated."""
+          N: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr, TILE_PREFETCH: tl.constexpr):
+    """One token's N heads of one part (q's or k's), HEADS at a time: dx stored, dweight accumulated. TILE_PREFETCH:
+    the next tile's loads go out before this tile is computed (a software pipeline of two tiles)."""
     half: tl.constexpr = D // 2
-    c = tl.arange(0, half)[None, :]
+    off_n, m_n, xl_n, xh_n, dl_n, dh_n = _tile(x_ptr, dy_ptr, t, 0, N, D, HEADS)
     for h0 in range(0, N, HEADS):  # a loop, not unrolled: the tiles' loads are not all held at once
-        heads = h0 + tl.arange(0, HEADS)
-        m = (heads < N)[:, None]
-        off = (t * N + heads).to(tl.int64)[:, None] * D + c
-        x_lo = tl.load(x_ptr + off, mask=m, other=0.0).to(tl.float32)
-        x_hi = tl.load(x_ptr + off + half, mask=m, other=0.0).to(tl.float32)
-        dy_lo = tl.load(dy_ptr + off, mask=m, other=0.0).to(tl.float32)
-        dy_hi = tl.load(dy_ptr + off + half, mask=m, other=0.0).to(tl.float32)
+        if TILE_PREFETCH:
+            off, m, xl, xh, dl, dh = off_n, m_n, xl_n, xh_n, dl_n, dh_n
+            off_n, m_n, xl_n, xh_n, dl_n, dh_n = _tile(x_ptr, dy_ptr, t, h0 + HEADS, N, D, HEADS)
+        else:
+            off, m, xl, xh, dl, dh = _tile(x_ptr, dy_ptr, t, h0, N, D, HEADS)
         # the library's arithmetic (NeoX, angles by frequency: a column and its partner share cos and sin)
-        dx_lo, dx_hi, g_lo, g_hi, n_lo, n_hi = _rope_halves_grad(dy_lo, dy_hi, x_lo, x_hi, w_lo, w_hi, cos, cos,
-                                                                  sin, sin, D, eps)
+        dx_lo, dx_hi, g_lo, g_hi, n_lo, n_hi = _rope_halves_grad(dl.to(tl.float32), dh.to(tl.float32),
+                                                                  xl.to(tl.float32), xh.to(tl.float32), w_lo, w_hi,
+                                                                  cos, cos, sin, sin, D, eps)
         tl.store(dx_ptr + off, dx_lo.to(dx_ptr.dtype.element_ty), mask=m)
         tl.store(dx_ptr + off + half, dx_hi.to(dx_ptr.dtype.element_ty), mask=m)
         dw_lo += g_lo * n_lo
@@ -65,7 +81,11 @@ def _part(x_ptr, dy_ptr, dx_ptr, w_lo, w_hi, cos, sin, dw_lo, dw_hi, t, eps,
 @triton.jit
 def _qk_rope_bwd_one_launch(q_ptr, k_ptr, dq_ptr, dk_ptr, dxq_ptr, dxk_ptr, wq_ptr, wk_ptr, pos_ptr, cache_ptr,
                             stride_cache, partial_ptr, T, eps,
-                            NQ: tl.constexpr, NK: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr):
+                            NQ: tl.constexpr, NK: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr,
+                            PREFETCH: tl.constexpr, TILE_PREFETCH: tl.constexpr):
+    """PREFETCH: the next token's position and cache row are loaded at the top of this token's iteration, so that
+    their two dependent loads (the position, then the row it points at) wait behind this token's heads, not before
+    the next token's. TILE_PREFETCH: see _part."""
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
     half: tl.constexpr = D // 2
@@ -80,12 +100,27 @@ def _qk_rope_bwd_one_launch(q_ptr, k_ptr, dq_ptr, dk_ptr, dxq_ptr, dxk_ptr, wq_p
     dwk_hi = tl.zeros([HEADS, half], dtype=tl.float32)
     per = tl.cdiv(T, n_programs)
     first = pid * per
-    for t in range(first, tl.minimum(first + per, T)):
-        row = cache_ptr + tl.load(pos_ptr + t) * stride_cache
-        cos = tl.load(row + c)[None, :]
-        sin = tl.load(row + half + c)[None, :]
-        dwq_lo, dwq_hi = _part(q_ptr, dq_ptr, dxq_ptr, wq_lo, wq_hi, cos, sin, dwq_lo, dwq_hi, t, eps, NQ, D, HEADS)
-        dwk_lo, dwk_hi = _part(k_ptr, dk_ptr, dxk_ptr, wk_lo, wk_hi, cos, sin, dwk_lo, dwk_hi, t, eps, NK, D, HEADS)
+    end = tl.minimum(first + per, T)
+    if PREFETCH:
+        has = first < end
+        row = cache_ptr + tl.load(pos_ptr + first, mask=has, other=0) * stride_cache
+        cos_next = tl.load(row + c, mask=has & (c < half), other=0.0)[None, :]
+        sin_next = tl.load(row + half + c, mask=has & (c < half), other=0.0)[None, :]
+    for t in range(first, end):
+        if PREFETCH:
+            cos, sin = cos_next, sin_next
+            has = t + 1 < end
+            row = cache_ptr + tl.load(pos_ptr + t + 1, mask=has, other=0) * stride_cache
+            cos_next = tl.load(row + c, mask=has & (c < half), other=0.0)[None, :]
+            sin_next = tl.load(row + half + c, mask=has & (c < half), other=0.0)[None, :]
+        else:
+            row = cache_ptr + tl.load(pos_ptr + t) * stride_cache
+            cos = tl.load(row + c)[None, :]
+            sin = tl.load(row + half + c)[None, :]
+        dwq_lo, dwq_hi = _part(q_ptr, dq_ptr, dxq_ptr, wq_lo, wq_hi, cos, sin, dwq_lo, dwq_hi, t, eps, NQ, D, HEADS,
+                               TILE_PREFETCH)
+        dwk_lo, dwk_hi = _part(k_ptr, dk_ptr, dxk_ptr, wk_lo, wk_hi, cos, sin, dwk_lo, dwk_hi, t, eps, NK, D, HEADS,
+                               TILE_PREFETCH)
     out = partial_ptr + pid.to(tl.int64) * (2 * D) + c
     tl.store(out, tl.sum(dwq_lo, axis=0))
     tl.store(out + half, tl.sum(dwq_hi, axis=0))
@@ -93,7 +128,8 @@ def _qk_rope_bwd_one_launch(q_ptr, k_ptr, dq_ptr, dk_ptr, dxq_ptr, dxk_ptr, wq_p
     tl.store(out + D + half, tl.sum(dwk_hi, axis=0))
 
 
-def one_launch(q, k, dq, dk, wq, wk, positions, cache, programs_per_sm=8, heads=4, warps=2, n_sms=None):
+def one_launch(q, k, dq, dk, wq, wk, positions, cache, programs_per_sm=8, heads=4, warps=2, prefetch=False, tile_prefetch=False,
+               n_sms=None):
     """(dq_x, dk_x, dwq, dwk) of the QK norm with the rotation (NeoX, whole heads), in two launches."""
     T, nq, D = q.shape
     nk = k.shape[1]
@@ -103,7 +139,8 @@ def one_launch(q, k, dq, dk, wq, wk, positions, cache, programs_per_sm=8, heads=
     dxq, dxk = torch.empty_like(q), torch.empty_like(k)
     partial = torch.empty(programs, 2 * D, dtype=torch.float32, device=q.device)
     _qk_rope_bwd_one_launch[(programs,)](q, k, dq, dk, dxq, dxk, wq, wk, positions, cache, cache.stride(0), partial,
-                                         T, EPS, NQ=nq, NK=nk, D=D, HEADS=heads, num_warps=warps)
+                                         T, EPS, NQ=nq, NK=nk, D=D, HEADS=heads, PREFETCH=prefetch, TILE_PREFETCH=tile_prefetch,
+                                         num_warps=warps)
     dw = torch.empty(2 * D, dtype=wq.dtype, device=q.device)
     bc = configs.DWEIGHT_BLOCK_C
     rmsnorm_dweight[(triton.cdiv(2 * D, bc),)](partial, dw, programs, 2 * D, BLOCK_P=configs.DWEIGHT_BLOCK_P,
@@ -170,16 +207,16 @@ def bench() -> None:
             print(f"{nq}+{nk} x {D} T {T} | {name:40s} | {t.median_us:7.1f} us | {100 * gbs / roof:5.1f}%", flush=True)
 
         timed("the functional form (gather, two passes)", functional_form)
-        for pps, heads, warps in itertools.product(*SWEEP.values()):
-            if heads > nq:
+        for values in itertools.product(*SWEEP.values()):
+            cfg = dict(zip(SWEEP, values))
+            if cfg["heads"] > nq:
                 continue
+            name = (f"one launch: {cfg['programs_per_sm']}/SM, {cfg['heads']} heads, {cfg['warps']} warps"
+                    + (", the token ahead" if cfg["prefetch"] else "") + (", the tile ahead" if cfg["tile_prefetch"] else ""))
             try:
-                timed(f"one launch: {pps}/SM, {heads} heads, {warps} warps",
-                      lambda *a, pps=pps, heads=heads, warps=warps: one_launch(*a, programs_per_sm=pps, heads=heads,
-                                                                               warps=warps))
+                timed(name, lambda *a, cfg=cfg: one_launch(*a, **cfg))
             except Exception as e:  # noqa: BLE001 - a config that does not compile or fit is reported
-                print(f"{nq}+{nk} x {D} T {T} | one launch {pps}/SM {heads} heads {warps} warps | failed: "
-                      f"{type(e).__name__}: {str(e)[:80]}")
+                print(f"{nq}+{nk} x {D} T {T} | {name} | failed: {type(e).__name__}: {str(e)[:80]}")
         sets = None
         torch.cuda.empty_cache()
 

@@ -564,6 +564,8 @@ def test_the_one_launch_prototype_gives_the_gradient():
     tool = load_devtool("rope_bwd_one_launch")
     tool.check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1)
     tool.check(DEVICE, ((9, 3, 1, 128),), heads=4, warps=1)  # tiles wider than either part's heads: masked
+    # the loads ahead: the next token's position and cache row, a part's next tile (past the last: masked)
+    tool.check(DEVICE, ((16, 4, 2, 64), (9, 3, 1, 128)), heads=2, warps=1, prefetch=True, tile_prefetch=True)
 
 
 @pytest.mark.parametrize("style", [0, 1])
