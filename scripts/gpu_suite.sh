@@ -86,5 +86,5 @@ line=()
 for b in "${backends[@]}"; do
   line[${#line[@]}]="$b: ${counts[$b-passed]} passed, ${counts[$b-failed]} failed, ${counts[$b-error]} errors, ${counts[$b-skipped]} skipped"
 done
-echo "gpu suite: $(IFS=';'; echo "${line[*]}" | sed 's/;/; /g'); ctest: ${ctest_line#*% }; build ${build_s} s, total $((SECONDS - t0)) s"
+echo "gpu suite: $(IFS=';'; echo "${line[*]}" | sed 's/;/; /g'); ctest: ${ctest_line}; build ${build_s} s, total $((SECONDS - t0)) s"
 exit $failed
